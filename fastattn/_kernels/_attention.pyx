@@ -1,0 +1,535 @@
+# cython: language_level=3
+# Design:
+#   Fused scaled dot-product attention, FlashAttention-style, on the CPU.
+#
+#   Work items: the output is (N, L, Ev) with N = prod(broadcast leading dims). Its rows are cut
+#   into query blocks of BQ rows; one work item = one (n, query block). A single OpenMP prange
+#   runs over all N * ceil(L / BQ) items. Items share nothing but read-only inputs and write
+#   disjoint output rows, and tile sizes are fixed by the shape alone, so the result is bitwise
+#   the same for any thread count.
+#
+#   Per item, stream over key blocks of BK keys:
+#     1. pack the key block transposed (E, ncols) and the value block (nk, evp), zero-padded
+#     2. scores = q_block @ k_block.T                      (qk_tile, register-blocked)
+#     3. per row: scale, mask, online-softmax update        (row_update)
+#          m_new = max(m, rowmax), p = exp(s - m_new), l = l * exp(m - m_new) + sum(p)
+#        and rescale the accumulator row by exp(m - m_new) when the max moved
+#     4. acc += p @ v_block                                 (pv_tile)
+#   then out = acc / l, with l == 0 (no allowed key) giving zeros, never NaN.
+#   Key blocks above the causal diagonal are never visited; blocks whose mask allows nothing
+#   are skipped. Extra memory: one scratch area per thread, O(BQ * BK + BK * (E + Ev)).
+#
+#   Numerics: the scores and P @ V run in the input precision; the running max m and sum l are
+#   doubles. exp is a vectorised polynomial (fa_tile.h). Masked scores are set to -inf by
+#   selection, not addition, so NaN/inf in a masked-out key never reaches the output; a value
+#   block holding inf/NaN makes P @ V skip zero probabilities for the same reason.
+#
+# Kernels assume (attention.py checks all of it first): q, k, v, mask and out are aligned to
+# their item size, native byte order, last dimension contiguous; strides are given in elements
+# (0 for broadcast dimensions); every size is > 0; the scratch buffer is big enough.
+
+from cython.parallel cimport prange, threadid
+from cython cimport floating
+from libc.math cimport INFINITY
+from libc.string cimport memset
+cimport numpy as cnp
+import numpy as np
+
+from fastattn._kernels._openmp cimport (FASTATTN_OPENMP_ENABLED, omp_get_max_threads)
+
+cnp.import_array()
+
+cdef extern from "fa_kernels.h" nogil:
+    int FA_ISA_SCALAR, FA_ISA_BASE, FA_ISA_AVX2, FA_ISA_AVX512
+    int FA_PAD_F32, FA_PAD_F64
+    ctypedef struct fa_ops_f32:
+        void (*qk_tile)(const float *q_tile, Py_ssize_t q_rs, int nq, int E, const float *kt,
+                        int ncols, float *scores) noexcept nogil
+        void (*pv_tile)(const float *p, int p_rs, int nq, int nk, const float *vp, int evp,
+                        float *acc, int skip_zero) noexcept nogil
+        double (*row_update)(float *s, int n, int ncols, int lim, float scale,
+                             const unsigned char *bmask, const float *fmask, Py_ssize_t ms,
+                             double *m_io, double *l_io) noexcept nogil
+        void (*row_weights)(const float *s, int n, int lim, float scale,
+                            const unsigned char *bmask, const float *fmask, Py_ssize_t ms,
+                            double m, double inv_l, float *w) noexcept nogil
+        void (*softmax_row)(const float *x, int n, float *y) noexcept nogil
+        void (*exp_array)(const float *x, Py_ssize_t n, float *y) noexcept nogil
+    ctypedef struct fa_ops_f64:
+        void (*qk_tile)(const double *q_tile, Py_ssize_t q_rs, int nq, int E, const double *kt,
+                        int ncols, double *scores) noexcept nogil
+        void (*pv_tile)(const double *p, int p_rs, int nq, int nk, const double *vp, int evp,
+                        double *acc, int skip_zero) noexcept nogil
+        double (*row_update)(double *s, int n, int ncols, int lim, double scale,
+                             const unsigned char *bmask, const double *fmask, Py_ssize_t ms,
+                             double *m_io, double *l_io) noexcept nogil
+        void (*row_weights)(const double *s, int n, int lim, double scale,
+                            const unsigned char *bmask, const double *fmask, Py_ssize_t ms,
+                            double m, double inv_l, double *w) noexcept nogil
+        void (*softmax_row)(const double *x, int n, double *y) noexcept nogil
+        void (*exp_array)(const double *x, Py_ssize_t n, double *y) noexcept nogil
+    fa_ops_f32 fa_f32
+    fa_ops_f64 fa_f64
+    int fa_cpu_level()
+    int fa_init(int level)
+    int fa_current_level()
+
+
+ISA_NAMES = {FA_ISA_SCALAR: "scalar", FA_ISA_BASE: "baseline", FA_ISA_AVX2: "avx2",
+             FA_ISA_AVX512: "avx512"}
+fa_init(-1)
+
+# Tile sizes: fixed by dtype and head size only (never by the thread count).
+cdef enum:
+    _BQ = 64               # query rows per work item
+BQ = _BQ
+
+
+def key_block(int E, int Ev, int itemsize):
+    """Keys per tile: 256 floats / 128 doubles for head sizes up to 128, smaller beyond so the
+    packed key and value tiles stay within the 1 MiB L2 of one core."""
+    cdef int bk = 256 if itemsize == 4 else 128
+    cdef int pad = FA_PAD_F32 if itemsize == 4 else FA_PAD_F64
+    while bk > pad and bk * max(E, Ev, 1) * itemsize > 64 * 1024:
+        bk //= 2
+    return bk
+
+
+cdef inline int _round_up(int x, int m) noexcept nogil:
+    return ((x + m - 1) // m) * m
+
+
+def scratch_bytes(int E, int Ev, int itemsize):
+    """Bytes of scratch one thread needs for the fused kernel (see _sdpa_item)."""
+    cdef int pad = FA_PAD_F32 if itemsize == 4 else FA_PAD_F64
+    cdef int bk = key_block(E, Ev, itemsize)
+    cdef int ncols = _round_up(bk, pad)
+    cdef int evp = _round_up(max(Ev, 1), pad)
+    cdef Py_ssize_t n = (<Py_ssize_t>max(E, 1) * ncols       # kt  (E, ncols)
+                         + <Py_ssize_t>bk * evp                # vp  (bk, evp)
+                         + <Py_ssize_t>_BQ * ncols              # sc  (_BQ, ncols)
+                         + <Py_ssize_t>_BQ * evp) * itemsize    # acc (_BQ, evp)
+    n += 2 * _BQ * sizeof(double)                               # m, l
+    return ((n + 63) // 64) * 64 + 64
+
+
+# ---------------------------------------------------------------- dtype-generic tile operations
+
+cdef inline void _qk(const floating *q, Py_ssize_t q_rs, int nq, int E, const floating *kt,
+                     int ncols, floating *sc) noexcept nogil:
+    if floating is float:
+        fa_f32.qk_tile(q, q_rs, nq, E, kt, ncols, sc)
+    else:
+        fa_f64.qk_tile(q, q_rs, nq, E, kt, ncols, sc)
+
+
+cdef inline void _pv(const floating *p, int p_rs, int nq, int nk, const floating *vp, int evp,
+                     floating *acc, int skip_zero) noexcept nogil:
+    if floating is float:
+        fa_f32.pv_tile(p, p_rs, nq, nk, vp, evp, acc, skip_zero)
+    else:
+        fa_f64.pv_tile(p, p_rs, nq, nk, vp, evp, acc, skip_zero)
+
+
+cdef inline double _row_update(floating *s, int n, int ncols, int lim, floating scale,
+                               const unsigned char *bm, const floating *fm, Py_ssize_t ms,
+                               double *m, double *l) noexcept nogil:
+    if floating is float:
+        return fa_f32.row_update(s, n, ncols, lim, scale, bm, fm, ms, m, l)
+    else:
+        return fa_f64.row_update(s, n, ncols, lim, scale, bm, fm, ms, m, l)
+
+
+cdef inline void _row_weights(const floating *s, int n, int lim, floating scale,
+                              const unsigned char *bm, const floating *fm, Py_ssize_t ms,
+                              double m, double inv_l, floating *w) noexcept nogil:
+    if floating is float:
+        fa_f32.row_weights(s, n, lim, scale, bm, fm, ms, m, inv_l, w)
+    else:
+        fa_f64.row_weights(s, n, lim, scale, bm, fm, ms, m, inv_l, w)
+
+
+# ---------------------------------------------------------------- one work item
+
+cdef int _pack_tiles(const floating *k, Py_ssize_t k_rs, const floating *v, Py_ssize_t v_rs,
+                     int nk, int E, int Ev, int ncols, int evp,
+                     floating *kt, floating *vp) noexcept nogil:
+    """kt[e, j] = k[j, e] (zero for j >= nk); vp[j, c] = v[j, c] (zero for c >= Ev).
+    Returns 1 when the value tile holds inf or NaN."""
+    cdef int j, e, c
+    cdef floating x, acc = 0
+    for j in range(nk):
+        for e in range(E):
+            kt[<Py_ssize_t>e * ncols + j] = k[j * k_rs + e]
+    if nk < ncols:
+        for e in range(E):
+            memset(&kt[<Py_ssize_t>e * ncols + nk], 0, (ncols - nk) * sizeof(floating))
+    for j in range(nk):
+        for c in range(Ev):
+            x = v[j * v_rs + c]
+            vp[<Py_ssize_t>j * evp + c] = x
+            acc = acc + x * 0      # inf * 0 and NaN * 0 are NaN: a cheap non-finite detector
+        if Ev < evp:
+            memset(&vp[<Py_ssize_t>j * evp + Ev], 0, (evp - Ev) * sizeof(floating))
+    return acc != acc
+
+
+cdef bint _tile_allows_any(const unsigned char *bm, const floating *fm, Py_ssize_t m_rs,
+                           Py_ssize_t m_cs, int nq, int nk) noexcept nogil:
+    """Whether the mask tile (rows of this block, keys of this tile) allows any key."""
+    cdef int r, j
+    cdef int rows = 1 if m_rs == 0 else nq
+    cdef int cols = 1 if m_cs == 0 else nk
+    for r in range(rows):
+        for j in range(cols):
+            if bm != NULL:
+                if bm[r * m_rs + j * m_cs]:
+                    return True
+            elif fm[r * m_rs + j * m_cs] != -INFINITY:
+                return True
+    return False
+
+
+cdef void _sdpa_item(
+        const floating *q, Py_ssize_t q_rs,          # IN  (nq, E) this block's query rows
+        const floating *k, Py_ssize_t k_rs,          # IN  (S, E)  keys of this (n)
+        const floating *v, Py_ssize_t v_rs,          # IN  (S, Ev) values of this (n)
+        const unsigned char *bm, const floating *fm, # IN  mask rows of this block, or NULL
+        Py_ssize_t m_rs, Py_ssize_t m_cs,
+        floating *out, Py_ssize_t out_rs,            # OUT (nq, Ev)
+        double *m_out, double *l_out,                # OUT (nq,) row max and sum, or NULL
+        int q0, int nq, int S, int E, int Ev, bint causal, floating scale, int bk, int pad,
+        char *scratch) noexcept nogil:
+    cdef int ncols_max = _round_up(bk, pad)
+    cdef int evp = _round_up(Ev if Ev > 0 else 1, pad)
+    # scratch layout (see scratch_bytes); 64-byte aligned by the caller
+    cdef floating *kt = <floating *> scratch                       # (E, ncols)
+    cdef floating *vp = kt + <Py_ssize_t>(E if E > 0 else 1) * ncols_max  # (bk, evp)
+    cdef floating *sc = vp + <Py_ssize_t>bk * evp                  # (_BQ, ncols)
+    cdef floating *acc = sc + <Py_ssize_t>_BQ * ncols_max           # (_BQ, evp)
+    cdef double *m = <double *> (acc + <Py_ssize_t>_BQ * evp)       # (_BQ,)
+    cdef double *l = m + _BQ                                        # (_BQ,)
+    cdef int r, c, kb, k0, nk, ncols, lim, kend, nonfinite
+    cdef double alpha, inv
+    cdef floating a
+    cdef floating *row
+    cdef const unsigned char *bmr = NULL
+    cdef const floating *fmr = NULL
+
+    memset(acc, 0, <Py_ssize_t>nq * evp * sizeof(floating))
+    for r in range(nq):
+        m[r] = -INFINITY
+        l[r] = 0.0
+    # causal (top-left): row q0 + r sees keys 0 .. q0 + r, so the block needs keys < q0 + nq
+    kend = S
+    if causal and q0 + nq < S:
+        kend = q0 + nq
+    for kb in range((kend + bk - 1) // bk):
+        k0 = kb * bk
+        nk = bk if kend - k0 > bk else kend - k0
+        if bm != NULL or fm != NULL:
+            if not _tile_allows_any(bm + k0 * m_cs if bm != NULL else NULL,
+                                    fm + k0 * m_cs if fm != NULL else NULL,
+                                    m_rs, m_cs, nq, nk):
+                continue
+        ncols = _round_up(nk, pad)
+        nonfinite = _pack_tiles(k + k0 * k_rs, k_rs, v + k0 * v_rs, v_rs, nk, E, Ev,
+                                ncols, evp, kt, vp)
+        _qk(q, q_rs, nq, E, kt, ncols, sc)
+        for r in range(nq):
+            lim = nk
+            if causal and q0 + r - k0 + 1 < nk:
+                lim = q0 + r - k0 + 1
+            if bm != NULL:
+                bmr = bm + r * m_rs + k0 * m_cs
+            if fm != NULL:
+                fmr = fm + r * m_rs + k0 * m_cs
+            row = sc + <Py_ssize_t>r * ncols
+            alpha = _row_update(row, nk, ncols, lim, scale, bmr, fmr, m_cs, &m[r], &l[r])
+            if alpha != 1.0:
+                a = <floating> alpha
+                for c in range(evp):
+                    acc[<Py_ssize_t>r * evp + c] *= a
+        _pv(sc, ncols, nq, nk, vp, evp, acc, nonfinite)
+    # out = acc / l; a row that allowed no key (l == 0) is zeros
+    for r in range(nq):
+        inv = 0.0 if l[r] == 0.0 else 1.0 / l[r]
+        a = <floating> inv
+        for c in range(Ev):
+            out[r * out_rs + c] = acc[<Py_ssize_t>r * evp + c] * a
+        if m_out != NULL:
+            m_out[r] = m[r]
+            l_out[r] = l[r]
+
+
+cdef void _weights_item(
+        const floating *q, Py_ssize_t q_rs, const floating *k, Py_ssize_t k_rs,
+        const unsigned char *bm, const floating *fm, Py_ssize_t m_rs, Py_ssize_t m_cs,
+        const double *m_in, const double *l_in,      # IN  (nq,) from the forward pass
+        floating *w, Py_ssize_t w_rs,                # OUT (nq, S), zero-initialised
+        int q0, int nq, int S, int E, bint causal, floating scale, int bk, int pad,
+        char *scratch) noexcept nogil:
+    """Softmax weights of one query block, recomputed tile by tile with the forward pass's
+    final row max and sum: w = exp(s - m) / l (rows with l == 0 stay zero)."""
+    cdef int ncols_max = _round_up(bk, pad)
+    cdef floating *kt = <floating *> scratch
+    cdef floating *sc = kt + <Py_ssize_t>(E if E > 0 else 1) * ncols_max
+    cdef int r, j, e, kb, k0, nk, ncols, lim, kend
+    cdef const unsigned char *bmr = NULL
+    cdef const floating *fmr = NULL
+    kend = S
+    if causal and q0 + nq < S:
+        kend = q0 + nq
+    for kb in range((kend + bk - 1) // bk):
+        k0 = kb * bk
+        nk = bk if kend - k0 > bk else kend - k0
+        ncols = _round_up(nk, pad)
+        for j in range(nk):
+            for e in range(E):
+                kt[<Py_ssize_t>e * ncols + j] = k[(k0 + j) * k_rs + e]
+        if nk < ncols:
+            for e in range(E):
+                memset(&kt[<Py_ssize_t>e * ncols + nk], 0, (ncols - nk) * sizeof(floating))
+        _qk(q, q_rs, nq, E, kt, ncols, sc)
+        for r in range(nq):
+            if l_in[r] == 0.0:
+                continue
+            lim = nk
+            if causal and q0 + r - k0 + 1 < nk:
+                lim = q0 + r - k0 + 1
+            if bm != NULL:
+                bmr = bm + r * m_rs + k0 * m_cs
+            if fm != NULL:
+                fmr = fm + r * m_rs + k0 * m_cs
+            _row_weights(sc + <Py_ssize_t>r * ncols, nk, lim, scale, bmr, fmr, m_cs,
+                         m_in[r], 1.0 / l_in[r], w + r * w_rs + k0)
+
+
+# ---------------------------------------------------------------- the parallel driver
+
+cdef inline Py_ssize_t _offset(Py_ssize_t n, int nd, const Py_ssize_t *shape,
+                               const Py_ssize_t *strides, int head_group) noexcept nogil:
+    """Element offset of flat leading index n in an array with the given leading strides.
+    head_group > 1 maps the last leading index h to h // head_group (grouped-query heads)."""
+    cdef Py_ssize_t off = 0, idx
+    cdef int d
+    for d in range(nd - 1, -1, -1):
+        idx = n % shape[d]
+        n = n // shape[d]
+        if d == nd - 1 and head_group > 1:
+            idx = idx // head_group
+        off += idx * strides[d]
+    return off
+
+
+cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
+                    const unsigned char *bm, const floating *fm, floating *out,
+                    floating *w, double *stats,
+                    int nd, const Py_ssize_t *lead, const Py_ssize_t *lstr,
+                    const Py_ssize_t *rstr, Py_ssize_t N,
+                    int L, int S, int E, int Ev, bint causal, floating scale, int head_group,
+                    char *scratch, Py_ssize_t scratch_stride, int n_threads) noexcept nogil:
+    # lstr: leading strides, (5, nd) rows for q, k, v, mask, out; rstr: row strides
+    # q_rs, k_rs, v_rs, m_rs, m_cs, out_rs
+    cdef int pad = FA_PAD_F32 if floating is float else FA_PAD_F64
+    cdef int bk = 256 if floating is float else 128
+    cdef int emax = E if E > Ev else Ev
+    if emax < 1:
+        emax = 1
+    while bk > pad and bk * emax * <int>sizeof(floating) > 64 * 1024:
+        bk = bk // 2
+    cdef Py_ssize_t n_qb = (L + _BQ - 1) // _BQ
+    cdef Py_ssize_t n_items = N * n_qb
+    cdef Py_ssize_t item, n, qb
+    cdef int q0, nq, tid
+    cdef Py_ssize_t qo, ko, vo, mo, oo
+    cdef double *mrow
+    cdef const unsigned char *bmi
+    cdef const floating *fmi
+
+    for item in prange(n_items, schedule='dynamic', num_threads=n_threads):
+        tid = threadid()
+        n = item // n_qb
+        qb = item % n_qb
+        q0 = <int>(qb * _BQ)
+        nq = _BQ if L - q0 > _BQ else L - q0
+        qo = _offset(n, nd, lead, &lstr[0], 1)
+        ko = _offset(n, nd, lead, &lstr[nd], head_group)
+        vo = _offset(n, nd, lead, &lstr[2 * nd], head_group)
+        mo = _offset(n, nd, lead, &lstr[3 * nd], 1)
+        oo = n * L * Ev
+        bmi = NULL
+        fmi = NULL
+        if bm != NULL:
+            bmi = bm + mo + q0 * rstr[3]
+        if fm != NULL:
+            fmi = fm + mo + q0 * rstr[3]
+        mrow = NULL
+        if stats != NULL:
+            mrow = stats + 2 * (n * L + q0)
+        _sdpa_item(q + qo + q0 * rstr[0], rstr[0], k + ko, rstr[1], v + vo, rstr[2],
+                   bmi, fmi, rstr[3], rstr[4],
+                   out + oo + q0 * Ev, Ev,
+                   mrow, (mrow + nq) if mrow != NULL else NULL,
+                   q0, nq, S, E, Ev, causal, scale, bk, pad,
+                   scratch + tid * scratch_stride)
+        if w != NULL:
+            _weights_item(q + qo + q0 * rstr[0], rstr[0], k + ko, rstr[1],
+                          bmi, fmi, rstr[3], rstr[4], mrow, mrow + nq,
+                          w + n * L * S + q0 * S, S,
+                          q0, nq, S, E, causal, scale, bk, pad,
+                          scratch + tid * scratch_stride)
+
+
+cdef inline Py_ssize_t _estride(cnp.ndarray a, int d):
+    return cnp.PyArray_STRIDES(a)[d] // cnp.PyArray_ITEMSIZE(a) if cnp.PyArray_DIMS(a)[d] > 1 else 0
+
+
+def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, weights,
+         tuple lead, bint causal, double scale, int head_group, int n_threads):
+    """Fused attention into `out` (and `weights` when not None).
+
+    q (..., L, E), k (..., S, E), v (..., S, Ev), mask (..., L, S) bool/float or None:
+    each with its own leading dims, broadcastable to `lead` (k, v with the head dim divided by
+    head_group). out (*lead, L, Ev) and weights (*lead, L, S) are C-contiguous and of q's dtype;
+    weights must be zero-filled. All sizes > 0. Validation happened in attention.py.
+    """
+    cdef int nd = len(lead)
+    cdef int L = <int>cnp.PyArray_DIMS(q)[q.ndim - 2]
+    cdef int E = <int>cnp.PyArray_DIMS(q)[q.ndim - 1]
+    cdef int S = <int>cnp.PyArray_DIMS(k)[k.ndim - 2]
+    cdef int Ev = <int>cnp.PyArray_DIMS(v)[v.ndim - 1]
+    cdef Py_ssize_t N = 1
+    cdef Py_ssize_t[32] lead_c
+    cdef Py_ssize_t[5 * 32] lstr
+    cdef Py_ssize_t[6] rstr
+    cdef int d, i, off
+    cdef cnp.ndarray a
+    cdef cnp.ndarray m_arr = None
+    cdef bint is_bool = False
+    if nd > 32:
+        raise ValueError(f"at most 32 leading dimensions are supported, got {nd}")
+    for d in range(nd):
+        lead_c[d] = lead[d]
+        N *= lead[d]
+    arrays = (q, k, v, mask, out)
+    for i in range(5):
+        for d in range(nd):
+            lstr[i * nd + d] = 0
+        if arrays[i] is None:
+            continue
+        a = arrays[i]
+        off = nd - (a.ndim - 2)          # leading dims are right-aligned, numpy style
+        for d in range(a.ndim - 2):
+            lstr[i * nd + off + d] = _estride(a, d)
+    rstr[0] = _estride(q, q.ndim - 2)
+    rstr[1] = cnp.PyArray_STRIDES(k)[k.ndim - 2] // cnp.PyArray_ITEMSIZE(k)
+    rstr[2] = cnp.PyArray_STRIDES(v)[v.ndim - 2] // cnp.PyArray_ITEMSIZE(v)
+    rstr[3] = 0
+    rstr[4] = 0
+    if mask is not None:
+        m_arr = mask
+        is_bool = m_arr.dtype.kind == 'b'
+        rstr[3] = _estride(m_arr, m_arr.ndim - 2)
+        rstr[4] = _estride(m_arr, m_arr.ndim - 1)
+    rstr[5] = Ev
+
+    cdef int isz = cnp.PyArray_ITEMSIZE(q)
+    cdef Py_ssize_t sstride = scratch_bytes(E, Ev, isz)
+    cdef cnp.ndarray scratch_arr = np.empty(sstride * n_threads + 64, dtype=np.uint8)
+    cdef char *scratch = <char *> cnp.PyArray_DATA(scratch_arr)
+    scratch = scratch + ((64 - (<size_t> scratch) % 64) % 64)
+    cdef double *stats = NULL
+    cdef object stats_arr = None
+    if weights is not None:
+        stats_arr = np.empty(2 * N * L, dtype=np.float64)
+        stats = <double *> cnp.PyArray_DATA(<cnp.ndarray> stats_arr)
+    cdef char *qp = <char *> cnp.PyArray_DATA(q)
+    cdef char *kp = <char *> cnp.PyArray_DATA(k)
+    cdef char *vp = <char *> cnp.PyArray_DATA(v)
+    cdef char *op = <char *> cnp.PyArray_DATA(out)
+    cdef char *mp = <char *> cnp.PyArray_DATA(m_arr) if m_arr is not None else NULL
+    cdef char *wp = <char *> cnp.PyArray_DATA(<cnp.ndarray> weights) if weights is not None else NULL
+    cdef int nthr = n_threads
+    if isz == 4:
+        with nogil:
+            _sdpa_run(<const float *>qp, <const float *>kp, <const float *>vp,
+                      <const unsigned char *>mp if is_bool else NULL,
+                      <const float *>mp if (mp != NULL and not is_bool) else NULL,
+                      <float *>op, <float *>wp, stats,
+                      nd, lead_c, lstr, rstr, N, L, S, E, Ev, causal, <float>scale, head_group,
+                      scratch, sstride, nthr)
+    else:
+        with nogil:
+            _sdpa_run(<const double *>qp, <const double *>kp, <const double *>vp,
+                      <const unsigned char *>mp if is_bool else NULL,
+                      <const double *>mp if (mp != NULL and not is_bool) else NULL,
+                      <double *>op, <double *>wp, stats,
+                      nd, lead_c, lstr, rstr, N, L, S, E, Ev, causal, scale, head_group,
+                      scratch, sstride, nthr)
+
+
+# ---------------------------------------------------------------- standalone softmax
+
+cdef void _softmax_rows(const floating *x, floating *y, Py_ssize_t rows, int n,
+                        int n_threads) noexcept nogil:
+    cdef Py_ssize_t r
+    for r in prange(rows, schedule='static', num_threads=n_threads):
+        if floating is float:
+            fa_f32.softmax_row(x + r * n, n, y + r * n)
+        else:
+            fa_f64.softmax_row(x + r * n, n, y + r * n)
+
+
+def softmax_rows(cnp.ndarray x, cnp.ndarray y, int n_threads):
+    """y = softmax(x) along the last axis; x, y C-contiguous 2-D, same float dtype, n > 0."""
+    cdef Py_ssize_t rows = cnp.PyArray_DIMS(x)[0]
+    cdef int n = <int>cnp.PyArray_DIMS(x)[1]
+    cdef char *xp = <char *> cnp.PyArray_DATA(x)
+    cdef char *yp = <char *> cnp.PyArray_DATA(y)
+    if cnp.PyArray_ITEMSIZE(x) == 4:
+        with nogil:
+            _softmax_rows(<const float *>xp, <float *>yp, rows, n, n_threads)
+    else:
+        with nogil:
+            _softmax_rows(<const double *>xp, <double *>yp, rows, n, n_threads)
+
+
+def kernel_exp(cnp.ndarray x, cnp.ndarray y):
+    """y = exp(x) with the kernel's vectorised exp (for the accuracy tests)."""
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(x)
+    if cnp.PyArray_ITEMSIZE(x) == 4:
+        fa_f32.exp_array(<const float *>cnp.PyArray_DATA(x), n, <float *>cnp.PyArray_DATA(y))
+    else:
+        fa_f64.exp_array(<const double *>cnp.PyArray_DATA(x), n, <double *>cnp.PyArray_DATA(y))
+
+
+# ---------------------------------------------------------------- build and run-time facts
+
+def openmp_enabled():
+    """True when the extension was compiled with OpenMP."""
+    return bool(FASTATTN_OPENMP_ENABLED)
+
+
+def omp_max_threads():
+    """omp_get_max_threads() now (follows OMP_NUM_THREADS and threadpoolctl's limits)."""
+    return omp_get_max_threads()
+
+
+def isa():
+    """Name of the micro-kernel set in use ('avx512', 'avx2', 'baseline' or 'scalar')."""
+    return ISA_NAMES[fa_current_level()]
+
+
+def cpu_isa():
+    """Best micro-kernel set the running CPU supports."""
+    return ISA_NAMES[fa_cpu_level()]
+
+
+def set_isa(name):
+    """Select a micro-kernel set by name (testing aid: clamped to what the CPU supports).
+    Returns the name actually selected. Not thread-safe against running kernels."""
+    levels = {v: k for k, v in ISA_NAMES.items()}
+    if name not in levels:
+        raise ValueError(f"isa must be one of {sorted(levels)}, got {name!r}")
+    return ISA_NAMES[fa_init(levels[name])]

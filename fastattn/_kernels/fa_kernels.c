@@ -1,0 +1,243 @@
+/* fa_kernels.c -- instantiates the tile micro-kernels of fa_tile.h per dtype and ISA, and picks
+ * the best one the running CPU supports, once, at import (fa_init). The wheel is built for the
+ * baseline x86-64 ISA; the AVX2 and AVX-512 versions are compiled with function-level target
+ * attributes and selected at run time, so no -march flag is needed.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fa_kernels.h"
+
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+#define FA_X86 1
+#else
+#define FA_X86 0
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#define FA_GNU_VECTORS 1
+#else
+#define FA_GNU_VECTORS 0
+#endif
+
+/* ---- plain scalar C: any compiler, and the reference the vector versions are tested against */
+#define FA_T float
+#define FA_I int32_t
+#define FA_IS_DOUBLE 0
+#define FA_VW 1
+#define FA_MR 1
+#define FA_NV 1
+#define FA_NAME(x) x##_f32_scalar
+#define FA_TARGET
+#include "fa_tile.h"
+#undef FA_T
+#undef FA_I
+#undef FA_IS_DOUBLE
+#undef FA_VW
+#undef FA_MR
+#undef FA_NV
+#undef FA_NAME
+#undef FA_TARGET
+
+#define FA_T double
+#define FA_I int64_t
+#define FA_IS_DOUBLE 1
+#define FA_VW 1
+#define FA_MR 1
+#define FA_NV 1
+#define FA_NAME(x) x##_f64_scalar
+#define FA_TARGET
+#include "fa_tile.h"
+#undef FA_T
+#undef FA_I
+#undef FA_IS_DOUBLE
+#undef FA_VW
+#undef FA_MR
+#undef FA_NV
+#undef FA_NAME
+#undef FA_TARGET
+
+#if FA_GNU_VECTORS
+/* ---- generic vectors at the baseline ISA (SSE2 on x86-64, NEON on arm64) */
+#define FA_T float
+#define FA_I int32_t
+#define FA_IS_DOUBLE 0
+#define FA_VW 4
+#define FA_MR 4
+#define FA_NV 2
+#define FA_NAME(x) x##_f32_base
+#define FA_TARGET
+#include "fa_tile.h"
+#undef FA_T
+#undef FA_I
+#undef FA_IS_DOUBLE
+#undef FA_VW
+#undef FA_MR
+#undef FA_NV
+#undef FA_NAME
+#undef FA_TARGET
+
+#define FA_T double
+#define FA_I int64_t
+#define FA_IS_DOUBLE 1
+#define FA_VW 2
+#define FA_MR 4
+#define FA_NV 2
+#define FA_NAME(x) x##_f64_base
+#define FA_TARGET
+#include "fa_tile.h"
+#undef FA_T
+#undef FA_I
+#undef FA_IS_DOUBLE
+#undef FA_VW
+#undef FA_MR
+#undef FA_NV
+#undef FA_NAME
+#undef FA_TARGET
+#endif
+
+#if FA_X86
+/* ---- AVX2 + FMA: 16 ymm registers; a 6 x 2-vector block keeps 12 accumulators live */
+#define FA_T float
+#define FA_I int32_t
+#define FA_IS_DOUBLE 0
+#define FA_VW 8
+#define FA_MR 6
+#define FA_NV 2
+#define FA_NAME(x) x##_f32_avx2
+#define FA_TARGET __attribute__((target("avx2,fma")))
+#include "fa_tile.h"
+#undef FA_T
+#undef FA_I
+#undef FA_IS_DOUBLE
+#undef FA_VW
+#undef FA_MR
+#undef FA_NV
+#undef FA_NAME
+#undef FA_TARGET
+
+#define FA_T double
+#define FA_I int64_t
+#define FA_IS_DOUBLE 1
+#define FA_VW 4
+#define FA_MR 6
+#define FA_NV 2
+#define FA_NAME(x) x##_f64_avx2
+#define FA_TARGET __attribute__((target("avx2,fma")))
+#include "fa_tile.h"
+#undef FA_T
+#undef FA_I
+#undef FA_IS_DOUBLE
+#undef FA_VW
+#undef FA_MR
+#undef FA_NV
+#undef FA_NAME
+#undef FA_TARGET
+
+/* ---- AVX-512F: 32 zmm registers; a 6 x 4-vector block keeps 24 accumulators live */
+#define FA_T float
+#define FA_I int32_t
+#define FA_IS_DOUBLE 0
+#define FA_VW 16
+#define FA_MR 6
+#define FA_NV 4
+#define FA_NAME(x) x##_f32_avx512
+#define FA_TARGET __attribute__((target("avx512f,avx2,fma")))
+#include "fa_tile.h"
+#undef FA_T
+#undef FA_I
+#undef FA_IS_DOUBLE
+#undef FA_VW
+#undef FA_MR
+#undef FA_NV
+#undef FA_NAME
+#undef FA_TARGET
+
+#define FA_T double
+#define FA_I int64_t
+#define FA_IS_DOUBLE 1
+#define FA_VW 8
+#define FA_MR 6
+#define FA_NV 4
+#define FA_NAME(x) x##_f64_avx512
+#define FA_TARGET __attribute__((target("avx512f,avx2,fma")))
+#include "fa_tile.h"
+#undef FA_T
+#undef FA_I
+#undef FA_IS_DOUBLE
+#undef FA_VW
+#undef FA_MR
+#undef FA_NV
+#undef FA_NAME
+#undef FA_TARGET
+#endif
+
+/* ---- dispatch tables */
+#define FA_FILL(tab, sfx)                       \
+    do {                                        \
+        (tab).qk_tile = qk_tile_##sfx;          \
+        (tab).pv_tile = pv_tile_##sfx;          \
+        (tab).row_update = row_update_##sfx;    \
+        (tab).row_weights = row_weights_##sfx;  \
+        (tab).softmax_row = softmax_row_##sfx;  \
+        (tab).exp_array = exp_array_##sfx;      \
+    } while (0)
+
+fa_ops_f32 fa_f32;
+fa_ops_f64 fa_f64;
+static int fa_isa_level = -1;
+
+int fa_cpu_level(void)
+{
+#if FA_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return FA_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return FA_ISA_AVX2;
+    return FA_ISA_BASE;
+#elif FA_GNU_VECTORS
+    return FA_ISA_BASE;
+#else
+    return FA_ISA_SCALAR;
+#endif
+}
+
+/* Select the kernels for `level` (clamped to what the CPU supports). Returns the level used. */
+int fa_init(int level)
+{
+    int cpu = fa_cpu_level();
+    if (level < 0 || level > cpu) level = cpu;
+#if !FA_GNU_VECTORS
+    level = FA_ISA_SCALAR;
+#endif
+    switch (level) {
+#if FA_X86
+    case FA_ISA_AVX512:
+        FA_FILL(fa_f32, f32_avx512);
+        FA_FILL(fa_f64, f64_avx512);
+        break;
+    case FA_ISA_AVX2:
+        FA_FILL(fa_f32, f32_avx2);
+        FA_FILL(fa_f64, f64_avx2);
+        break;
+#endif
+#if FA_GNU_VECTORS
+    case FA_ISA_BASE:
+        FA_FILL(fa_f32, f32_base);
+        FA_FILL(fa_f64, f64_base);
+        break;
+#endif
+    default:
+        level = FA_ISA_SCALAR;
+        FA_FILL(fa_f32, f32_scalar);
+        FA_FILL(fa_f64, f64_scalar);
+        break;
+    }
+    fa_isa_level = level;
+    return level;
+}
+
+int fa_current_level(void) { return fa_isa_level; }

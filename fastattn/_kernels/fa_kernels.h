@@ -1,0 +1,44 @@
+/* fa_kernels.h -- the tile micro-kernels the Cython driver (_attention.pyx) calls, per dtype,
+ * through tables filled once by fa_init() with the best version for the running CPU. */
+#ifndef FASTATTN_FA_KERNELS_H
+#define FASTATTN_FA_KERNELS_H
+
+#include <stddef.h>
+
+enum {
+    FA_ISA_SCALAR = 0,   /* plain C, any compiler */
+    FA_ISA_BASE = 1,     /* generic vectors at the baseline ISA (SSE2 on x86-64) */
+    FA_ISA_AVX2 = 2,     /* AVX2 + FMA */
+    FA_ISA_AVX512 = 3    /* AVX-512F */
+};
+
+/* Columns of a packed key tile and of the value/accumulator tiles must be a multiple of these
+ * (the widest register block of any ISA: 4 vectors of 16 floats / 8 doubles). */
+#define FA_PAD_F32 64
+#define FA_PAD_F64 32
+
+#define FA_DECLARE_OPS(T, sfx)                                                                  \
+    typedef struct {                                                                            \
+        void (*qk_tile)(const T *q_tile, ptrdiff_t q_rs, int nq, int E, const T *kt, int ncols, \
+                        T *scores);                                                             \
+        void (*pv_tile)(const T *p, int p_rs, int nq, int nk, const T *vp, int evp, T *acc,     \
+                        int skip_zero);                                                         \
+        double (*row_update)(T *s, int n, int ncols, int lim, T scale, const unsigned char *bmask, \
+                             const T *fmask, ptrdiff_t ms, double *m_io, double *l_io);         \
+        void (*row_weights)(const T *s, int n, int lim, T scale, const unsigned char *bmask,    \
+                            const T *fmask, ptrdiff_t ms, double m, double inv_l, T *w);        \
+        void (*softmax_row)(const T *x, int n, T *y);                                           \
+        void (*exp_array)(const T *x, ptrdiff_t n, T *y);                                       \
+    } fa_ops_##sfx;
+
+FA_DECLARE_OPS(float, f32)
+FA_DECLARE_OPS(double, f64)
+
+extern fa_ops_f32 fa_f32;
+extern fa_ops_f64 fa_f64;
+
+int fa_cpu_level(void);
+int fa_init(int level);
+int fa_current_level(void);
+
+#endif

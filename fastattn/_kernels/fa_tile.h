@@ -1,0 +1,384 @@
+/* fa_tile.h -- per-ISA tile micro-kernels, a template included once per (dtype, ISA).
+ *
+ * The includer defines:
+ *   FA_T       element type (float or double)
+ *   FA_I       integer type of the same width (int32_t or int64_t)
+ *   FA_VW      elements per vector (1 means "plain scalar C")
+ *   FA_MR      query rows per register block
+ *   FA_NV      vectors per register block row; NR = FA_NV * FA_VW columns
+ *   FA_NAME(x) name mangling, e.g. x##_f32_avx2
+ *   FA_TARGET  function attribute selecting the ISA (may be empty)
+ *
+ * Everything here works on raw pointers to tiles that the Cython driver packed:
+ *   q_tile  (nq, E)      query rows, row stride q_rs, last dim contiguous
+ *   kt      (E, ncols)   a key tile, transposed and zero-padded to ncols (a multiple of NR)
+ *   scores  (nq, ncols)  raw q.k dot products, later the probabilities P
+ *   vp      (nk, evp)    a value tile, zero-padded to evp columns (a multiple of NR)
+ *   acc     (nq, evp)    the un-normalised output accumulator
+ * Vector code uses GCC/Clang generic vectors, so one source serves SSE2, AVX2 and AVX-512:
+ * the compiler lowers the same expressions for the ISA named in FA_TARGET.
+ */
+
+#define FA_NR (FA_NV * FA_VW)
+
+#if FA_VW > 1
+typedef FA_T FA_NAME(vec) __attribute__((vector_size(FA_VW * sizeof(FA_T)), aligned(sizeof(FA_T))));
+typedef FA_I FA_NAME(ivec) __attribute__((vector_size(FA_VW * sizeof(FA_T)), aligned(sizeof(FA_T))));
+#define V FA_NAME(vec)
+#define VI FA_NAME(ivec)
+#define VLOAD(p) (*(const V *)(p))
+#define VSTORE(p, x) (*(V *)(p) = (x))
+#endif
+
+/* scores[r, c] = sum_e q_tile[r, e] * kt[e, c]  for r < nq, c < ncols.
+ * Register block: FA_MR rows x FA_NV vectors; each step of e broadcasts one query element per row
+ * and does FA_MR * FA_NV fused multiply-adds against FA_NV loads of kt. */
+FA_TARGET static void FA_NAME(qk_tile)(const FA_T *q_tile, ptrdiff_t q_rs, int nq, int E,
+                                       const FA_T *kt, int ncols, FA_T *scores)
+{
+#if FA_VW > 1
+    int r0 = 0;
+    for (; r0 + FA_MR <= nq; r0 += FA_MR) {
+        for (int c0 = 0; c0 < ncols; c0 += FA_NR) {
+            V acc[FA_MR][FA_NV];
+            for (int r = 0; r < FA_MR; r++)
+                for (int v = 0; v < FA_NV; v++) acc[r][v] = (V){0};
+            const FA_T *qr = q_tile + r0 * q_rs;
+            for (int e = 0; e < E; e++) {
+                V kv[FA_NV];
+                for (int v = 0; v < FA_NV; v++) kv[v] = VLOAD(kt + (ptrdiff_t)e * ncols + c0 + v * FA_VW);
+                for (int r = 0; r < FA_MR; r++) {
+                    FA_T qe = qr[r * q_rs + e];
+                    for (int v = 0; v < FA_NV; v++) acc[r][v] += qe * kv[v];
+                }
+            }
+            for (int r = 0; r < FA_MR; r++)
+                for (int v = 0; v < FA_NV; v++)
+                    VSTORE(scores + (ptrdiff_t)(r0 + r) * ncols + c0 + v * FA_VW, acc[r][v]);
+        }
+    }
+    /* leftover rows, one at a time */
+    for (; r0 < nq; r0++) {
+        for (int c0 = 0; c0 < ncols; c0 += FA_NR) {
+            V acc[FA_NV];
+            for (int v = 0; v < FA_NV; v++) acc[v] = (V){0};
+            const FA_T *qr = q_tile + r0 * q_rs;
+            for (int e = 0; e < E; e++) {
+                FA_T qe = qr[e];
+                for (int v = 0; v < FA_NV; v++)
+                    acc[v] += qe * VLOAD(kt + (ptrdiff_t)e * ncols + c0 + v * FA_VW);
+            }
+            for (int v = 0; v < FA_NV; v++) VSTORE(scores + (ptrdiff_t)r0 * ncols + c0 + v * FA_VW, acc[v]);
+        }
+    }
+#else
+    for (int r = 0; r < nq; r++)
+        for (int c = 0; c < ncols; c++) {
+            FA_T s = 0;
+            for (int e = 0; e < E; e++) s += q_tile[r * q_rs + e] * kt[(ptrdiff_t)e * ncols + c];
+            scores[(ptrdiff_t)r * ncols + c] = s;
+        }
+#endif
+}
+
+/* acc[r, c] += sum_{j < nk} p[r, j] * vp[j, c]  for r < nq, c < evp.
+ * When skip_zero is set (the value tile holds inf or NaN), keys with p == 0 are left out per row
+ * so that a masked-out non-finite value cannot turn 0 * inf into NaN. */
+FA_TARGET static void FA_NAME(pv_tile)(const FA_T *p, int p_rs, int nq, int nk,
+                                       const FA_T *vp, int evp, FA_T *acc, int skip_zero)
+{
+#if FA_VW > 1
+    int r0 = 0;
+    if (!skip_zero) {
+        for (; r0 + FA_MR <= nq; r0 += FA_MR) {
+            for (int c0 = 0; c0 < evp; c0 += FA_NR) {
+                V a[FA_MR][FA_NV];
+                for (int r = 0; r < FA_MR; r++)
+                    for (int v = 0; v < FA_NV; v++) a[r][v] = (V){0};
+                const FA_T *pr = p + (ptrdiff_t)r0 * p_rs;
+                for (int j = 0; j < nk; j++) {
+                    V vv[FA_NV];
+                    for (int v = 0; v < FA_NV; v++) vv[v] = VLOAD(vp + (ptrdiff_t)j * evp + c0 + v * FA_VW);
+                    for (int r = 0; r < FA_MR; r++) {
+                        FA_T pj = pr[(ptrdiff_t)r * p_rs + j];
+                        for (int v = 0; v < FA_NV; v++) a[r][v] += pj * vv[v];
+                    }
+                }
+                for (int r = 0; r < FA_MR; r++)
+                    for (int v = 0; v < FA_NV; v++) {
+                        FA_T *dst = acc + (ptrdiff_t)(r0 + r) * evp + c0 + v * FA_VW;
+                        VSTORE(dst, VLOAD(dst) + a[r][v]);
+                    }
+            }
+        }
+    }
+    for (; r0 < nq; r0++) {
+        const FA_T *pr = p + (ptrdiff_t)r0 * p_rs;
+        for (int c0 = 0; c0 < evp; c0 += FA_NR) {
+            V a[FA_NV];
+            for (int v = 0; v < FA_NV; v++) a[v] = (V){0};
+            for (int j = 0; j < nk; j++) {
+                FA_T pj = pr[j];
+                if (skip_zero && pj == 0) continue;
+                for (int v = 0; v < FA_NV; v++) a[v] += pj * VLOAD(vp + (ptrdiff_t)j * evp + c0 + v * FA_VW);
+            }
+            for (int v = 0; v < FA_NV; v++) {
+                FA_T *dst = acc + (ptrdiff_t)r0 * evp + c0 + v * FA_VW;
+                VSTORE(dst, VLOAD(dst) + a[v]);
+            }
+        }
+    }
+#else
+    for (int r = 0; r < nq; r++)
+        for (int c = 0; c < evp; c++) {
+            FA_T s = 0;
+            for (int j = 0; j < nk; j++) {
+                FA_T pj = p[(ptrdiff_t)r * p_rs + j];
+                if (skip_zero && pj == 0) continue;
+                s += pj * vp[(ptrdiff_t)j * evp + c];
+            }
+            acc[(ptrdiff_t)r * evp + c] += s;
+        }
+#endif
+}
+
+/* Vectorised exp for arguments x <= 0 (the softmax always subtracts the row maximum first).
+ * x = n*ln2 + r with |r| <= ln2/2; exp(r) by a Taylor polynomial (degree 7 for float, 13 for
+ * double: truncation below 0.1 ulp), 2^n built in the exponent bits. Below the smallest normal
+ * (about -87.3 / -708.3) the result is 0; NaN propagates. Measured error: see tests/test_exp.py. */
+#if FA_VW > 1
+FA_TARGET static inline V FA_NAME(vexp)(V x)
+{
+#if FA_IS_DOUBLE
+    const FA_T shift = 6755399441055744.0;          /* 1.5 * 2^52: rounds to an integer */
+    const FA_T lo = -708.3;
+    const FA_T ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
+    const FA_I bias = 1023, mbits = 52;
+#else
+    const FA_T shift = 12582912.0f;                  /* 1.5 * 2^23 */
+    const FA_T lo = -87.3f;
+    const FA_T ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
+    const FA_I bias = 127, mbits = 23;
+#endif
+    const FA_T log2e = (FA_T)1.44269504088896340736;
+    V t = x * log2e + shift;
+    V n = t - shift;
+    V r = x - n * ln2_hi;
+    r = r - n * ln2_lo;
+#if FA_IS_DOUBLE
+    V y = r * (FA_T)(1.0 / 6227020800.0) + (FA_T)(1.0 / 479001600.0);
+    y = y * r + (FA_T)(1.0 / 39916800.0);
+    y = y * r + (FA_T)(1.0 / 3628800.0);
+    y = y * r + (FA_T)(1.0 / 362880.0);
+    y = y * r + (FA_T)(1.0 / 40320.0);
+    y = y * r + (FA_T)(1.0 / 5040.0);
+#else
+    V y = r * (FA_T)(1.0 / 5040.0) + (FA_T)(1.0 / 720.0);
+#endif
+#if FA_IS_DOUBLE
+    y = y * r + (FA_T)(1.0 / 720.0);
+#endif
+    y = y * r + (FA_T)(1.0 / 120.0);
+    y = y * r + (FA_T)(1.0 / 24.0);
+    y = y * r + (FA_T)(1.0 / 6.0);
+    y = y * r + (FA_T)0.5;
+    y = y * r + (FA_T)1.0;
+    y = y * r + (FA_T)1.0;
+    V shiftv = (V){0} + shift;
+    VI pow2 = (((VI)t - (VI)shiftv) + bias) << mbits;
+    y = y * (V)pow2;
+    VI under = (VI)(x < lo);                       /* all ones where the result underflows */
+    VI isnan = (VI)(x != x);
+    VI bits = ((VI)y & ~under & ~isnan) | ((VI)x & isnan);
+    return (V)bits;
+}
+#endif
+
+/* One row of one tile, the online-softmax step (FlashAttention's recurrence):
+ *   s_j   <- scale * s_j + mask_j            (or -inf where the key is not allowed)
+ *   m_new  = max(m_old, max_j s_j)
+ *   p_j    = exp(s_j - m_new)                (written back into s)
+ *   l      = l * exp(m_old - m_new) + sum_j p_j
+ * and returns alpha = exp(m_old - m_new), the factor the caller applies to the accumulator row.
+ * Keys j >= lim (causal) are not allowed; bmask (uint8, 1 = allowed) and fmask (additive, -inf =
+ * not allowed) are optional, with column stride ms. Entries n .. ncols-1 are padding, set to 0. */
+FA_TARGET static double FA_NAME(row_update)(FA_T *s, int n, int ncols, int lim, FA_T scale,
+                                            const unsigned char *bmask, const FA_T *fmask,
+                                            ptrdiff_t ms, double *m_io, double *l_io)
+{
+    const FA_T ninf = -(FA_T)INFINITY;
+    if (lim > n) lim = n;
+    if (lim < 0) lim = 0;
+    /* pass 1: scale, mask, row maximum. Masked entries become -inf by selection (never by
+     * addition), so NaN or inf in a masked-out key cannot leak into the row. */
+    FA_T mx = ninf;
+    if (bmask) {
+        for (int j = 0; j < lim; j++) {
+            FA_T x = bmask[j * ms] ? s[j] * scale : ninf;
+            s[j] = x;
+            mx = x > mx ? x : mx;
+        }
+    } else if (fmask) {
+        for (int j = 0; j < lim; j++) {
+            FA_T a = fmask[j * ms];
+            FA_T x = (a == ninf) ? ninf : s[j] * scale + a;
+            s[j] = x;
+            mx = x > mx ? x : mx;
+        }
+    } else {
+#if FA_VW > 1
+        V vmx = (V){0} + ninf;
+        int j = 0;
+        for (; j + FA_VW <= lim; j += FA_VW) {
+            V x = VLOAD(s + j) * scale;
+            VSTORE(s + j, x);
+            vmx = (V)(((VI)vmx & ~(VI)(x > vmx)) | ((VI)x & (VI)(x > vmx)));
+        }
+        for (int k = 0; k < FA_VW; k++) mx = vmx[k] > mx ? vmx[k] : mx;
+        for (; j < lim; j++) {
+            FA_T x = s[j] * scale;
+            s[j] = x;
+            mx = x > mx ? x : mx;
+        }
+#else
+        for (int j = 0; j < lim; j++) {
+            FA_T x = s[j] * scale;
+            s[j] = x;
+            mx = x > mx ? x : mx;
+        }
+#endif
+    }
+    double m_old = *m_io;
+    double m_new = (double)mx > m_old ? (double)mx : m_old;
+    if (m_new == -INFINITY) {
+        /* nothing allowed so far in this row: no probability mass, accumulator untouched */
+        for (int j = 0; j < ncols; j++) s[j] = 0;
+        return 1.0;
+    }
+    /* pass 2: exponentials and their sum */
+    FA_T mf = (FA_T)m_new;
+    FA_T sum = 0;
+#if FA_VW > 1
+    V vsum = (V){0};
+    int j = 0;
+    for (; j + FA_VW <= lim; j += FA_VW) {
+        V p = FA_NAME(vexp)(VLOAD(s + j) - mf);
+        VSTORE(s + j, p);
+        vsum += p;
+    }
+    if (j < lim) {
+        /* the tail: pad a vector with -inf so the same code finishes the row */
+        V x = (V){0} + ninf;
+        for (int k = 0; j + k < lim; k++) x[k] = s[j + k] - mf;
+        V p = FA_NAME(vexp)(x);
+        for (int k = 0; j + k < lim; k++) s[j + k] = p[k];
+        vsum += p;
+    }
+    for (int k = 0; k < FA_VW; k++) sum += vsum[k];
+#else
+    for (int j = 0; j < lim; j++) {
+        FA_T p = (FA_T)exp((double)(s[j] - mf));
+        s[j] = p;
+        sum += p;
+    }
+#endif
+    for (int jj = lim; jj < ncols; jj++) s[jj] = 0;
+    double alpha = (m_old == -INFINITY) ? 0.0 : exp(m_old - m_new);
+    *l_io = *l_io * alpha + (double)sum;
+    *m_io = m_new;
+    return alpha;
+}
+
+/* p_j = exp(s_j - m) * inv_l over one row, for the optional weights output (same numerics as the
+ * forward pass). Masking is applied exactly as in row_update. */
+FA_TARGET static void FA_NAME(row_weights)(const FA_T *s, int n, int lim, FA_T scale,
+                                           const unsigned char *bmask, const FA_T *fmask, ptrdiff_t ms,
+                                           double m, double inv_l, FA_T *w)
+{
+    const FA_T ninf = -(FA_T)INFINITY;
+    if (lim > n) lim = n;
+    if (lim < 0) lim = 0;
+    FA_T mf = (FA_T)m;
+    for (int j = 0; j < lim; j++) {
+        FA_T x;
+        if (bmask) x = bmask[j * ms] ? s[j] * scale : ninf;
+        else if (fmask) x = (fmask[j * ms] == ninf) ? ninf : s[j] * scale + fmask[j * ms];
+        else x = s[j] * scale;
+        w[j] = x - mf;
+    }
+#if FA_VW > 1
+    int j = 0;
+    V il = (V){0} + (FA_T)inv_l;
+    for (; j + FA_VW <= lim; j += FA_VW) VSTORE(w + j, FA_NAME(vexp)(VLOAD(w + j)) * il);
+    if (j < lim) {
+        V x = (V){0} + ninf;
+        for (int k = 0; j + k < lim; k++) x[k] = w[j + k];
+        V p = FA_NAME(vexp)(x) * il;
+        for (int k = 0; j + k < lim; k++) w[j + k] = p[k];
+    }
+#else
+    for (int j = 0; j < lim; j++) w[j] = (FA_T)(exp((double)w[j]) * inv_l);
+#endif
+    for (int j = lim; j < n; j++) w[j] = 0;
+}
+
+/* Standalone softmax of one contiguous row: max-subtracted, like scipy.special.softmax
+ * (an all -inf row gives NaN there, and here). */
+FA_TARGET static void FA_NAME(softmax_row)(const FA_T *x, int n, FA_T *y)
+{
+    FA_T mx = -(FA_T)INFINITY;
+    int has_nan = 0;
+    for (int j = 0; j < n; j++) {
+        mx = x[j] > mx ? x[j] : mx;
+        has_nan |= (x[j] != x[j]);
+    }
+    if (has_nan) mx = (FA_T)NAN;
+    double sum = 0;
+#if FA_VW > 1
+    V vsum = (V){0};
+    int j = 0;
+    for (; j + FA_VW <= n; j += FA_VW) {
+        V p = FA_NAME(vexp)(VLOAD(x + j) - mx);
+        VSTORE(y + j, p);
+        vsum += p;
+    }
+    if (j < n) {
+        V t = (V){0} - (FA_T)INFINITY;
+        for (int k = 0; j + k < n; k++) t[k] = x[j + k] - mx;
+        V p = FA_NAME(vexp)(t);
+        for (int k = 0; j + k < n; k++) y[j + k] = p[k];
+        vsum += p;
+    }
+    for (int k = 0; k < FA_VW; k++) sum += vsum[k];
+#else
+    for (int j = 0; j < n; j++) {
+        y[j] = (FA_T)exp((double)(x[j] - mx));
+        sum += y[j];
+    }
+#endif
+    FA_T inv = (FA_T)(1.0 / sum);
+    for (int j = 0; j < n; j++) y[j] *= inv;
+}
+
+/* Exposed for the exp accuracy test: y = exp(x) elementwise with the kernel's exp. */
+FA_TARGET static void FA_NAME(exp_array)(const FA_T *x, ptrdiff_t n, FA_T *y)
+{
+#if FA_VW > 1
+    ptrdiff_t j = 0;
+    for (; j + FA_VW <= n; j += FA_VW) VSTORE(y + j, FA_NAME(vexp)(VLOAD(x + j)));
+    for (; j < n; j++) {
+        V t = (V){0} + x[j];
+        y[j] = FA_NAME(vexp)(t)[0];
+    }
+#else
+    for (ptrdiff_t j = 0; j < n; j++) y[j] = (FA_T)exp((double)x[j]);
+#endif
+}
+
+#undef FA_NR
+#ifdef V
+#undef V
+#undef VI
+#undef VLOAD
+#undef VSTORE
+#endif

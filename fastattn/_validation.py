@@ -1,0 +1,165 @@
+"""Input checks and conversions. Every error message fastattn raises about its inputs lives here.
+
+The compiled kernels trust their inputs; everything they assume is established here first.
+
+dtype table (applied to the arrays after ``np.result_type`` of all float inputs):
+
+==========================  =====================
+input dtype                 computed and returned
+==========================  =====================
+float32                     float32
+float64                     float64
+float16                     float32
+bool, signed/unsigned int   float64
+mixed                       ``np.result_type``, then this table (float32 + float64 -> float64)
+longdouble                  TypeError (we would silently drop precision)
+complex, object, str, ...   TypeError
+==========================  =====================
+"""
+import math
+from numbers import Real
+
+import numpy as np
+
+_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def as_array(x, name):
+    """np.asarray with a TypeError naming the argument for things that are not arrays of numbers."""
+    if x is None:
+        raise TypeError(f"{name} must be an array, got None")
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:  # ragged lists, objects whose __array__ fails, ...
+        raise TypeError(f"{name} could not be converted to a numeric array: {exc}") from exc
+    return arr
+
+
+def _check_numeric_dtype(arr, name):
+    kind = arr.dtype.kind
+    if kind in "biu":
+        return
+    if kind == "f":
+        if arr.dtype.itemsize > 8:
+            raise TypeError(
+                f"{name} has dtype {arr.dtype}, which fastattn does not support "
+                "(extended precision would be silently rounded); convert to float64 first")
+        return
+    raise TypeError(f"{name} must be a real numeric array (float32 or float64), got dtype {arr.dtype}")
+
+
+def result_dtype(*named_arrays):
+    """The dtype the kernel computes in, per the module's table."""
+    for name, arr in named_arrays:
+        _check_numeric_dtype(arr, name)
+    dt = np.result_type(*[a.dtype for _, a in named_arrays])
+    if dt.kind in "biu":
+        return np.dtype(np.float64)
+    if dt.itemsize < 4:
+        return np.dtype(np.float32)
+    return dt
+
+
+def kernel_ready(arr, dtype):
+    """arr in `dtype`, native byte order, aligned, last axis contiguous (copies only if needed)."""
+    if arr.dtype != dtype:
+        arr = arr.astype(dtype)
+    if arr.ndim and arr.size:
+        last_ok = arr.shape[-1] <= 1 or arr.strides[-1] == arr.itemsize
+        if not (arr.flags.aligned and last_ok and arr.dtype.isnative):
+            arr = np.ascontiguousarray(arr)
+    return arr
+
+
+def check_scale(scale, E):
+    """The softmax scale: 1/sqrt(E) by default; any finite real number otherwise."""
+    if scale is None:
+        return 1.0 / math.sqrt(E) if E > 0 else 1.0
+    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (Real, np.floating, np.integer)):
+        raise TypeError(f"scale must be a real number or None, got {type(scale).__name__} {scale!r}")
+    scale = float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite, got {scale}")
+    return scale
+
+
+def check_flag(value, name):
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+
+
+_INT32_MAX = 2**31 - 1
+
+
+def check_qkv(q, k, v, enable_gqa):
+    """Shapes of query (..., L, E), key (..., S, E), value (..., S, Ev).
+
+    Returns (lead, L, S, E, Ev, head_group): `lead` the broadcast leading shape of the output,
+    head_group > 1 when grouped-query attention maps several query heads to one key/value head.
+    """
+    for name, a, dims in (("query", q, "(..., L, E)"), ("key", k, "(..., S, E)"),
+                          ("value", v, "(..., S, Ev)")):
+        if a.ndim < 2:
+            raise ValueError(f"{name} must have at least 2 dimensions {dims}, got shape {a.shape}")
+    L, E = q.shape[-2:]
+    S, Ek = k.shape[-2:]
+    Sv, Ev = v.shape[-2:]
+    if Ek != E:
+        raise ValueError("query and key must have the same embedding size E (last dimension), "
+                         f"got query.shape={q.shape}, key.shape={k.shape}")
+    if Sv != S:
+        raise ValueError("key and value must have the same sequence length S (dimension -2), "
+                         f"got key.shape={k.shape}, value.shape={v.shape}")
+    for name, n in (("L", L), ("S", S), ("E", E), ("Ev", Ev)):
+        if n > _INT32_MAX:
+            raise ValueError(f"{name} = {n} is larger than the kernel's 32-bit limit {_INT32_MAX}")
+    q_lead, k_lead, v_lead = q.shape[:-2], k.shape[:-2], v.shape[:-2]
+    head_group = 1
+    if enable_gqa:
+        if q.ndim < 3 or k.ndim < 3 or v.ndim < 3:
+            raise ValueError("enable_gqa=True needs a head dimension at -3 in query, key and value, "
+                             f"got query.shape={q.shape}, key.shape={k.shape}, value.shape={v.shape}")
+        hq, hk, hv = q.shape[-3], k.shape[-3], v.shape[-3]
+        if hk != hv:
+            raise ValueError("with enable_gqa=True key and value must have the same number of heads "
+                             f"(dimension -3), got key.shape={k.shape}, value.shape={v.shape}")
+        if hk == 0 or hq % hk != 0:
+            raise ValueError("with enable_gqa=True the query heads must be a multiple of the key/value "
+                             f"heads (dimension -3), got query.shape={q.shape} ({hq} heads), "
+                             f"key.shape={k.shape} ({hk} heads)")
+        head_group = hq // hk
+        k_lead = k_lead[:-1] + (hq,)
+        v_lead = v_lead[:-1] + (hq,)
+    try:
+        lead = np.broadcast_shapes(q_lead, k_lead, v_lead)
+    except ValueError:
+        hint = ""
+        if not enable_gqa and q.ndim >= 3 and k.ndim >= 3 and q.shape[-3] != k.shape[-3]:
+            hint = " (for fewer key/value heads than query heads pass enable_gqa=True)"
+        raise ValueError("the leading (batch, head) dimensions of query, key and value do not broadcast: "
+                         f"query.shape={q.shape}, key.shape={k.shape}, value.shape={v.shape}{hint}") from None
+    return lead, L, S, E, Ev, head_group
+
+
+def check_mask(mask, L, S, lead):
+    """attn_mask: bool (True = may attend) or float (added to the scores), broadcastable to
+    (*lead, L, S). Returns (mask viewed with at least 2 dims, the new broadcast lead)."""
+    if mask.dtype.kind not in "bf":
+        raise TypeError("attn_mask must be a bool array (True = may attend) or a float array "
+                        f"(added to the scores), got dtype {mask.dtype}")
+    if mask.dtype.kind == "f" and mask.dtype.itemsize > 8:
+        raise TypeError(f"attn_mask has dtype {mask.dtype}, which fastattn does not support")
+    if mask.ndim < 2:
+        mask = mask.reshape((1,) * (2 - mask.ndim) + mask.shape)
+    ml, ms = mask.shape[-2:]
+    if ml not in (1, L) or ms not in (1, S):
+        raise ValueError(f"attn_mask of shape {mask.shape} does not broadcast to the attention "
+                         f"weights' shape {tuple(lead) + (L, S)} (its last two dimensions must be "
+                         f"1 or L={L} and 1 or S={S})")
+    try:
+        lead = np.broadcast_shapes(lead, mask.shape[:-2])
+    except ValueError:
+        raise ValueError(f"attn_mask of shape {mask.shape} does not broadcast to the attention "
+                         f"weights' shape {tuple(lead) + (L, S)}") from None
+    return mask, lead
