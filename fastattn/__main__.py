@@ -1,10 +1,55 @@
-"""`python -m fastattn` / the `fastattn` console script."""
+"""The `fastattn` command (also `python -m fastattn`).
+
+  fastattn bench [options]   fastattn side by side with the NumPy formula, PyTorch and ONNX Runtime
+  fastattn info              build configuration, threads, BLAS, CPU
+"""
+import argparse
 import sys
 
 
+def build_parser():
+    from . import _bench
+    from ._version import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="fastattn",
+        description="fastattn: fused, tiled CPU attention. Run `fastattn bench --quick` for a "
+                    "one-minute comparison with the NumPy formula and, when installed, PyTorch and "
+                    "ONNX Runtime.")
+    parser.add_argument("--version", action="version", version=f"fastattn {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="{bench,info}", required=True)
+    bench = sub.add_parser(
+        "bench", help="time fastattn against the NumPy formula, PyTorch and ONNX Runtime",
+        description="Time fastattn side by side with the NumPy formula and, when installed, "
+                    "PyTorch's scaled_dot_product_attention and ONNX Runtime (MultiHeadAttention "
+                    "and a MatMul/Softmax/MatMul graph), at the same thread budget. Progress goes "
+                    "to stderr, the tables to stdout.",
+        epilog="Default shapes: 1x8xLxLx64 for L = 128 ... 8192 and the decode shape "
+               "16x8x1x2048x64 (--quick: L <= 2048). For comparable numbers keep the machine "
+               "otherwise idle and unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE.")
+    _bench.add_arguments(bench)
+    sub.add_parser("info", help="print the build configuration, threads, BLAS and CPU",
+                   description="Print fastattn's build configuration (version, compiler, flags, "
+                               "OpenMP, SIMD level), threads, the BLAS libraries loaded and the "
+                               "CPU.")
+    return parser, bench
+
+
+def info(out=None):
+    from . import _bench
+    out = out or sys.stdout
+    for line in _bench.format_environment(_bench.environment()):
+        print(line, file=out)
+    return 0
+
+
 def main(argv=None):
-    from . import show_config
-    show_config()
+    parser, bench_parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "info":
+        return info()
+    from . import _bench
+    _bench.run_bench(args, bench_parser.error)
     return 0
 
 

@@ -45,7 +45,7 @@ cdef extern from "fa_kernels.h" nogil:
     ctypedef struct fa_ops_f32:
         void (*qk_tile)(const float *q_tile, Py_ssize_t q_rs, int nq, int E, const float *kt,
                         int ncols, float *scores) noexcept nogil
-        void (*pv_tile)(const float *p, int p_rs, int nq, int nk, const float *vp, int evp,
+        void (*pv_tile)(const float *p, int p_rs, int nq, int nk, const float *vp, int nkp, int evp,
                         float *acc, int skip_zero) noexcept nogil
         double (*row_update)(float *s, int n, int ncols, int lim, float scale,
                              const unsigned char *bmask, const float *fmask, Py_ssize_t ms,
@@ -54,11 +54,14 @@ cdef extern from "fa_kernels.h" nogil:
                             const unsigned char *bmask, const float *fmask, Py_ssize_t ms,
                             double m, double inv_l, float *w) noexcept nogil
         void (*softmax_row)(const float *x, int n, float *y) noexcept nogil
+        void (*pack_k)(const float *k, Py_ssize_t k_rs, int nk, int E, int ncols, float *kp) noexcept nogil
+        int (*pack_v)(const float *v, Py_ssize_t v_rs, int nk, int Ev, int evp, float *vp) noexcept nogil
+        void (*scale_rows)(float *acc, int evp, int nq, const double *alpha) noexcept nogil
         void (*exp_array)(const float *x, Py_ssize_t n, float *y) noexcept nogil
     ctypedef struct fa_ops_f64:
         void (*qk_tile)(const double *q_tile, Py_ssize_t q_rs, int nq, int E, const double *kt,
                         int ncols, double *scores) noexcept nogil
-        void (*pv_tile)(const double *p, int p_rs, int nq, int nk, const double *vp, int evp,
+        void (*pv_tile)(const double *p, int p_rs, int nq, int nk, const double *vp, int nkp, int evp,
                         double *acc, int skip_zero) noexcept nogil
         double (*row_update)(double *s, int n, int ncols, int lim, double scale,
                              const unsigned char *bmask, const double *fmask, Py_ssize_t ms,
@@ -67,6 +70,9 @@ cdef extern from "fa_kernels.h" nogil:
                             const unsigned char *bmask, const double *fmask, Py_ssize_t ms,
                             double m, double inv_l, double *w) noexcept nogil
         void (*softmax_row)(const double *x, int n, double *y) noexcept nogil
+        void (*pack_k)(const double *k, Py_ssize_t k_rs, int nk, int E, int ncols, double *kp) noexcept nogil
+        int (*pack_v)(const double *v, Py_ssize_t v_rs, int nk, int Ev, int evp, double *vp) noexcept nogil
+        void (*scale_rows)(double *acc, int evp, int nq, const double *alpha) noexcept nogil
         void (*exp_array)(const double *x, Py_ssize_t n, double *y) noexcept nogil
     fa_ops_f32 fa_f32
     fa_ops_f64 fa_f64
@@ -85,14 +91,22 @@ cdef enum:
 BQ = _BQ
 
 
-def key_block(int E, int Ev, int itemsize):
-    """Keys per tile: 256 floats / 128 doubles for head sizes up to 128, smaller beyond so the
-    packed key and value tiles stay within the 1 MiB L2 of one core."""
+cdef inline int _key_block(int E, int Ev, int itemsize) noexcept nogil:
+    # 256 floats / 128 doubles per key tile for head sizes up to 64, fewer beyond, so that one
+    # packed key tile plus one value tile stay around 128 KiB (L2 holds several)
     cdef int bk = 256 if itemsize == 4 else 128
     cdef int pad = FA_PAD_F32 if itemsize == 4 else FA_PAD_F64
-    while bk > pad and bk * max(E, Ev, 1) * itemsize > 64 * 1024:
-        bk //= 2
+    cdef int emax = E if E > Ev else Ev
+    if emax < 1:
+        emax = 1
+    while bk > pad and bk * emax * itemsize > 64 * 1024:
+        bk = bk // 2
     return bk
+
+
+def key_block(int E, int Ev, int itemsize):
+    """Keys per tile for these head sizes and item size."""
+    return _key_block(E, Ev, itemsize)
 
 
 cdef inline int _round_up(int x, int m) noexcept nogil:
@@ -102,33 +116,29 @@ cdef inline int _round_up(int x, int m) noexcept nogil:
 def scratch_bytes(int E, int Ev, int itemsize):
     """Bytes of scratch one thread needs for the fused kernel (see _sdpa_item)."""
     cdef int pad = FA_PAD_F32 if itemsize == 4 else FA_PAD_F64
-    cdef int bk = key_block(E, Ev, itemsize)
-    cdef int ncols = _round_up(bk, pad)
+    cdef int ncols = _round_up(_key_block(E, Ev, itemsize), pad)
     cdef int evp = _round_up(max(Ev, 1), pad)
-    cdef Py_ssize_t n = (<Py_ssize_t>max(E, 1) * ncols       # kt  (E, ncols)
-                         + <Py_ssize_t>bk * evp                # vp  (bk, evp)
-                         + <Py_ssize_t>_BQ * ncols              # sc  (_BQ, ncols)
-                         + <Py_ssize_t>_BQ * evp) * itemsize    # acc (_BQ, evp)
-    n += 2 * _BQ * sizeof(double)                               # m, l
+    cdef Py_ssize_t n = (<Py_ssize_t>_BQ * ncols + <Py_ssize_t>_BQ * evp) * itemsize  # sc, acc
+    n += 3 * _BQ * sizeof(double)                                               # m, l, alpha
     return ((n + 63) // 64) * 64 + 64
 
 
 # ---------------------------------------------------------------- dtype-generic tile operations
 
-cdef inline void _qk(const floating *q, Py_ssize_t q_rs, int nq, int E, const floating *kt,
+cdef inline void _qk(const floating *q, Py_ssize_t q_rs, int nq, int E, const floating *kp,
                      int ncols, floating *sc) noexcept nogil:
     if floating is float:
-        fa_f32.qk_tile(q, q_rs, nq, E, kt, ncols, sc)
+        fa_f32.qk_tile(q, q_rs, nq, E, kp, ncols, sc)
     else:
-        fa_f64.qk_tile(q, q_rs, nq, E, kt, ncols, sc)
+        fa_f64.qk_tile(q, q_rs, nq, E, kp, ncols, sc)
 
 
-cdef inline void _pv(const floating *p, int p_rs, int nq, int nk, const floating *vp, int evp,
-                     floating *acc, int skip_zero) noexcept nogil:
+cdef inline void _pv(const floating *p, int p_rs, int nq, int nk, const floating *vp, int nkp,
+                     int evp, floating *acc, int skip_zero) noexcept nogil:
     if floating is float:
-        fa_f32.pv_tile(p, p_rs, nq, nk, vp, evp, acc, skip_zero)
+        fa_f32.pv_tile(p, p_rs, nq, nk, vp, nkp, evp, acc, skip_zero)
     else:
-        fa_f64.pv_tile(p, p_rs, nq, nk, vp, evp, acc, skip_zero)
+        fa_f64.pv_tile(p, p_rs, nq, nk, vp, nkp, evp, acc, skip_zero)
 
 
 cdef inline double _row_update(floating *s, int n, int ncols, int lim, floating scale,
@@ -149,30 +159,30 @@ cdef inline void _row_weights(const floating *s, int n, int lim, floating scale,
         fa_f64.row_weights(s, n, lim, scale, bm, fm, ms, m, inv_l, w)
 
 
+cdef inline void _pack_k(const floating *k, Py_ssize_t k_rs, int nk, int E, int ncols,
+                         floating *kp) noexcept nogil:
+    if floating is float:
+        fa_f32.pack_k(k, k_rs, nk, E, ncols, kp)
+    else:
+        fa_f64.pack_k(k, k_rs, nk, E, ncols, kp)
+
+
+cdef inline int _pack_v(const floating *v, Py_ssize_t v_rs, int nk, int Ev, int evp,
+                        floating *vp) noexcept nogil:
+    if floating is float:
+        return fa_f32.pack_v(v, v_rs, nk, Ev, evp, vp)
+    else:
+        return fa_f64.pack_v(v, v_rs, nk, Ev, evp, vp)
+
+
+cdef inline void _scale_rows(floating *acc, int evp, int nq, const double *alpha) noexcept nogil:
+    if floating is float:
+        fa_f32.scale_rows(acc, evp, nq, alpha)
+    else:
+        fa_f64.scale_rows(acc, evp, nq, alpha)
+
+
 # ---------------------------------------------------------------- one work item
-
-cdef int _pack_tiles(const floating *k, Py_ssize_t k_rs, const floating *v, Py_ssize_t v_rs,
-                     int nk, int E, int Ev, int ncols, int evp,
-                     floating *kt, floating *vp) noexcept nogil:
-    """kt[e, j] = k[j, e] (zero for j >= nk); vp[j, c] = v[j, c] (zero for c >= Ev).
-    Returns 1 when the value tile holds inf or NaN."""
-    cdef int j, e, c
-    cdef floating x, acc = 0
-    for j in range(nk):
-        for e in range(E):
-            kt[<Py_ssize_t>e * ncols + j] = k[j * k_rs + e]
-    if nk < ncols:
-        for e in range(E):
-            memset(&kt[<Py_ssize_t>e * ncols + nk], 0, (ncols - nk) * sizeof(floating))
-    for j in range(nk):
-        for c in range(Ev):
-            x = v[j * v_rs + c]
-            vp[<Py_ssize_t>j * evp + c] = x
-            acc = acc + x * 0      # inf * 0 and NaN * 0 are NaN: a cheap non-finite detector
-        if Ev < evp:
-            memset(&vp[<Py_ssize_t>j * evp + Ev], 0, (evp - Ev) * sizeof(floating))
-    return acc != acc
-
 
 cdef bint _tile_allows_any(const unsigned char *bm, const floating *fm, Py_ssize_t m_rs,
                            Py_ssize_t m_cs, int nq, int nk) noexcept nogil:
@@ -192,8 +202,8 @@ cdef bint _tile_allows_any(const unsigned char *bm, const floating *fm, Py_ssize
 
 cdef void _sdpa_item(
         const floating *q, Py_ssize_t q_rs,          # IN  (nq, E) this block's query rows
-        const floating *k, Py_ssize_t k_rs,          # IN  (S, E)  keys of this (n)
-        const floating *v, Py_ssize_t v_rs,          # IN  (S, Ev) values of this (n)
+        const floating *kp, const floating *vp,      # IN  packed key / value tiles of this slab
+        const unsigned char *v_bad,                  # IN  (n_tiles,) value tile holds inf/NaN
         const unsigned char *bm, const floating *fm, # IN  mask rows of this block, or NULL
         Py_ssize_t m_rs, Py_ssize_t m_cs,
         floating *out, Py_ssize_t out_rs,            # OUT (nq, Ev)
@@ -202,17 +212,17 @@ cdef void _sdpa_item(
         char *scratch) noexcept nogil:
     cdef int ncols_max = _round_up(bk, pad)
     cdef int evp = _round_up(Ev if Ev > 0 else 1, pad)
+    cdef Py_ssize_t kp_tile = <Py_ssize_t>E * ncols_max     # packed key tile stride
+    cdef Py_ssize_t vp_tile = <Py_ssize_t>bk * evp           # packed value tile stride
     # scratch layout (see scratch_bytes); 64-byte aligned by the caller
-    cdef floating *kt = <floating *> scratch                       # (E, ncols)
-    cdef floating *vp = kt + <Py_ssize_t>(E if E > 0 else 1) * ncols_max  # (bk, evp)
-    cdef floating *sc = vp + <Py_ssize_t>bk * evp                  # (_BQ, ncols)
-    cdef floating *acc = sc + <Py_ssize_t>_BQ * ncols_max           # (_BQ, evp)
-    cdef double *m = <double *> (acc + <Py_ssize_t>_BQ * evp)       # (_BQ,)
-    cdef double *l = m + _BQ                                        # (_BQ,)
-    cdef int r, c, kb, k0, nk, ncols, lim, kend, nonfinite
-    cdef double alpha, inv
+    cdef floating *sc = <floating *> scratch                       # (BQ, ncols) scores, then P
+    cdef floating *acc = sc + <Py_ssize_t>_BQ * ncols_max          # (BQ, evp) unnormalised out
+    cdef double *m = <double *> (acc + <Py_ssize_t>_BQ * evp)      # (BQ,) running max
+    cdef double *l = m + _BQ                                       # (BQ,) running sum
+    cdef double *alpha = l + _BQ                                   # (BQ,) rescale factors
+    cdef int r, c, kb, k0, nk, ncols, lim, kend
+    cdef double inv
     cdef floating a
-    cdef floating *row
     cdef const unsigned char *bmr = NULL
     cdef const floating *fmr = NULL
 
@@ -233,9 +243,9 @@ cdef void _sdpa_item(
                                     m_rs, m_cs, nq, nk):
                 continue
         ncols = _round_up(nk, pad)
-        nonfinite = _pack_tiles(k + k0 * k_rs, k_rs, v + k0 * v_rs, v_rs, nk, E, Ev,
-                                ncols, evp, kt, vp)
-        _qk(q, q_rs, nq, E, kt, ncols, sc)
+        # 1. scores = q_block @ k_tile.T
+        _qk(q, q_rs, nq, E, kp + kb * kp_tile, ncols, sc)
+        # 2. per row: scale, mask, online softmax; P overwrites the scores
         for r in range(nq):
             lim = nk
             if causal and q0 + r - k0 + 1 < nk:
@@ -244,13 +254,12 @@ cdef void _sdpa_item(
                 bmr = bm + r * m_rs + k0 * m_cs
             if fm != NULL:
                 fmr = fm + r * m_rs + k0 * m_cs
-            row = sc + <Py_ssize_t>r * ncols
-            alpha = _row_update(row, nk, ncols, lim, scale, bmr, fmr, m_cs, &m[r], &l[r])
-            if alpha != 1.0:
-                a = <floating> alpha
-                for c in range(evp):
-                    acc[<Py_ssize_t>r * evp + c] *= a
-        _pv(sc, ncols, nq, nk, vp, evp, acc, nonfinite)
+            alpha[r] = _row_update(sc + <Py_ssize_t>r * ncols, nk, ncols, lim, scale,
+                                   bmr, fmr, m_cs, &m[r], &l[r])
+        # 3. acc = diag(alpha) acc + P @ v_tile (packed with min(bk, S - k0) rows)
+        _scale_rows(acc, evp, nq, alpha)
+        _pv(sc, ncols, nq, nk, vp + kb * vp_tile, bk if S - k0 > bk else S - k0, evp, acc,
+            v_bad[kb])
     # out = acc / l; a row that allowed no key (l == 0) is zeros
     for r in range(nq):
         inv = 0.0 if l[r] == 0.0 else 1.0 / l[r]
@@ -263,7 +272,7 @@ cdef void _sdpa_item(
 
 
 cdef void _weights_item(
-        const floating *q, Py_ssize_t q_rs, const floating *k, Py_ssize_t k_rs,
+        const floating *q, Py_ssize_t q_rs, const floating *kp,
         const unsigned char *bm, const floating *fm, Py_ssize_t m_rs, Py_ssize_t m_cs,
         const double *m_in, const double *l_in,      # IN  (nq,) from the forward pass
         floating *w, Py_ssize_t w_rs,                # OUT (nq, S), zero-initialised
@@ -272,9 +281,9 @@ cdef void _weights_item(
     """Softmax weights of one query block, recomputed tile by tile with the forward pass's
     final row max and sum: w = exp(s - m) / l (rows with l == 0 stay zero)."""
     cdef int ncols_max = _round_up(bk, pad)
-    cdef floating *kt = <floating *> scratch
-    cdef floating *sc = kt + <Py_ssize_t>(E if E > 0 else 1) * ncols_max
-    cdef int r, j, e, kb, k0, nk, ncols, lim, kend
+    cdef Py_ssize_t kp_tile = <Py_ssize_t>E * ncols_max
+    cdef floating *sc = <floating *> scratch
+    cdef int r, kb, k0, nk, ncols, lim, kend
     cdef const unsigned char *bmr = NULL
     cdef const floating *fmr = NULL
     kend = S
@@ -284,13 +293,7 @@ cdef void _weights_item(
         k0 = kb * bk
         nk = bk if kend - k0 > bk else kend - k0
         ncols = _round_up(nk, pad)
-        for j in range(nk):
-            for e in range(E):
-                kt[<Py_ssize_t>e * ncols + j] = k[(k0 + j) * k_rs + e]
-        if nk < ncols:
-            for e in range(E):
-                memset(&kt[<Py_ssize_t>e * ncols + nk], 0, (ncols - nk) * sizeof(floating))
-        _qk(q, q_rs, nq, E, kt, ncols, sc)
+        _qk(q, q_rs, nq, E, kp + kb * kp_tile, ncols, sc)
         for r in range(nq):
             if l_in[r] == 0.0:
                 continue
@@ -325,28 +328,53 @@ cdef inline Py_ssize_t _offset(Py_ssize_t n, int nd, const Py_ssize_t *shape,
 cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
                     const unsigned char *bm, const floating *fm, floating *out,
                     floating *w, double *stats,
+                    floating *kpack, floating *vpack, unsigned char *v_bad,
                     int nd, const Py_ssize_t *lead, const Py_ssize_t *lstr,
-                    const Py_ssize_t *rstr, Py_ssize_t N,
+                    const Py_ssize_t *kv_shape, const Py_ssize_t *rstr, Py_ssize_t N,
                     int L, int S, int E, int Ev, bint causal, floating scale, int head_group,
                     char *scratch, Py_ssize_t scratch_stride, int n_threads) noexcept nogil:
-    # lstr: leading strides, (5, nd) rows for q, k, v, mask, out; rstr: row strides
-    # q_rs, k_rs, v_rs, m_rs, m_cs, out_rs
+    # lstr: (7, nd) leading strides of q, k, v, mask, out (elements) and of the packed k and v
+    #       slabs (in slabs, 0 where broadcast); kv_shape: (2, nd) leading shapes of k and v
+    #       (left-padded with 1); rstr: row strides q_rs, k_rs, v_rs, m_rs, m_cs, out_rs
     cdef int pad = FA_PAD_F32 if floating is float else FA_PAD_F64
-    cdef int bk = 256 if floating is float else 128
-    cdef int emax = E if E > Ev else Ev
-    if emax < 1:
-        emax = 1
-    while bk > pad and bk * emax * <int>sizeof(floating) > 64 * 1024:
-        bk = bk // 2
+    cdef int bk = _key_block(E, Ev, sizeof(floating))
+    cdef int ncols_max = _round_up(bk, pad)
+    cdef int evp = _round_up(Ev if Ev > 0 else 1, pad)
+    cdef Py_ssize_t n_kt = (S + bk - 1) // bk
+    cdef Py_ssize_t kp_slab = n_kt * E * ncols_max, vp_slab = n_kt * bk * evp
+    cdef Py_ssize_t n_ks = 1, n_vs = 1
     cdef Py_ssize_t n_qb = (L + _BQ - 1) // _BQ
     cdef Py_ssize_t n_items = N * n_qb
-    cdef Py_ssize_t item, n, qb
-    cdef int q0, nq, tid
+    cdef Py_ssize_t item, n, qb, t, slab
+    cdef int q0, nq, tid, k0, nk
     cdef Py_ssize_t qo, ko, vo, mo, oo
     cdef double *mrow
     cdef const unsigned char *bmi
     cdef const floating *fmi
+    cdef int d
+    for d in range(nd):
+        n_ks *= kv_shape[d]
+        n_vs *= kv_shape[nd + d]
 
+    # pass 1: pack every key and value tile once (panels the micro-kernels stream through)
+    for item in prange(n_ks * n_kt, schedule='static', num_threads=n_threads):
+        slab = item // n_kt
+        t = item % n_kt
+        k0 = <int>(t * bk)
+        nk = bk if S - k0 > bk else S - k0
+        ko = _offset(slab, nd, kv_shape, &lstr[nd], 1)
+        _pack_k(k + ko + k0 * rstr[1], rstr[1], nk, E, _round_up(nk, pad),
+                kpack + slab * kp_slab + t * E * ncols_max)
+    for item in prange(n_vs * n_kt, schedule='static', num_threads=n_threads):
+        slab = item // n_kt
+        t = item % n_kt
+        k0 = <int>(t * bk)
+        nk = bk if S - k0 > bk else S - k0
+        vo = _offset(slab, nd, &kv_shape[nd], &lstr[2 * nd], 1)
+        v_bad[item] = _pack_v(v + vo + k0 * rstr[2], rstr[2], nk, Ev, evp,
+                              vpack + slab * vp_slab + t * bk * evp)
+
+    # pass 2: one work item per (leading index, query block)
     for item in prange(n_items, schedule='dynamic', num_threads=n_threads):
         tid = threadid()
         n = item // n_qb
@@ -354,8 +382,8 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
         q0 = <int>(qb * _BQ)
         nq = _BQ if L - q0 > _BQ else L - q0
         qo = _offset(n, nd, lead, &lstr[0], 1)
-        ko = _offset(n, nd, lead, &lstr[nd], head_group)
-        vo = _offset(n, nd, lead, &lstr[2 * nd], head_group)
+        ko = _offset(n, nd, lead, &lstr[5 * nd], head_group)   # k slab index
+        vo = _offset(n, nd, lead, &lstr[6 * nd], head_group)   # v slab index
         mo = _offset(n, nd, lead, &lstr[3 * nd], 1)
         oo = n * L * Ev
         bmi = NULL
@@ -367,14 +395,14 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
         mrow = NULL
         if stats != NULL:
             mrow = stats + 2 * (n * L + q0)
-        _sdpa_item(q + qo + q0 * rstr[0], rstr[0], k + ko, rstr[1], v + vo, rstr[2],
-                   bmi, fmi, rstr[3], rstr[4],
+        _sdpa_item(q + qo + q0 * rstr[0], rstr[0], kpack + ko * kp_slab, vpack + vo * vp_slab,
+                   v_bad + vo * n_kt, bmi, fmi, rstr[3], rstr[4],
                    out + oo + q0 * Ev, Ev,
                    mrow, (mrow + nq) if mrow != NULL else NULL,
                    q0, nq, S, E, Ev, causal, scale, bk, pad,
                    scratch + tid * scratch_stride)
         if w != NULL:
-            _weights_item(q + qo + q0 * rstr[0], rstr[0], k + ko, rstr[1],
+            _weights_item(q + qo + q0 * rstr[0], rstr[0], kpack + ko * kp_slab,
                           bmi, fmi, rstr[3], rstr[4], mrow, mrow + nq,
                           w + n * L * S + q0 * S, S,
                           q0, nq, S, E, causal, scale, bk, pad,
@@ -383,6 +411,14 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
 
 cdef inline Py_ssize_t _estride(cnp.ndarray a, int d):
     return cnp.PyArray_STRIDES(a)[d] // cnp.PyArray_ITEMSIZE(a) if cnp.PyArray_DIMS(a)[d] > 1 else 0
+
+
+def packed_bytes(int S, int E, int Ev, int itemsize):
+    """Bytes of packed key + value tiles for one (key, value) slab."""
+    cdef int pad = FA_PAD_F32 if itemsize == 4 else FA_PAD_F64
+    cdef int bk = _key_block(E, Ev, itemsize)
+    cdef Py_ssize_t n_kt = (S + bk - 1) // bk
+    return n_kt * (<Py_ssize_t>E * _round_up(bk, pad) + <Py_ssize_t>bk * _round_up(max(Ev, 1), pad)) * itemsize
 
 
 def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, weights,
@@ -401,8 +437,10 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
     cdef int Ev = <int>cnp.PyArray_DIMS(v)[v.ndim - 1]
     cdef Py_ssize_t N = 1
     cdef Py_ssize_t[32] lead_c
-    cdef Py_ssize_t[5 * 32] lstr
+    cdef Py_ssize_t[7 * 32] lstr
+    cdef Py_ssize_t[2 * 32] kv_shape
     cdef Py_ssize_t[6] rstr
+    cdef Py_ssize_t slab_stride
     cdef int d, i, off
     cdef cnp.ndarray a
     cdef cnp.ndarray m_arr = None
@@ -412,16 +450,26 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
     for d in range(nd):
         lead_c[d] = lead[d]
         N *= lead[d]
+    for i in range(7 * nd):
+        lstr[i] = 0
+    for i in range(2 * nd):
+        kv_shape[i] = 1
     arrays = (q, k, v, mask, out)
     for i in range(5):
-        for d in range(nd):
-            lstr[i * nd + d] = 0
         if arrays[i] is None:
             continue
         a = arrays[i]
         off = nd - (a.ndim - 2)          # leading dims are right-aligned, numpy style
         for d in range(a.ndim - 2):
             lstr[i * nd + off + d] = _estride(a, d)
+            if i == 1 or i == 2:
+                kv_shape[(i - 1) * nd + off + d] = cnp.PyArray_DIMS(a)[d]
+    # packed slabs are laid out contiguously over k's (v's) own leading shape
+    for i in range(2):
+        slab_stride = 1
+        for d in range(nd - 1, -1, -1):
+            lstr[(5 + i) * nd + d] = slab_stride if kv_shape[i * nd + d] > 1 else 0
+            slab_stride *= kv_shape[i * nd + d]
     rstr[0] = _estride(q, q.ndim - 2)
     rstr[1] = cnp.PyArray_STRIDES(k)[k.ndim - 2] // cnp.PyArray_ITEMSIZE(k)
     rstr[2] = cnp.PyArray_STRIDES(v)[v.ndim - 2] // cnp.PyArray_ITEMSIZE(v)
@@ -435,6 +483,17 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
     rstr[5] = Ev
 
     cdef int isz = cnp.PyArray_ITEMSIZE(q)
+    cdef int pad = FA_PAD_F32 if isz == 4 else FA_PAD_F64
+    cdef int bk = _key_block(E, Ev, isz)
+    cdef Py_ssize_t n_kt = (S + bk - 1) // bk
+    cdef Py_ssize_t n_ks = 1, n_vs = 1
+    for d in range(nd):
+        n_ks *= kv_shape[d]
+        n_vs *= kv_shape[nd + d]
+    dt = np.float32 if isz == 4 else np.float64
+    cdef cnp.ndarray kpack = np.empty(n_ks * n_kt * E * _round_up(bk, pad), dtype=dt)
+    cdef cnp.ndarray vpack = np.empty(n_vs * n_kt * bk * _round_up(max(Ev, 1), pad), dtype=dt)
+    cdef cnp.ndarray v_bad = np.empty(n_vs * n_kt, dtype=np.uint8)
     cdef Py_ssize_t sstride = scratch_bytes(E, Ev, isz)
     cdef cnp.ndarray scratch_arr = np.empty(sstride * n_threads + 64, dtype=np.uint8)
     cdef char *scratch = <char *> cnp.PyArray_DATA(scratch_arr)
@@ -450,23 +509,26 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
     cdef char *op = <char *> cnp.PyArray_DATA(out)
     cdef char *mp = <char *> cnp.PyArray_DATA(m_arr) if m_arr is not None else NULL
     cdef char *wp = <char *> cnp.PyArray_DATA(<cnp.ndarray> weights) if weights is not None else NULL
+    cdef char *kpp = <char *> cnp.PyArray_DATA(kpack)
+    cdef char *vpp = <char *> cnp.PyArray_DATA(vpack)
+    cdef unsigned char *vb = <unsigned char *> cnp.PyArray_DATA(v_bad)
     cdef int nthr = n_threads
     if isz == 4:
         with nogil:
             _sdpa_run(<const float *>qp, <const float *>kp, <const float *>vp,
                       <const unsigned char *>mp if is_bool else NULL,
                       <const float *>mp if (mp != NULL and not is_bool) else NULL,
-                      <float *>op, <float *>wp, stats,
-                      nd, lead_c, lstr, rstr, N, L, S, E, Ev, causal, <float>scale, head_group,
-                      scratch, sstride, nthr)
+                      <float *>op, <float *>wp, stats, <float *>kpp, <float *>vpp, vb,
+                      nd, lead_c, lstr, kv_shape, rstr, N, L, S, E, Ev, causal, <float>scale,
+                      head_group, scratch, sstride, nthr)
     else:
         with nogil:
             _sdpa_run(<const double *>qp, <const double *>kp, <const double *>vp,
                       <const unsigned char *>mp if is_bool else NULL,
                       <const double *>mp if (mp != NULL and not is_bool) else NULL,
-                      <double *>op, <double *>wp, stats,
-                      nd, lead_c, lstr, rstr, N, L, S, E, Ev, causal, scale, head_group,
-                      scratch, sstride, nthr)
+                      <double *>op, <double *>wp, stats, <double *>kpp, <double *>vpp, vb,
+                      nd, lead_c, lstr, kv_shape, rstr, N, L, S, E, Ev, causal, scale,
+                      head_group, scratch, sstride, nthr)
 
 
 # ---------------------------------------------------------------- standalone softmax

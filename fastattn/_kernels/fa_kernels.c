@@ -183,6 +183,9 @@
         (tab).row_weights = row_weights_##sfx;  \
         (tab).softmax_row = softmax_row_##sfx;  \
         (tab).exp_array = exp_array_##sfx;      \
+        (tab).pack_k = pack_k_##sfx;            \
+        (tab).pack_v = pack_v_##sfx;            \
+        (tab).scale_rows = scale_rows_##sfx;    \
     } while (0)
 
 fa_ops_f32 fa_f32;

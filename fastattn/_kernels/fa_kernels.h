@@ -21,13 +21,16 @@ enum {
     typedef struct {                                                                            \
         void (*qk_tile)(const T *q_tile, ptrdiff_t q_rs, int nq, int E, const T *kt, int ncols, \
                         T *scores);                                                             \
-        void (*pv_tile)(const T *p, int p_rs, int nq, int nk, const T *vp, int evp, T *acc,     \
+        void (*pv_tile)(const T *p, int p_rs, int nq, int nk, const T *vp, int nkp, int evp, T *acc, \
                         int skip_zero);                                                         \
         double (*row_update)(T *s, int n, int ncols, int lim, T scale, const unsigned char *bmask, \
                              const T *fmask, ptrdiff_t ms, double *m_io, double *l_io);         \
         void (*row_weights)(const T *s, int n, int lim, T scale, const unsigned char *bmask,    \
                             const T *fmask, ptrdiff_t ms, double m, double inv_l, T *w);        \
         void (*softmax_row)(const T *x, int n, T *y);                                           \
+        void (*pack_k)(const T *k, ptrdiff_t k_rs, int nk, int E, int ncols, T *kp);            \
+        int (*pack_v)(const T *v, ptrdiff_t v_rs, int nk, int Ev, int evp, T *vp);              \
+        void (*scale_rows)(T *acc, int evp, int nq, const double *alpha);                       \
         void (*exp_array)(const T *x, ptrdiff_t n, T *y);                                       \
     } fa_ops_##sfx;
 

@@ -30,23 +30,68 @@ typedef FA_I FA_NAME(ivec) __attribute__((vector_size(FA_VW * sizeof(FA_T)), ali
 #define VSTORE(p, x) (*(V *)(p) = (x))
 #endif
 
-/* scores[r, c] = sum_e q_tile[r, e] * kt[e, c]  for r < nq, c < ncols.
+/* Packing, done once per key/value tile (not once per query block):
+ *   kp  panels of NR key columns: kp[(c / NR) * E * NR + e * NR + c % NR] = k[c, e], zero for c >= nk
+ *   vp  panels of NR value columns: vp[(c / NR) * nk * NR + j * NR + c % NR] = v[j, c], zero for c >= Ev
+ * so that both micro-kernels below stream through memory contiguously. */
+FA_TARGET static void FA_NAME(pack_k)(const FA_T *k, ptrdiff_t k_rs, int nk, int E, int ncols, FA_T *kp)
+{
+    for (int c0 = 0; c0 < ncols; c0 += FA_NR) {
+        FA_T *panel = kp + (ptrdiff_t)c0 * E;
+        int w = nk - c0 < FA_NR ? nk - c0 : FA_NR;
+        if (w < FA_NR) memset(panel, 0, sizeof(FA_T) * (size_t)E * FA_NR);
+        for (int j = 0; j < w; j++) {
+            const FA_T *krow = k + (c0 + j) * k_rs;
+            for (int e = 0; e < E; e++) panel[e * FA_NR + j] = krow[e];
+        }
+    }
+}
+
+/* Returns 1 when the value tile holds inf or NaN (then P @ V must skip zero probabilities). */
+FA_TARGET static int FA_NAME(pack_v)(const FA_T *v, ptrdiff_t v_rs, int nk, int Ev, int evp, FA_T *vp)
+{
+    FA_T probe = 0;
+    for (int c0 = 0; c0 < evp; c0 += FA_NR) {
+        FA_T *panel = vp + (ptrdiff_t)c0 * nk;
+        int w = Ev - c0 < FA_NR ? Ev - c0 : FA_NR;
+        for (int j = 0; j < nk; j++) {
+            const FA_T *vrow = v + j * v_rs + c0;
+            FA_T *dst = panel + (ptrdiff_t)j * FA_NR;
+            if (w == FA_NR) {
+                for (int c = 0; c < FA_NR; c++) {
+                    dst[c] = vrow[c];
+                    probe += vrow[c] * 0;   /* inf * 0 and NaN * 0 are NaN */
+                }
+            } else {
+                for (int c = 0; c < FA_NR; c++) {
+                    FA_T x = c < w ? vrow[c] : 0;
+                    dst[c] = x;
+                    probe += x * 0;
+                }
+            }
+        }
+    }
+    return probe != probe;
+}
+
+/* scores[r, c] = sum_e q_tile[r, e] * k[c, e]  for r < nq, c < ncols (kp packed by pack_k).
  * Register block: FA_MR rows x FA_NV vectors; each step of e broadcasts one query element per row
- * and does FA_MR * FA_NV fused multiply-adds against FA_NV loads of kt. */
+ * and does FA_MR * FA_NV fused multiply-adds against FA_NV contiguous loads of the key panel. */
 FA_TARGET static void FA_NAME(qk_tile)(const FA_T *q_tile, ptrdiff_t q_rs, int nq, int E,
-                                       const FA_T *kt, int ncols, FA_T *scores)
+                                       const FA_T *kp, int ncols, FA_T *scores)
 {
 #if FA_VW > 1
     int r0 = 0;
     for (; r0 + FA_MR <= nq; r0 += FA_MR) {
         for (int c0 = 0; c0 < ncols; c0 += FA_NR) {
+            const FA_T *panel = kp + (ptrdiff_t)c0 * E;
             V acc[FA_MR][FA_NV];
             for (int r = 0; r < FA_MR; r++)
                 for (int v = 0; v < FA_NV; v++) acc[r][v] = (V){0};
             const FA_T *qr = q_tile + r0 * q_rs;
             for (int e = 0; e < E; e++) {
                 V kv[FA_NV];
-                for (int v = 0; v < FA_NV; v++) kv[v] = VLOAD(kt + (ptrdiff_t)e * ncols + c0 + v * FA_VW);
+                for (int v = 0; v < FA_NV; v++) kv[v] = VLOAD(panel + e * FA_NR + v * FA_VW);
                 for (int r = 0; r < FA_MR; r++) {
                     FA_T qe = qr[r * q_rs + e];
                     for (int v = 0; v < FA_NV; v++) acc[r][v] += qe * kv[v];
@@ -60,13 +105,13 @@ FA_TARGET static void FA_NAME(qk_tile)(const FA_T *q_tile, ptrdiff_t q_rs, int n
     /* leftover rows, one at a time */
     for (; r0 < nq; r0++) {
         for (int c0 = 0; c0 < ncols; c0 += FA_NR) {
+            const FA_T *panel = kp + (ptrdiff_t)c0 * E;
             V acc[FA_NV];
             for (int v = 0; v < FA_NV; v++) acc[v] = (V){0};
             const FA_T *qr = q_tile + r0 * q_rs;
             for (int e = 0; e < E; e++) {
                 FA_T qe = qr[e];
-                for (int v = 0; v < FA_NV; v++)
-                    acc[v] += qe * VLOAD(kt + (ptrdiff_t)e * ncols + c0 + v * FA_VW);
+                for (int v = 0; v < FA_NV; v++) acc[v] += qe * VLOAD(panel + e * FA_NR + v * FA_VW);
             }
             for (int v = 0; v < FA_NV; v++) VSTORE(scores + (ptrdiff_t)r0 * ncols + c0 + v * FA_VW, acc[v]);
         }
@@ -75,30 +120,32 @@ FA_TARGET static void FA_NAME(qk_tile)(const FA_T *q_tile, ptrdiff_t q_rs, int n
     for (int r = 0; r < nq; r++)
         for (int c = 0; c < ncols; c++) {
             FA_T s = 0;
-            for (int e = 0; e < E; e++) s += q_tile[r * q_rs + e] * kt[(ptrdiff_t)e * ncols + c];
+            for (int e = 0; e < E; e++) s += q_tile[r * q_rs + e] * kp[(ptrdiff_t)c * E + e];
             scores[(ptrdiff_t)r * ncols + c] = s;
         }
 #endif
 }
 
-/* acc[r, c] += sum_{j < nk} p[r, j] * vp[j, c]  for r < nq, c < evp.
+/* acc[r, c] += sum_{j < nk} p[r, j] * v[j, c]  for r < nq, c < evp (vp packed by pack_v from
+ * nkp >= nk rows: a causal block may need only the first nk keys of a packed tile).
  * When skip_zero is set (the value tile holds inf or NaN), keys with p == 0 are left out per row
  * so that a masked-out non-finite value cannot turn 0 * inf into NaN. */
 FA_TARGET static void FA_NAME(pv_tile)(const FA_T *p, int p_rs, int nq, int nk,
-                                       const FA_T *vp, int evp, FA_T *acc, int skip_zero)
+                                       const FA_T *vp, int nkp, int evp, FA_T *acc, int skip_zero)
 {
 #if FA_VW > 1
     int r0 = 0;
     if (!skip_zero) {
         for (; r0 + FA_MR <= nq; r0 += FA_MR) {
             for (int c0 = 0; c0 < evp; c0 += FA_NR) {
+                const FA_T *panel = vp + (ptrdiff_t)c0 * nkp;
                 V a[FA_MR][FA_NV];
                 for (int r = 0; r < FA_MR; r++)
                     for (int v = 0; v < FA_NV; v++) a[r][v] = (V){0};
                 const FA_T *pr = p + (ptrdiff_t)r0 * p_rs;
                 for (int j = 0; j < nk; j++) {
                     V vv[FA_NV];
-                    for (int v = 0; v < FA_NV; v++) vv[v] = VLOAD(vp + (ptrdiff_t)j * evp + c0 + v * FA_VW);
+                    for (int v = 0; v < FA_NV; v++) vv[v] = VLOAD(panel + (ptrdiff_t)j * FA_NR + v * FA_VW);
                     for (int r = 0; r < FA_MR; r++) {
                         FA_T pj = pr[(ptrdiff_t)r * p_rs + j];
                         for (int v = 0; v < FA_NV; v++) a[r][v] += pj * vv[v];
@@ -115,12 +162,13 @@ FA_TARGET static void FA_NAME(pv_tile)(const FA_T *p, int p_rs, int nq, int nk,
     for (; r0 < nq; r0++) {
         const FA_T *pr = p + (ptrdiff_t)r0 * p_rs;
         for (int c0 = 0; c0 < evp; c0 += FA_NR) {
+            const FA_T *panel = vp + (ptrdiff_t)c0 * nkp;
             V a[FA_NV];
             for (int v = 0; v < FA_NV; v++) a[v] = (V){0};
             for (int j = 0; j < nk; j++) {
                 FA_T pj = pr[j];
                 if (skip_zero && pj == 0) continue;
-                for (int v = 0; v < FA_NV; v++) a[v] += pj * VLOAD(vp + (ptrdiff_t)j * evp + c0 + v * FA_VW);
+                for (int v = 0; v < FA_NV; v++) a[v] += pj * VLOAD(panel + (ptrdiff_t)j * FA_NR + v * FA_VW);
             }
             for (int v = 0; v < FA_NV; v++) {
                 FA_T *dst = acc + (ptrdiff_t)r0 * evp + c0 + v * FA_VW;
@@ -135,11 +183,22 @@ FA_TARGET static void FA_NAME(pv_tile)(const FA_T *p, int p_rs, int nq, int nk,
             for (int j = 0; j < nk; j++) {
                 FA_T pj = p[(ptrdiff_t)r * p_rs + j];
                 if (skip_zero && pj == 0) continue;
-                s += pj * vp[(ptrdiff_t)j * evp + c];
+                s += pj * vp[(ptrdiff_t)c * nkp + j];
             }
             acc[(ptrdiff_t)r * evp + c] += s;
         }
 #endif
+}
+
+/* acc[r, :] *= alpha[r] for rows whose running maximum moved; out[r, :Ev] = acc[r, :] * inv_l. */
+FA_TARGET static void FA_NAME(scale_rows)(FA_T *acc, int evp, int nq, const double *alpha)
+{
+    for (int r = 0; r < nq; r++) {
+        if (alpha[r] == 1.0) continue;
+        FA_T a = (FA_T)alpha[r];
+        FA_T *row = acc + (ptrdiff_t)r * evp;
+        for (int c = 0; c < evp; c++) row[c] *= a;
+    }
 }
 
 /* Vectorised exp for arguments x <= 0 (the softmax always subtracts the row maximum first).
@@ -194,71 +253,68 @@ FA_TARGET static inline V FA_NAME(vexp)(V x)
 }
 #endif
 
-/* One row of one tile, the online-softmax step (FlashAttention's recurrence):
- *   s_j   <- scale * s_j + mask_j            (or -inf where the key is not allowed)
- *   m_new  = max(m_old, max_j s_j)
- *   p_j    = exp(s_j - m_new)                (written back into s)
- *   l      = l * exp(m_old - m_new) + sum_j p_j
- * and returns alpha = exp(m_old - m_new), the factor the caller applies to the accumulator row.
- * Keys j >= lim (causal) are not allowed; bmask (uint8, 1 = allowed) and fmask (additive, -inf =
- * not allowed) are optional, with column stride ms. Entries n .. ncols-1 are padding, set to 0. */
-FA_TARGET static double FA_NAME(row_update)(FA_T *s, int n, int ncols, int lim, FA_T scale,
-                                            const unsigned char *bmask, const FA_T *fmask,
-                                            ptrdiff_t ms, double *m_io, double *l_io)
+/* Pass 1 of a row: s_j <- scale * s_j (+ additive mask), or -inf where key j is not allowed
+ * (keys j >= lim for causal; bmask uint8 with 1 = allowed; fmask additive with -inf = not
+ * allowed; both optional, column stride ms). Masked entries become -inf by selection, never by
+ * addition, so NaN or inf in a masked-out key cannot leak. Returns the row maximum, or NaN when
+ * an allowed entry is NaN. Shared by the forward pass and the weights pass so both see the very
+ * same rounded scores. */
+FA_TARGET static inline FA_T FA_NAME(scale_mask_max)(FA_T *s, int lim, FA_T scale,
+                                                     const unsigned char *bmask, const FA_T *fmask,
+                                                     ptrdiff_t ms)
 {
     const FA_T ninf = -(FA_T)INFINITY;
-    if (lim > n) lim = n;
-    if (lim < 0) lim = 0;
-    /* pass 1: scale, mask, row maximum. Masked entries become -inf by selection (never by
-     * addition), so NaN or inf in a masked-out key cannot leak into the row. */
     FA_T mx = ninf;
+    int nan = 0;
     if (bmask) {
         for (int j = 0; j < lim; j++) {
             FA_T x = bmask[j * ms] ? s[j] * scale : ninf;
             s[j] = x;
             mx = x > mx ? x : mx;
+            nan |= x != x;
         }
     } else if (fmask) {
         for (int j = 0; j < lim; j++) {
             FA_T a = fmask[j * ms];
-            FA_T x = (a == ninf) ? ninf : s[j] * scale + a;
+            FA_T x = (a == ninf) ? ninf : s[j] * scale;
+            x = (a == ninf) ? ninf : x + a;
             s[j] = x;
             mx = x > mx ? x : mx;
+            nan |= x != x;
         }
     } else {
+        int j = 0;
 #if FA_VW > 1
         V vmx = (V){0} + ninf;
-        int j = 0;
+        VI vnan = (VI){0};
         for (; j + FA_VW <= lim; j += FA_VW) {
             V x = VLOAD(s + j) * scale;
             VSTORE(s + j, x);
-            vmx = (V)(((VI)vmx & ~(VI)(x > vmx)) | ((VI)x & (VI)(x > vmx)));
+            VI gt = (VI)(x > vmx);
+            vmx = (V)(((VI)vmx & ~gt) | ((VI)x & gt));
+            vnan |= (VI)(x != x);
         }
-        for (int k = 0; k < FA_VW; k++) mx = vmx[k] > mx ? vmx[k] : mx;
+        for (int k = 0; k < FA_VW; k++) {
+            mx = vmx[k] > mx ? vmx[k] : mx;
+            nan |= vnan[k] != 0;
+        }
+#endif
         for (; j < lim; j++) {
             FA_T x = s[j] * scale;
             s[j] = x;
             mx = x > mx ? x : mx;
+            nan |= x != x;
         }
-#else
-        for (int j = 0; j < lim; j++) {
-            FA_T x = s[j] * scale;
-            s[j] = x;
-            mx = x > mx ? x : mx;
-        }
-#endif
     }
-    double m_old = *m_io;
-    double m_new = (double)mx > m_old ? (double)mx : m_old;
-    if (m_new == -INFINITY) {
-        /* nothing allowed so far in this row: no probability mass, accumulator untouched */
-        for (int j = 0; j < ncols; j++) s[j] = 0;
-        return 1.0;
-    }
-    /* pass 2: exponentials and their sum */
-    FA_T mf = (FA_T)m_new;
+    return nan ? (FA_T)NAN : mx;
+}
+
+/* s[j] <- exp(s[j] - mf) for j < lim, returning the sum (kept in the vector lanes until the end). */
+FA_TARGET static inline FA_T FA_NAME(exp_sub_sum)(FA_T *s, int lim, FA_T mf)
+{
     FA_T sum = 0;
 #if FA_VW > 1
+    const FA_T ninf = -(FA_T)INFINITY;
     V vsum = (V){0};
     int j = 0;
     for (; j + FA_VW <= lim; j += FA_VW) {
@@ -282,43 +338,52 @@ FA_TARGET static double FA_NAME(row_update)(FA_T *s, int n, int ncols, int lim, 
         sum += p;
     }
 #endif
-    for (int jj = lim; jj < ncols; jj++) s[jj] = 0;
+    return sum;
+}
+
+/* One row of one tile, the online-softmax step (FlashAttention's recurrence):
+ *   s_j   <- scale * s_j + mask_j            (or -inf where the key is not allowed)
+ *   m_new  = max(m_old, max_j s_j)
+ *   p_j    = exp(s_j - m_new)                (written back into s)
+ *   l      = l * exp(m_old - m_new) + sum_j p_j
+ * and returns alpha = exp(m_old - m_new), the factor the caller applies to the accumulator row.
+ * A NaN score in an allowed position makes m (and so the row's output) NaN. Entries lim ..
+ * ncols-1 (masked by causality, or padding) are set to 0. */
+FA_TARGET static double FA_NAME(row_update)(FA_T *s, int n, int ncols, int lim, FA_T scale,
+                                            const unsigned char *bmask, const FA_T *fmask,
+                                            ptrdiff_t ms, double *m_io, double *l_io)
+{
+    if (lim > n) lim = n;
+    if (lim < 0) lim = 0;
+    FA_T mx = FA_NAME(scale_mask_max)(s, lim, scale, bmask, fmask, ms);
+    double m_old = *m_io;
+    double m_new = (mx != mx || m_old != m_old) ? NAN : ((double)mx > m_old ? (double)mx : m_old);
+    if (m_new == -INFINITY) {
+        /* nothing allowed so far in this row: no probability mass, accumulator untouched */
+        for (int j = 0; j < ncols; j++) s[j] = 0;
+        return 1.0;
+    }
+    FA_T sum = FA_NAME(exp_sub_sum)(s, lim, (FA_T)m_new);
+    for (int j = lim; j < ncols; j++) s[j] = 0;
     double alpha = (m_old == -INFINITY) ? 0.0 : exp(m_old - m_new);
     *l_io = *l_io * alpha + (double)sum;
     *m_io = m_new;
     return alpha;
 }
 
-/* p_j = exp(s_j - m) * inv_l over one row, for the optional weights output (same numerics as the
- * forward pass). Masking is applied exactly as in row_update. */
+/* w_j = exp(s_j - m) * inv_l over one row, for the optional weights output: the same scores as
+ * the forward pass (scale_mask_max), its final row max m and sum l. */
 FA_TARGET static void FA_NAME(row_weights)(const FA_T *s, int n, int lim, FA_T scale,
                                            const unsigned char *bmask, const FA_T *fmask, ptrdiff_t ms,
                                            double m, double inv_l, FA_T *w)
 {
-    const FA_T ninf = -(FA_T)INFINITY;
     if (lim > n) lim = n;
     if (lim < 0) lim = 0;
-    FA_T mf = (FA_T)m;
-    for (int j = 0; j < lim; j++) {
-        FA_T x;
-        if (bmask) x = bmask[j * ms] ? s[j] * scale : ninf;
-        else if (fmask) x = (fmask[j * ms] == ninf) ? ninf : s[j] * scale + fmask[j * ms];
-        else x = s[j] * scale;
-        w[j] = x - mf;
-    }
-#if FA_VW > 1
-    int j = 0;
-    V il = (V){0} + (FA_T)inv_l;
-    for (; j + FA_VW <= lim; j += FA_VW) VSTORE(w + j, FA_NAME(vexp)(VLOAD(w + j)) * il);
-    if (j < lim) {
-        V x = (V){0} + ninf;
-        for (int k = 0; j + k < lim; k++) x[k] = w[j + k];
-        V p = FA_NAME(vexp)(x) * il;
-        for (int k = 0; j + k < lim; k++) w[j + k] = p[k];
-    }
-#else
-    for (int j = 0; j < lim; j++) w[j] = (FA_T)(exp((double)w[j]) * inv_l);
-#endif
+    memcpy(w, s, sizeof(FA_T) * (size_t)lim);
+    FA_NAME(scale_mask_max)(w, lim, scale, bmask, fmask, ms);
+    FA_NAME(exp_sub_sum)(w, lim, (FA_T)m);
+    FA_T il = (FA_T)inv_l;
+    for (int j = 0; j < lim; j++) w[j] *= il;
     for (int j = lim; j < n; j++) w[j] = 0;
 }
 

@@ -1,0 +1,313 @@
+"""scaled_dot_product_attention against the float64 NumPy reference, SciPy's softmax and PyTorch."""
+import numpy as np
+import pytest
+from scipy.special import softmax as sp_softmax
+
+import fastattn
+from fastattn import scaled_dot_product_attention as sdpa
+from fastattn._kernels import _attention as _k
+from conftest import ATOL, RTOL, assert_close
+from reference import sdpa_ref
+
+DTYPES = [np.float32, np.float64]
+BQ = _k.BQ
+BK32 = _k.key_block(64, 64, 4)
+# (B, H, L, S, E, Ev): ones, primes, one off the tile sizes, L != S, E != Ev, large heads
+SHAPES = [
+    (1, 1, 1, 1, 1, 1),
+    (1, 1, 1, 7, 3, 5),
+    (2, 3, 5, 1, 4, 4),
+    (1, 2, 13, 17, 11, 7),
+    (1, 1, BQ - 1, BQ + 1, 16, 16),
+    (1, 1, BQ + 1, BQ - 1, 32, 8),
+    (2, 2, 2 * BQ + 3, BK32 + 1, 64, 64),
+    (1, 1, 3, BK32 - 1, 64, 48),
+    (1, 1, 31, 2 * BK32 + 5, 64, 64),
+    (1, 1, 70, 37, 129, 3),
+    (1, 2, 9, 300, 256, 256),
+    (1, 1, 5, 6, 1024, 33),
+]
+
+
+def _qkv(rng, shape, dtype):
+    B, H, L, S, E, Ev = shape
+    q = rng.standard_normal((B, H, L, E)).astype(dtype)
+    k = rng.standard_normal((B, H, S, E)).astype(dtype)
+    v = rng.standard_normal((B, H, S, Ev)).astype(dtype)
+    return q, k, v
+
+
+def _check(q, k, v, dtype, **kw):
+    out, w = sdpa(q, k, v, return_weights=True, **kw)
+    ref_out, ref_w = sdpa_ref(q, k, v, **kw)
+    assert out.dtype == dtype and w.dtype == dtype
+    assert out.shape == ref_out.shape and w.shape == ref_w.shape
+    assert_close(out, ref_out, dtype)
+    assert_close(w, ref_w, dtype)
+    # the output does not depend on asking for the weights
+    np.testing.assert_array_equal(sdpa(q, k, v, **kw), out)
+    return out, w
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("causal", [False, True])
+def test_matches_reference(rng, dtype, shape, causal):
+    q, k, v = _qkv(rng, shape, dtype)
+    _check(q, k, v, dtype, is_causal=causal)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mask_shape", [
+    "LS", "1S", "L1", "BHLS", "B1LS", "B11S", "1HLS", "S"])
+@pytest.mark.parametrize("kind", ["bool", "float", "float_inf"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_masks(rng, dtype, mask_shape, kind, causal):
+    B, H, L, S, E, Ev = 2, 3, 70, 300, 16, 8
+    q, k, v = _qkv(rng, (B, H, L, S, E, Ev), dtype)
+    dims = {"B": B, "H": H, "L": L, "S": S, "1": 1}
+    shape = tuple(dims[c] for c in mask_shape)
+    allowed = rng.random(shape) > 0.4
+    if kind == "bool":
+        mask = allowed
+    elif kind == "float":
+        mask = rng.standard_normal(shape).astype(dtype)
+    else:
+        mask = np.where(allowed, rng.standard_normal(shape), -np.inf).astype(dtype)
+    _check(q, k, v, dtype, attn_mask=mask, is_causal=causal)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("L, S", [(5, 40), (40, 5), (300, 257), (257, 300), (1, 600)])
+def test_causal_top_left(rng, dtype, L, S):
+    """is_causal: query i sees keys j <= i, top-left aligned, for L < S and L > S."""
+    q, k, v = _qkv(rng, (1, 2, L, S, 8, 8), dtype)
+    _, w = _check(q, k, v, dtype, is_causal=True)
+    i, j = np.indices((L, S))
+    assert (w[..., j > i] == 0).all()
+    np.testing.assert_allclose(w.sum(-1), 1, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fully_masked_rows_are_zero(rng, dtype):
+    q, k, v = _qkv(rng, (1, 2, 70, 300, 16, 16), dtype)
+    mask = rng.random((70, 300)) > 0.5
+    mask[3] = False
+    mask[64:] = False                      # a whole query block
+    fmask = np.where(mask, 0.0, -np.inf).astype(dtype)
+    for m in (mask, fmask):
+        out, w = _check(q, k, v, dtype, attn_mask=m)
+        assert np.all(out[:, :, 3] == 0) and np.all(out[:, :, 64:] == 0)
+        assert np.all(w[:, :, 3] == 0) and not np.isnan(out).any()
+    # S == 0: every row is fully masked
+    out, w = sdpa(q, k[:, :, :0], v[:, :, :0], return_weights=True)
+    assert out.shape == (1, 2, 70, 16) and (out == 0).all() and w.shape == (1, 2, 70, 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_causal_combined_with_mask(rng, dtype):
+    q, k, v = _qkv(rng, (1, 1, 6, 6, 4, 4), dtype)
+    mask = np.ones((6, 6), bool)
+    mask[:, 0] = False                     # with causal, row 0 can then see nothing
+    out, w = _check(q, k, v, dtype, attn_mask=mask, is_causal=True)
+    assert (out[0, 0, 0] == 0).all() and (w[0, 0, 0] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hq, hkv", [(8, 2), (6, 3), (4, 1), (4, 4)])
+def test_gqa(rng, dtype, hq, hkv):
+    q = rng.standard_normal((2, hq, 33, 16)).astype(dtype)
+    k = rng.standard_normal((2, hkv, 70, 16)).astype(dtype)
+    v = rng.standard_normal((2, hkv, 70, 12)).astype(dtype)
+    out, _ = _check(q, k, v, dtype, enable_gqa=True, is_causal=True)
+    # query head h uses kv head h // (hq // hkv)
+    g = hq // hkv
+    for h in range(hq):
+        np.testing.assert_array_equal(out[:, h], sdpa(q[:, h], k[:, h // g], v[:, h // g], is_causal=True))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_leading_dims_and_broadcast(rng, dtype):
+    # 2-D inputs
+    q, k, v = (rng.standard_normal(s).astype(dtype) for s in [(7, 5), (9, 5), (9, 3)])
+    _check(q, k, v, dtype)
+    # 3-D and 5-D
+    q, k, v = (rng.standard_normal(s).astype(dtype) for s in [(4, 7, 5), (4, 9, 5), (4, 9, 3)])
+    _check(q, k, v, dtype)
+    q, k, v = (rng.standard_normal(s).astype(dtype) for s in [(2, 3, 2, 7, 5), (2, 3, 2, 9, 5), (2, 3, 2, 9, 3)])
+    _check(q, k, v, dtype)
+    # key/value shared across the batch (broadcast, no copy)
+    q = rng.standard_normal((3, 2, 7, 5)).astype(dtype)
+    k = rng.standard_normal((1, 2, 9, 5)).astype(dtype)
+    v = rng.standard_normal((2, 9, 4)).astype(dtype)
+    out, _ = _check(q, k, v, dtype)
+    assert out.shape == (3, 2, 7, 4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_memory_layouts(rng, dtype):
+    """C, Fortran, sliced, transposed-view and negative-stride inputs give the same answer."""
+    q, k, v = _qkv(rng, (2, 3, 20, 30, 8, 6), dtype)
+    ref = sdpa(q, k, v, is_causal=True)
+    big = rng.standard_normal((4, 6, 40, 60, 16)).astype(dtype)
+    variants = [
+        (np.asfortranarray(q), np.asfortranarray(k), np.asfortranarray(v)),
+        (q[::-1].copy()[::-1], k[:, ::-1].copy()[:, ::-1], v[..., ::-1, :].copy()[..., ::-1, :]),
+        (q.swapaxes(1, 2).copy().swapaxes(1, 2), k.swapaxes(0, 1).copy().swapaxes(0, 1), v),
+        (q.copy(order="K")[:, :, :, ::-1].copy()[:, :, :, ::-1], k, v[..., ::-1].copy()[..., ::-1]),
+    ]
+    for qq, kk, vv in variants:
+        np.testing.assert_array_equal(sdpa(qq, kk, vv, is_causal=True), ref)
+    # strided slices of a bigger array
+    qs, ks, vs = big[::2, ::2, :20, 0, :8], big[1::2, 1::2, :30, 1, :8], big[::2, 1::2, 10:40, 2, 2:8]
+    assert not qs.flags.c_contiguous
+    _check(qs, ks, vs, dtype)
+    # (B, L, H, E) projections viewed as (B, H, L, E) without a copy
+    x = rng.standard_normal((2, 20, 3, 8)).astype(dtype)
+    _check(x.swapaxes(1, 2), x.swapaxes(1, 2), x.swapaxes(1, 2), dtype, is_causal=True)
+
+
+def test_dtype_table(rng):
+    q, k, v = _qkv(rng, (1, 1, 4, 5, 3, 2), np.float64)
+    cases = [
+        ((np.float32,) * 3, np.float32),
+        ((np.float64,) * 3, np.float64),
+        ((np.float32, np.float64, np.float32), np.float64),
+        ((np.float16,) * 3, np.float32),
+        ((np.int32, np.float32, np.float32), np.float64),
+        ((np.int64,) * 3, np.float64),
+        ((np.int8, np.float32, np.float32), np.float32),
+    ]
+    for dts, expect in cases:
+        args = [a.astype(dt) if np.dtype(dt).kind == "f" else (a * 3).astype(dt) for a, dt in zip((q, k, v), dts)]
+        out = sdpa(*args)
+        assert out.dtype == expect, (dts, out.dtype)
+        ref, _ = sdpa_ref(*args)
+        np.testing.assert_allclose(out, ref, rtol=1e-3 if expect == np.float32 else 1e-12, atol=1e-3)
+    out = sdpa([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], [[1.0], [2.0]])   # nested lists
+    assert out.dtype == np.float64 and out.shape == (1, 1)
+    out = sdpa(np.ones((2, 2), bool), np.ones((2, 2), bool), np.ones((2, 2), bool))
+    assert out.dtype == np.float64
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_extreme_logits_stay_finite(rng, dtype):
+    """Scores of order 1e4..1e7: finite, and correct to the conditioning of the problem (a score
+    s carries an absolute rounding error of about eps * |s|, so weights agree to ~eps * max|s|)."""
+    q, k, v = _qkv(rng, (1, 2, 40, 50, 8, 8), dtype)
+    q = (np.sign(q) * 1e4 / 8).astype(dtype)
+    eps = np.finfo(dtype).eps
+    for scale in (None, 1e3, -1e3):
+        out, w = sdpa(q, k, v, return_weights=True, scale=scale)
+        ref_out, ref_w = sdpa_ref(q, k, v, scale=scale)
+        assert np.isfinite(out).all() and np.isfinite(w).all()
+        smax = np.abs(q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2)).max() * (scale or 8 ** -0.5)
+        tol = 8 * eps * abs(smax)
+        np.testing.assert_allclose(w, ref_w, atol=tol, rtol=0)
+        np.testing.assert_allclose(out, ref_out, atol=tol * np.abs(v).max() * 2, rtol=0)
+        np.testing.assert_allclose(w.sum(-1), 1, rtol=10 * eps * 50)
+    big = np.full((3, 4), 1e4, dtype)
+    out = sdpa(big, big, np.tile(np.arange(4, dtype=dtype), (3, 1)), scale=1e3)
+    np.testing.assert_allclose(out, np.tile([1.0, 1.0, 1.0, 1.0], (3, 1)) * np.arange(4), rtol=1e-6)
+
+
+def test_float64_agrees_to_1e12(rng):
+    q, k, v = _qkv(rng, (2, 4, 300, 400, 64, 64), np.float64)
+    out = sdpa(q, k, v, is_causal=True)
+    ref, _ = sdpa_ref(q, k, v, is_causal=True)
+    err = np.abs(out - ref).max()
+    assert err < 1e-12, err
+
+
+def test_scipy_softmax_cross_check(rng):
+    """The weights are scipy.special.softmax(scores, axis=-1) of the scaled scores."""
+    q, k, v = _qkv(rng, (2, 2, 30, 45, 16, 8), np.float64)
+    _, w = sdpa(q, k, v, return_weights=True, scale=0.3)
+    np.testing.assert_allclose(w, sp_softmax(q @ k.swapaxes(-1, -2) * 0.3, axis=-1), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nan_propagates_unmasked(rng, dtype):
+    q, k, v = _qkv(rng, (1, 1, 5, 6, 4, 3), dtype)
+    q2 = q.copy()
+    q2[0, 0, 2, 1] = np.nan
+    out = sdpa(q2, k, v)
+    assert np.isnan(out[0, 0, 2]).all() and np.isfinite(np.delete(out[0, 0], 2, axis=0)).all()
+    v2 = v.copy()
+    v2[0, 0, 4, 0] = np.nan
+    out = sdpa(q, k, v2)
+    assert np.isnan(out[..., 0]).all() and np.isfinite(out[..., 1:]).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_masked_nonfinite_never_reaches_output(rng, dtype):
+    q, k, v = _qkv(rng, (1, 2, 70, 300, 8, 8), dtype)
+    k[..., 299, :] = np.nan
+    v[..., 299, :] = np.inf
+    v[..., 100, 3] = np.nan
+    mask = np.ones((70, 300), bool)
+    mask[:, 299] = False
+    mask[:, 100] = False
+    for m in (mask, np.where(mask, 0.0, -np.inf).astype(dtype)):
+        out = sdpa(q, k, v, attn_mask=m)
+        ref, _ = sdpa_ref(q, k, v, attn_mask=m)
+        assert np.isfinite(out).all()
+        assert_close(out, ref, dtype)
+    # causal hides keys after the row index
+    out = sdpa(q[..., :70, :], k, v, is_causal=True)
+    assert np.isfinite(out).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_torch_parity(rng, dtype):
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    tdt = torch.float32 if dtype == np.float32 else torch.float64
+    cases = [
+        dict(shape=(2, 3, 37, 53, 24, 16)),
+        dict(shape=(1, 4, 65, 65, 64, 64), is_causal=True),
+        dict(shape=(2, 2, 17, 300, 8, 8), mask="bool"),
+        dict(shape=(2, 2, 17, 300, 8, 8), mask="float"),
+        dict(shape=(1, 2, 40, 30, 16, 16), scale=0.05),
+        dict(shape=(1, 8, 20, 40, 16, 16), gqa=2),
+    ]
+    for c in cases:
+        B, H, L, S, E, Ev = c["shape"]
+        hkv = H // c.get("gqa", 1)
+        q = rng.standard_normal((B, H, L, E)).astype(dtype)
+        k = rng.standard_normal((B, hkv, S, E)).astype(dtype)
+        v = rng.standard_normal((B, hkv, S, Ev)).astype(dtype)
+        mask = None
+        if c.get("mask") == "bool":
+            mask = rng.random((B, 1, L, S)) > 0.3
+        elif c.get("mask") == "float":
+            mask = rng.standard_normal((B, 1, L, S)).astype(dtype)
+        kw = dict(is_causal=c.get("is_causal", False), scale=c.get("scale"), enable_gqa="gqa" in c)
+        ours = sdpa(q, k, v, attn_mask=mask, **kw)
+        theirs = F.scaled_dot_product_attention(
+            torch.from_numpy(q).to(tdt), torch.from_numpy(k).to(tdt), torch.from_numpy(v).to(tdt),
+            attn_mask=None if mask is None else torch.from_numpy(mask), **kw).numpy()
+        tol = 1e-5 if dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(ours, theirs, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("isa", ["scalar", "baseline", "avx2", "avx512"])
+def test_every_isa_agrees(rng, dtype, isa):
+    """Each micro-kernel set the CPU supports matches the reference."""
+    if isa == "avx512" and _k.cpu_isa() != "avx512":
+        pytest.skip("CPU has no AVX-512")
+    if isa == "avx2" and _k.cpu_isa() not in ("avx2", "avx512"):
+        pytest.skip("CPU has no AVX2")
+    before = _k.isa()
+    try:
+        assert _k.set_isa(isa) == isa
+        q, k, v = _qkv(rng, (1, 2, 70, 300, 24, 40), dtype)
+        mask = rng.random((70, 300)) > 0.3
+        _check(q, k, v, dtype, is_causal=True)
+        _check(q, k, v, dtype, attn_mask=mask)
+        _check(q, k, v, dtype, attn_mask=np.where(mask, 0.5, -np.inf).astype(dtype))
+        x = rng.standard_normal((5, 37)).astype(dtype)
+        np.testing.assert_allclose(fastattn.softmax(x), sp_softmax(x, axis=-1), rtol=RTOL[dtype] * 10, atol=ATOL[dtype])
+    finally:
+        _k.set_isa(before)
