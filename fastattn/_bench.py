@@ -120,7 +120,8 @@ def parse_systems(text):
     bad = [n for n in names if n not in SYSTEMS]
     if bad or not names:
         raise argparse.ArgumentTypeError(
-            f"unknown system(s) {', '.join(bad) or text!r}; choose from {', '.join(SYSTEMS)}")
+            f"unknown system(s) {', '.join(bad) if bad else repr(text)}; choose from "
+            f"{', '.join(SYSTEMS)}")
     return names
 
 
@@ -749,8 +750,9 @@ def _row(shape, causal, system, samples, inner, mem, err, peak):
     }
 
 
-def run_bench(args, error, out=sys.stdout):
+def run_bench(args, error, out=None):
     """Run the benchmark described by parsed `args`; print the tables; return the result dict."""
+    out = out or sys.stdout
     dtype = np.dtype(args.dtype).type
     settings = dict(QUICK if args.quick else FULL)
     if args.repeats:
@@ -943,7 +945,8 @@ def _ms(x):
     return f"{x:.3f}" if x < 1 else f"{x:.2f}" if x < 100 else f"{x:.0f}"
 
 
-def print_report(result, out=sys.stdout):
+def print_report(result, out=None):
+    out = out or sys.stdout
     p = lambda *a: print(*a, file=out)  # noqa: E731
     st = result["settings"]
     p("fastattn bench")

@@ -53,9 +53,11 @@ def get_num_threads():
 
 
 def _effective_n_threads(n_threads):
-    if n_threads is None:
-        return get_num_threads()
-    return _check_n_threads(n_threads)
+    """Threads for one call. Requests beyond 4 x the usable CPUs are capped there (threads past
+    that only add overhead, and a request like 10**6 would exhaust the process); the result
+    does not depend on the thread count, so capping never changes an answer."""
+    n = get_num_threads() if n_threads is None else _check_n_threads(n_threads)
+    return min(n, 4 * _cpu_count())
 
 
 def _blas_info():

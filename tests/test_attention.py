@@ -62,8 +62,9 @@ def test_matches_reference(rng, dtype, shape, causal):
     "LS", "1S", "L1", "BHLS", "B1LS", "B11S", "1HLS", "S"])
 @pytest.mark.parametrize("kind", ["bool", "float", "float_inf"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_masks(rng, dtype, mask_shape, kind, causal):
-    B, H, L, S, E, Ev = 2, 3, 70, 300, 16, 8
+@pytest.mark.parametrize("L", [5, 70])          # in-place (decode) path and packed path
+def test_masks(rng, dtype, mask_shape, kind, causal, L):
+    B, H, S, E, Ev = 2, 3, 300, 16, 8
     q, k, v = _qkv(rng, (B, H, L, S, E, Ev), dtype)
     dims = {"B": B, "H": H, "L": L, "S": S, "1": 1}
     shape = tuple(dims[c] for c in mask_shape)
@@ -227,25 +228,27 @@ def test_scipy_softmax_cross_check(rng):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_nan_propagates_unmasked(rng, dtype):
-    q, k, v = _qkv(rng, (1, 1, 5, 6, 4, 3), dtype)
+@pytest.mark.parametrize("L, S", [(5, 6), (70, 300)])
+def test_nan_propagates_unmasked(rng, dtype, L, S):
+    q, k, v = _qkv(rng, (1, 1, L, S, 4, 3), dtype)
     q2 = q.copy()
     q2[0, 0, 2, 1] = np.nan
     out = sdpa(q2, k, v)
     assert np.isnan(out[0, 0, 2]).all() and np.isfinite(np.delete(out[0, 0], 2, axis=0)).all()
     v2 = v.copy()
-    v2[0, 0, 4, 0] = np.nan
+    v2[0, 0, 4, 0] = np.nan   # key 4 is allowed for every row (causal off)
     out = sdpa(q, k, v2)
     assert np.isnan(out[..., 0]).all() and np.isfinite(out[..., 1:]).all()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_masked_nonfinite_never_reaches_output(rng, dtype):
-    q, k, v = _qkv(rng, (1, 2, 70, 300, 8, 8), dtype)
+@pytest.mark.parametrize("L", [3, 70])
+def test_masked_nonfinite_never_reaches_output(rng, dtype, L):
+    q, k, v = _qkv(rng, (1, 2, L, 300, 8, 8), dtype)
     k[..., 299, :] = np.nan
     v[..., 299, :] = np.inf
     v[..., 100, 3] = np.nan
-    mask = np.ones((70, 300), bool)
+    mask = np.ones((L, 300), bool)
     mask[:, 299] = False
     mask[:, 100] = False
     for m in (mask, np.where(mask, 0.0, -np.inf).astype(dtype)):
@@ -254,7 +257,7 @@ def test_masked_nonfinite_never_reaches_output(rng, dtype):
         assert np.isfinite(out).all()
         assert_close(out, ref, dtype)
     # causal hides keys after the row index
-    out = sdpa(q[..., :70, :], k, v, is_causal=True)
+    out = sdpa(q, k, v, is_causal=True)
     assert np.isfinite(out).all()
 
 

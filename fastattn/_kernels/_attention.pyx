@@ -57,6 +57,10 @@ cdef extern from "fa_kernels.h" nogil:
         void (*pack_k)(const float *k, Py_ssize_t k_rs, int nk, int E, int ncols, float *kp) noexcept nogil
         int (*pack_v)(const float *v, Py_ssize_t v_rs, int nk, int Ev, int evp, float *vp) noexcept nogil
         void (*scale_rows)(float *acc, int evp, int nq, const double *alpha) noexcept nogil
+        void (*qk_direct)(const float *q, Py_ssize_t q_rs, int nq, int E, const float *k,
+                          Py_ssize_t k_rs, int nk, float *scores, int ncols) noexcept nogil
+        void (*pv_direct)(const float *p, int p_rs, int nq, int nk, const float *v, Py_ssize_t v_rs,
+                          int Ev, float *acc, int evp) noexcept nogil
         void (*exp_array)(const float *x, Py_ssize_t n, float *y) noexcept nogil
     ctypedef struct fa_ops_f64:
         void (*qk_tile)(const double *q_tile, Py_ssize_t q_rs, int nq, int E, const double *kt,
@@ -73,6 +77,10 @@ cdef extern from "fa_kernels.h" nogil:
         void (*pack_k)(const double *k, Py_ssize_t k_rs, int nk, int E, int ncols, double *kp) noexcept nogil
         int (*pack_v)(const double *v, Py_ssize_t v_rs, int nk, int Ev, int evp, double *vp) noexcept nogil
         void (*scale_rows)(double *acc, int evp, int nq, const double *alpha) noexcept nogil
+        void (*qk_direct)(const double *q, Py_ssize_t q_rs, int nq, int E, const double *k,
+                          Py_ssize_t k_rs, int nk, double *scores, int ncols) noexcept nogil
+        void (*pv_direct)(const double *p, int p_rs, int nq, int nk, const double *v, Py_ssize_t v_rs,
+                          int Ev, double *acc, int evp) noexcept nogil
         void (*exp_array)(const double *x, Py_ssize_t n, double *y) noexcept nogil
     fa_ops_f32 fa_f32
     fa_ops_f64 fa_f64
@@ -88,7 +96,9 @@ fa_init(-1)
 # Tile sizes: fixed by dtype and head size only (never by the thread count).
 cdef enum:
     _BQ = 64               # query rows per work item
+    _DIRECT_MAX_L = 16     # up to this many query rows, K and V are read in place (no packing)
 BQ = _BQ
+DIRECT_MAX_L = _DIRECT_MAX_L
 
 
 cdef inline int _key_block(int E, int Ev, int itemsize) noexcept nogil:
@@ -182,6 +192,22 @@ cdef inline void _scale_rows(floating *acc, int evp, int nq, const double *alpha
         fa_f64.scale_rows(acc, evp, nq, alpha)
 
 
+cdef inline void _qk_direct(const floating *q, Py_ssize_t q_rs, int nq, int E, const floating *k,
+                            Py_ssize_t k_rs, int nk, floating *sc, int ncols) noexcept nogil:
+    if floating is float:
+        fa_f32.qk_direct(q, q_rs, nq, E, k, k_rs, nk, sc, ncols)
+    else:
+        fa_f64.qk_direct(q, q_rs, nq, E, k, k_rs, nk, sc, ncols)
+
+
+cdef inline void _pv_direct(const floating *p, int p_rs, int nq, int nk, const floating *v,
+                            Py_ssize_t v_rs, int Ev, floating *acc, int evp) noexcept nogil:
+    if floating is float:
+        fa_f32.pv_direct(p, p_rs, nq, nk, v, v_rs, Ev, acc, evp)
+    else:
+        fa_f64.pv_direct(p, p_rs, nq, nk, v, v_rs, Ev, acc, evp)
+
+
 # ---------------------------------------------------------------- one work item
 
 cdef bint _tile_allows_any(const unsigned char *bm, const floating *fm, Py_ssize_t m_rs,
@@ -204,6 +230,8 @@ cdef void _sdpa_item(
         const floating *q, Py_ssize_t q_rs,          # IN  (nq, E) this block's query rows
         const floating *kp, const floating *vp,      # IN  packed key / value tiles of this slab
         const unsigned char *v_bad,                  # IN  (n_tiles,) value tile holds inf/NaN
+        const floating *k, Py_ssize_t k_rs,          # IN  (S, E) keys, when kp is NULL (decode)
+        const floating *v, Py_ssize_t v_rs,          # IN  (S, Ev) values, when vp is NULL
         const unsigned char *bm, const floating *fm, # IN  mask rows of this block, or NULL
         Py_ssize_t m_rs, Py_ssize_t m_cs,
         floating *out, Py_ssize_t out_rs,            # OUT (nq, Ev)
@@ -244,7 +272,10 @@ cdef void _sdpa_item(
                 continue
         ncols = _round_up(nk, pad)
         # 1. scores = q_block @ k_tile.T
-        _qk(q, q_rs, nq, E, kp + kb * kp_tile, ncols, sc)
+        if kp != NULL:
+            _qk(q, q_rs, nq, E, kp + kb * kp_tile, ncols, sc)
+        else:
+            _qk_direct(q, q_rs, nq, E, k + k0 * k_rs, k_rs, nk, sc, ncols)
         # 2. per row: scale, mask, online softmax; P overwrites the scores
         for r in range(nq):
             lim = nk
@@ -258,8 +289,11 @@ cdef void _sdpa_item(
                                    bmr, fmr, m_cs, &m[r], &l[r])
         # 3. acc = diag(alpha) acc + P @ v_tile (packed with min(bk, S - k0) rows)
         _scale_rows(acc, evp, nq, alpha)
-        _pv(sc, ncols, nq, nk, vp + kb * vp_tile, bk if S - k0 > bk else S - k0, evp, acc,
-            v_bad[kb])
+        if vp != NULL:
+            _pv(sc, ncols, nq, nk, vp + kb * vp_tile, bk if S - k0 > bk else S - k0, evp, acc,
+                v_bad[kb])
+        else:
+            _pv_direct(sc, ncols, nq, nk, v + k0 * v_rs, v_rs, Ev, acc, evp)
     # out = acc / l; a row that allowed no key (l == 0) is zeros
     for r in range(nq):
         inv = 0.0 if l[r] == 0.0 else 1.0 / l[r]
@@ -273,6 +307,7 @@ cdef void _sdpa_item(
 
 cdef void _weights_item(
         const floating *q, Py_ssize_t q_rs, const floating *kp,
+        const floating *k, Py_ssize_t k_rs,          # IN  keys in place, when kp is NULL
         const unsigned char *bm, const floating *fm, Py_ssize_t m_rs, Py_ssize_t m_cs,
         const double *m_in, const double *l_in,      # IN  (nq,) from the forward pass
         floating *w, Py_ssize_t w_rs,                # OUT (nq, S), zero-initialised
@@ -293,7 +328,10 @@ cdef void _weights_item(
         k0 = kb * bk
         nk = bk if kend - k0 > bk else kend - k0
         ncols = _round_up(nk, pad)
-        _qk(q, q_rs, nq, E, kp + kb * kp_tile, ncols, sc)
+        if kp != NULL:
+            _qk(q, q_rs, nq, E, kp + kb * kp_tile, ncols, sc)
+        else:
+            _qk_direct(q, q_rs, nq, E, k + k0 * k_rs, k_rs, nk, sc, ncols)
         for r in range(nq):
             if l_in[r] == 0.0:
                 continue
@@ -347,7 +385,7 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
     cdef Py_ssize_t n_items = N * n_qb
     cdef Py_ssize_t item, n, qb, t, slab
     cdef int q0, nq, tid, k0, nk
-    cdef Py_ssize_t qo, ko, vo, mo, oo
+    cdef Py_ssize_t qo, ko, vo, mo, oo, kdo, vdo
     cdef double *mrow
     cdef const unsigned char *bmi
     cdef const floating *fmi
@@ -356,7 +394,11 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
         n_ks *= kv_shape[d]
         n_vs *= kv_shape[nd + d]
 
-    # pass 1: pack every key and value tile once (panels the micro-kernels stream through)
+    # pass 1: pack every key and value tile once (panels the micro-kernels stream through);
+    # skipped for few query rows (kpack == NULL), where the items read K and V in place
+    if kpack == NULL:
+        n_ks = 0
+        n_vs = 0
     for item in prange(n_ks * n_kt, schedule='static', num_threads=n_threads):
         slab = item // n_kt
         t = item % n_kt
@@ -395,14 +437,20 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
         mrow = NULL
         if stats != NULL:
             mrow = stats + 2 * (n * L + q0)
-        _sdpa_item(q + qo + q0 * rstr[0], rstr[0], kpack + ko * kp_slab, vpack + vo * vp_slab,
-                   v_bad + vo * n_kt, bmi, fmi, rstr[3], rstr[4],
+        kdo = _offset(n, nd, lead, &lstr[nd], head_group)       # k element offset
+        vdo = _offset(n, nd, lead, &lstr[2 * nd], head_group)   # v element offset
+        _sdpa_item(q + qo + q0 * rstr[0], rstr[0],
+                   (kpack + ko * kp_slab) if kpack != NULL else NULL,
+                   (vpack + vo * vp_slab) if vpack != NULL else NULL,
+                   (v_bad + vo * n_kt) if v_bad != NULL else NULL,
+                   k + kdo, rstr[1], v + vdo, rstr[2], bmi, fmi, rstr[3], rstr[4],
                    out + oo + q0 * Ev, Ev,
                    mrow, (mrow + nq) if mrow != NULL else NULL,
                    q0, nq, S, E, Ev, causal, scale, bk, pad,
                    scratch + tid * scratch_stride)
         if w != NULL:
-            _weights_item(q + qo + q0 * rstr[0], rstr[0], kpack + ko * kp_slab,
+            _weights_item(q + qo + q0 * rstr[0], rstr[0],
+                          (kpack + ko * kp_slab) if kpack != NULL else NULL, k + kdo, rstr[1],
                           bmi, fmi, rstr[3], rstr[4], mrow, mrow + nq,
                           w + n * L * S + q0 * S, S,
                           q0, nq, S, E, causal, scale, bk, pad,
@@ -491,9 +539,10 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
         n_ks *= kv_shape[d]
         n_vs *= kv_shape[nd + d]
     dt = np.float32 if isz == 4 else np.float64
-    cdef cnp.ndarray kpack = np.empty(n_ks * n_kt * E * _round_up(bk, pad), dtype=dt)
-    cdef cnp.ndarray vpack = np.empty(n_vs * n_kt * bk * _round_up(max(Ev, 1), pad), dtype=dt)
-    cdef cnp.ndarray v_bad = np.empty(n_vs * n_kt, dtype=np.uint8)
+    cdef bint packed = L > DIRECT_MAX_L
+    cdef cnp.ndarray kpack = np.empty(n_ks * n_kt * E * _round_up(bk, pad) if packed else 0, dtype=dt)
+    cdef cnp.ndarray vpack = np.empty(n_vs * n_kt * bk * _round_up(max(Ev, 1), pad) if packed else 0, dtype=dt)
+    cdef cnp.ndarray v_bad = np.empty(n_vs * n_kt if packed else 0, dtype=np.uint8)
     cdef Py_ssize_t sstride = scratch_bytes(E, Ev, isz)
     cdef cnp.ndarray scratch_arr = np.empty(sstride * n_threads + 64, dtype=np.uint8)
     cdef char *scratch = <char *> cnp.PyArray_DATA(scratch_arr)
@@ -509,9 +558,9 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
     cdef char *op = <char *> cnp.PyArray_DATA(out)
     cdef char *mp = <char *> cnp.PyArray_DATA(m_arr) if m_arr is not None else NULL
     cdef char *wp = <char *> cnp.PyArray_DATA(<cnp.ndarray> weights) if weights is not None else NULL
-    cdef char *kpp = <char *> cnp.PyArray_DATA(kpack)
-    cdef char *vpp = <char *> cnp.PyArray_DATA(vpack)
-    cdef unsigned char *vb = <unsigned char *> cnp.PyArray_DATA(v_bad)
+    cdef char *kpp = <char *> cnp.PyArray_DATA(kpack) if packed else NULL
+    cdef char *vpp = <char *> cnp.PyArray_DATA(vpack) if packed else NULL
+    cdef unsigned char *vb = <unsigned char *> cnp.PyArray_DATA(v_bad) if packed else NULL
     cdef int nthr = n_threads
     if isz == 4:
         with nogil:

@@ -186,6 +186,8 @@
         (tab).pack_k = pack_k_##sfx;            \
         (tab).pack_v = pack_v_##sfx;            \
         (tab).scale_rows = scale_rows_##sfx;    \
+        (tab).qk_direct = qk_direct_##sfx;      \
+        (tab).pv_direct = pv_direct_##sfx;      \
     } while (0)
 
 fa_ops_f32 fa_f32;

@@ -31,6 +31,10 @@ enum {
         void (*pack_k)(const T *k, ptrdiff_t k_rs, int nk, int E, int ncols, T *kp);            \
         int (*pack_v)(const T *v, ptrdiff_t v_rs, int nk, int Ev, int evp, T *vp);              \
         void (*scale_rows)(T *acc, int evp, int nq, const double *alpha);                       \
+        void (*qk_direct)(const T *q, ptrdiff_t q_rs, int nq, int E, const T *k, ptrdiff_t k_rs, \
+                          int nk, T *scores, int ncols);                                        \
+        void (*pv_direct)(const T *p, int p_rs, int nq, int nk, const T *v, ptrdiff_t v_rs,     \
+                          int Ev, T *acc, int evp);                                             \
         void (*exp_array)(const T *x, ptrdiff_t n, T *y);                                       \
     } fa_ops_##sfx;
 

@@ -190,6 +190,77 @@ FA_TARGET static void FA_NAME(pv_tile)(const FA_T *p, int p_rs, int nq, int nk,
 #endif
 }
 
+/* Few query rows (decode): each key and value row is used by so few queries that packing it
+ * would cost as much as the arithmetic, so these read K and V in place.
+ *   scores[r, j] = sum_e q[r, e] * k[j, e]      (vectorised along e, 4 keys at a time)
+ *   acc[r, c]   += sum_j p[r, j] * v[j, c]      (vectorised along c; p == 0 skipped, so a
+ *                                                masked-out inf/NaN value never enters) */
+FA_TARGET static void FA_NAME(qk_direct)(const FA_T *q, ptrdiff_t q_rs, int nq, int E,
+                                         const FA_T *k, ptrdiff_t k_rs, int nk, FA_T *scores, int ncols)
+{
+    for (int r = 0; r < nq; r++) {
+        const FA_T *qr = q + r * q_rs;
+        FA_T *srow = scores + (ptrdiff_t)r * ncols;
+        int j = 0;
+#if FA_VW > 1
+        for (; j + 4 <= nk; j += 4) {
+            const FA_T *k0 = k + j * k_rs, *k1 = k0 + k_rs, *k2 = k1 + k_rs, *k3 = k2 + k_rs;
+            V a0 = (V){0}, a1 = (V){0}, a2 = (V){0}, a3 = (V){0};
+            int e = 0;
+            for (; e + FA_VW <= E; e += FA_VW) {
+                V qv = VLOAD(qr + e);
+                a0 += qv * VLOAD(k0 + e);
+                a1 += qv * VLOAD(k1 + e);
+                a2 += qv * VLOAD(k2 + e);
+                a3 += qv * VLOAD(k3 + e);
+            }
+            FA_T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            for (int t = 0; t < FA_VW; t++) {
+                s0 += a0[t];
+                s1 += a1[t];
+                s2 += a2[t];
+                s3 += a3[t];
+            }
+            for (; e < E; e++) {
+                s0 += qr[e] * k0[e];
+                s1 += qr[e] * k1[e];
+                s2 += qr[e] * k2[e];
+                s3 += qr[e] * k3[e];
+            }
+            srow[j] = s0;
+            srow[j + 1] = s1;
+            srow[j + 2] = s2;
+            srow[j + 3] = s3;
+        }
+#endif
+        for (; j < nk; j++) {
+            const FA_T *kj = k + j * k_rs;
+            FA_T s0 = 0;
+            for (int e = 0; e < E; e++) s0 += qr[e] * kj[e];
+            srow[j] = s0;
+        }
+    }
+}
+
+FA_TARGET static void FA_NAME(pv_direct)(const FA_T *p, int p_rs, int nq, int nk,
+                                         const FA_T *v, ptrdiff_t v_rs, int Ev, FA_T *acc, int evp)
+{
+    for (int r = 0; r < nq; r++) {
+        const FA_T *pr = p + (ptrdiff_t)r * p_rs;
+        FA_T *ar = acc + (ptrdiff_t)r * evp;
+        for (int j = 0; j < nk; j++) {
+            FA_T pj = pr[j];
+            if (pj == 0) continue;
+            const FA_T *vj = v + j * v_rs;
+            int c = 0;
+#if FA_VW > 1
+            for (; c + FA_VW <= Ev; c += FA_VW) VSTORE(ar + c, VLOAD(ar + c) + pj * VLOAD(vj + c));
+#endif
+            for (; c < Ev; c++) ar[c] += pj * vj[c];
+        }
+    }
+}
+
 /* acc[r, :] *= alpha[r] for rows whose running maximum moved; out[r, :Ev] = acc[r, :] * inv_l. */
 FA_TARGET static void FA_NAME(scale_rows)(FA_T *acc, int evp, int nq, const double *alpha)
 {

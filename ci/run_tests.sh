@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The README's test command, with CI's switches: build with OpenMP or fail, then the whole suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export FASTATTN_FAIL_NO_OPENMP=1
+python -m pip install ".[test]" && pytest tests
