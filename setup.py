@@ -89,7 +89,7 @@ class BuildExt(build_ext):
         else:
             base = ["-O3", "-g0"]
         if not msvc:
-            base += ["-fno-math-errno", "-Wno-unused-function", "-Wno-unreachable-code"]
+            base += ["-fno-math-errno", "-Wno-unused-function", "-Wno-unreachable-code", "-Wno-psabi"]
         sanitize = os.environ.get("FASTATTN_SANITIZE", "").split()
 
         use_omp = not _env_flag("FASTATTN_NO_OPENMP")

@@ -18,6 +18,9 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 from ._threads import get_num_threads, set_num_threads, show_config
 from .attention import scaled_dot_product_attention, softmax
+from .layers import (FeedForward, LayerNorm, MultiHeadAttention, PositionalEncoding, Transformer,
+                     TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
+                     TransformerEncoderLayer, sinusoidal_positions)
 
 __all__ = [
     "__version__",
@@ -26,4 +29,14 @@ __all__ = [
     "get_num_threads",
     "set_num_threads",
     "show_config",
+    "MultiHeadAttention",
+    "LayerNorm",
+    "FeedForward",
+    "PositionalEncoding",
+    "sinusoidal_positions",
+    "TransformerEncoderLayer",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerDecoder",
+    "Transformer",
 ]

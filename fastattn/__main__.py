@@ -4,6 +4,7 @@
   fastattn info              build configuration, threads, BLAS, CPU
 """
 import argparse
+import os
 import sys
 
 
@@ -46,10 +47,15 @@ def info(out=None):
 def main(argv=None):
     parser, bench_parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "info":
-        return info()
-    from . import _bench
-    _bench.run_bench(args, bench_parser.error)
+    try:
+        if args.command == "info":
+            return info()
+        from . import _bench
+        _bench.run_bench(args, bench_parser.error)
+    except BrokenPipeError:  # `fastattn ... | head`: stop quietly (as the Python docs suggest)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     return 0
 
 

@@ -41,8 +41,11 @@ import numpy as np
 # defaults (overridable from the command line)
 DEFAULT_THREADS = 2
 SLEEP_BETWEEN_SYSTEMS = 0.15  # s: let the previous library's spinning worker threads go idle
-FULL = dict(max_repeats=10, min_repeats=3, budget=2.0, sample=0.05, warmup=0.2)
-QUICK = dict(max_repeats=5, min_repeats=3, budget=0.5, sample=0.02, warmup=0.1)
+# repeats: timed samples per system and shape (fewer for slow calls, to stay within `budget`
+# seconds); sample: seconds a sample should last (short calls are repeated `inner` times);
+# warmup: seconds of untimed calls first; peak_n: size of the GEMM that measures the peak
+FULL = dict(max_repeats=10, min_repeats=3, budget=2.0, sample=0.05, warmup=0.2, peak_n=1536)
+QUICK = dict(max_repeats=5, min_repeats=3, budget=0.5, sample=0.02, warmup=0.1, peak_n=1024)
 # --quick skips score-materialising systems above these estimates
 QUICK_MAX_SCORE_BYTES = 1 << 30
 QUICK_MAX_SECONDS = 1.5
@@ -561,6 +564,7 @@ def environment():
         "logical_cpus": os.cpu_count(),
         "usable_cpus": cpus,
         "memory_available": available_memory(),
+        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "platform": platform.platform(),
         "python": sys.version.split()[0],
         "fastattn": _threads.config(),
@@ -573,10 +577,17 @@ def environment():
     return env
 
 
+def _fmt_load(load):
+    if not load:
+        return "unknown"
+    return " ".join(f"{x:.2f}" for x in load) + " (1, 5, 15 min)"
+
+
 def format_environment(env):
     lines = [f"CPU       : {env['cpu']} ({env['usable_cpus']} usable of {env['logical_cpus']} "
              f"logical CPUs; {' '.join(env['cpu_flags'])})",
              f"memory    : {fmt_bytes(env['memory_available'])} available",
+             f"load avg  : {_fmt_load(env.get('load_average'))}",
              f"platform  : {env['platform']}, Python {env['python']}"]
     buf = io.StringIO()
     from . import _threads
@@ -603,10 +614,9 @@ def format_environment(env):
     return lines
 
 
-def measure_peak(dtype, threads, quick):
+def measure_peak(dtype, threads, n):
     """GEMM rate of NumPy's BLAS on one thread (best of a few), times `threads`: the '% peak' basis."""
     from threadpoolctl import threadpool_limits
-    n = 1024 if quick else 1536
     rng = np.random.default_rng(1)
     a = rng.standard_normal((n, n)).astype(dtype)
     b = rng.standard_normal((n, n)).astype(dtype)
@@ -614,7 +624,7 @@ def measure_peak(dtype, threads, quick):
     best = math.inf
     with threadpool_limits(limits=1, user_api="blas"):
         np.matmul(a, b, out=c)
-        for _ in range(3 if quick else 5):
+        for _ in range(5):
             t0 = time.perf_counter()
             np.matmul(a, b, out=c)
             best = min(best, time.perf_counter() - t0)
@@ -790,12 +800,16 @@ def run_bench(args, error, out=None):
         if key in os.environ:
             print(f"fastattn bench: warning: {key}={os.environ[key]} is set and may pin NumPy's "
                   f"BLAS to a slower kernel; benchmark with `env -u {key} ...`", file=log)
+    load = env.get("load_average")
+    if load and load[0] > 1.0:
+        print(f"fastattn bench: warning: the 1-minute load average is {load[0]:.2f}: if other "
+              f"processes are using the CPUs, the timings will be noisy", file=log)
     if args.threads > env["usable_cpus"]:
         print(f"fastattn bench: warning: --threads {args.threads} is more than the "
               f"{env['usable_cpus']} usable CPUs", file=log)
 
     with threadpool_limits(limits=args.threads, user_api="blas"):
-        peak = measure_peak(dtype, args.threads, args.quick)
+        peak = measure_peak(dtype, args.threads, settings["peak_n"])
         memory = PeakMemory()
         result = {
             "settings": {"threads": args.threads, "dtype": args.dtype, "quick": args.quick,
@@ -1050,7 +1064,8 @@ def plot(result, path):
         ax_g.plot(xs, [r["gflops"] for r in rs], marker="o", label=LABELS[name])
     peak = result["peak"]["gflops"]
     ax_g.axhline(peak, color="grey", linestyle="--", linewidth=1)
-    ax_g.text(ax_g.get_xlim()[0], peak, " GEMM peak", va="bottom", color="grey", fontsize=8)
+    ax_g.text(0.01, peak, " NumPy GEMM peak (1 thread x threads)", va="bottom", color="grey",
+              fontsize=8, transform=ax_g.get_yaxis_transform())
     for ax in (ax_t, ax_g):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("sequence length L" + (" (= S)" if selfatt else ""))

@@ -33,6 +33,7 @@ attention output of zeros (PyTorch gives NaN there, or zeros on its nested-tenso
 import copy
 import json
 import math
+import threading
 
 import numpy as np
 
@@ -214,7 +215,21 @@ class _Init:
         return np.ones(shape, self.dtype)
 
 
-_EMPTY_INIT = [False]     # set by load(): parameters are overwritten, skip drawing random numbers
+class _EmptyInit(threading.local):
+    """Set while load()/from_torch_state_dict() build a model whose parameters are about to be
+    overwritten: skip drawing random numbers. Thread-local, so concurrent construction is safe."""
+    on = False
+
+
+_EMPTY = _EmptyInit()
+
+
+class _empty_init:
+    def __enter__(self):
+        _EMPTY.on = True
+
+    def __exit__(self, *exc):
+        _EMPTY.on = False
 
 
 class _Module:
@@ -298,11 +313,8 @@ class _Module:
             first = next((a for a in sd.values() if a.dtype.kind == "f"), None)
             config["dtype"] = np.float64 if first is not None and first.dtype == np.float64 else np.float32
         kwargs = cls._config_from_state_dict(sd, "", config)
-        _EMPTY_INIT[0] = True
-        try:
+        with _empty_init():
             model = cls(**kwargs)
-        finally:
-            _EMPTY_INIT[0] = False
         return model.load_state_dict(sd)
 
     @classmethod
@@ -321,27 +333,29 @@ class _Module:
     def load(cls, path):
         """Rebuild a module written by :meth:`save`. Wrong class, missing, unexpected or misshaped
         tensors: ValueError naming them."""
-        from safetensors import safe_open
-        with safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-        if "fastattn_config" not in meta:
-            raise ValueError(f"{path} has no fastattn config in its metadata (not written by save())")
-        if meta.get("fastattn_class") != cls.__name__:
-            raise ValueError(f"{path} holds a {meta.get('fastattn_class')}, not a {cls.__name__}")
-        config = json.loads(meta["fastattn_config"])
-        _EMPTY_INIT[0] = True
-        try:
+        config, tensors = _read_safetensors(path, cls.__name__)
+        with _empty_init():
             model = cls(**config)
-        finally:
-            _EMPTY_INIT[0] = False
         return model.load_state_dict(tensors)
+
+
+def _read_safetensors(path, class_name):
+    """(config, tensors) of a file written by _Module.save, checked to hold a `class_name`."""
+    from safetensors import safe_open
+    with safe_open(str(path), framework="numpy") as f:
+        meta = f.metadata() or {}
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    if "fastattn_config" not in meta:
+        raise ValueError(f"{path} has no fastattn config in its metadata (not written by save())")
+    if meta.get("fastattn_class") != class_name:
+        raise ValueError(f"{path} holds a {meta.get('fastattn_class')}, not a {class_name}")
+    return json.loads(meta["fastattn_config"]), tensors
 
 
 def _init_for(seed, dtype, init):
     if init is not None:
         return init
-    return _Init(seed, dtype, empty=_EMPTY_INIT[0])
+    return _Init(seed, dtype, empty=_EMPTY.on)
 
 
 class _Linear(_Module):
@@ -969,26 +983,15 @@ class TransformerEncoder(_Module):
             first = next((a for a in sd.values() if a.dtype.kind == "f"), None)
             config["dtype"] = np.float64 if first is not None and first.dtype == np.float64 else np.float32
         kwargs = cls._config_from_state_dict(sd, "", config)
-        _EMPTY_INIT[0] = True
-        try:
+        with _empty_init():
             model = cls._build(**kwargs)
-        finally:
-            _EMPTY_INIT[0] = False
         return model.load_state_dict(sd)
 
     @classmethod
     def load(cls, path):
-        from safetensors import safe_open
-        with safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-        if meta.get("fastattn_class") != cls.__name__:
-            raise ValueError(f"{path} holds a {meta.get('fastattn_class')}, not a {cls.__name__}")
-        _EMPTY_INIT[0] = True
-        try:
-            model = cls._build(**json.loads(meta["fastattn_config"]))
-        finally:
-            _EMPTY_INIT[0] = False
+        config, tensors = _read_safetensors(path, cls.__name__)
+        with _empty_init():
+            model = cls._build(**config)
         return model.load_state_dict(tensors)
 
     def _forward(self, x, B, T, kmask):

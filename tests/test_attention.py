@@ -295,21 +295,27 @@ def test_torch_parity(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("isa", ["scalar", "baseline", "avx2", "avx512"])
+@pytest.mark.parametrize("isa", ["scalar", "baseline", "avx2", "avx2-wide", "avx512"])
 def test_every_isa_agrees(rng, dtype, isa):
-    """Each micro-kernel set the CPU supports matches the reference."""
+    """Each micro-kernel set the CPU supports matches the reference ("avx2-wide" is the AVX-512
+    build's exact kernel shapes compiled for AVX2, so they are tested without AVX-512 too)."""
     if isa == "avx512" and _k.cpu_isa() != "avx512":
         pytest.skip("CPU has no AVX-512")
-    if isa == "avx2" and _k.cpu_isa() not in ("avx2", "avx512"):
+    if isa in ("avx2", "avx2-wide") and _k.cpu_isa() not in ("avx2", "avx512"):
         pytest.skip("CPU has no AVX2")
     before = _k.isa()
     try:
         assert _k.set_isa(isa) == isa
-        q, k, v = _qkv(rng, (1, 2, 70, 300, 24, 40), dtype)
-        mask = rng.random((70, 300)) > 0.3
-        _check(q, k, v, dtype, is_causal=True)
-        _check(q, k, v, dtype, attn_mask=mask)
-        _check(q, k, v, dtype, attn_mask=np.where(mask, 0.5, -np.inf).astype(dtype))
+        for L in (70, 5, 133):
+            q, k, v = _qkv(rng, (1, 2, L, 300, 24, 40), dtype)
+            mask = rng.random((L, 300)) > 0.3
+            _check(q, k, v, dtype, is_causal=True)
+            _check(q, k, v, dtype, attn_mask=mask)
+            _check(q, k, v, dtype, attn_mask=np.where(mask, 0.5, -np.inf).astype(dtype))
+            v[0, 1, 17, 3] = np.nan            # masked-out NaN value: the skip-zero P @ V path
+            m2 = mask.copy()
+            m2[:, 17] = False
+            _check(q, k, v, dtype, attn_mask=m2)
         x = rng.standard_normal((5, 37)).astype(dtype)
         np.testing.assert_allclose(fastattn.softmax(x), sp_softmax(x, axis=-1), rtol=RTOL[dtype] * 10, atol=ATOL[dtype])
     finally:

@@ -40,17 +40,17 @@ from fastattn._kernels._openmp cimport (FASTATTN_OPENMP_ENABLED, omp_get_max_thr
 cnp.import_array()
 
 cdef extern from "fa_kernels.h" nogil:
-    int FA_ISA_SCALAR, FA_ISA_BASE, FA_ISA_AVX2, FA_ISA_AVX512
+    int FA_ISA_SCALAR, FA_ISA_BASE, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX2_WIDE
     int FA_PAD_F32, FA_PAD_F64
     ctypedef struct fa_ops_f32:
         void (*qk_tile)(const float *q_tile, Py_ssize_t q_rs, int nq, int E, const float *kt,
-                        int ncols, float *scores) noexcept nogil
+                        int ncols, int nvalid, float scale, float *scores, float *rowmax) noexcept nogil
         void (*pv_tile)(const float *p, int p_rs, int nq, int nk, const float *vp, int nkp, int evp,
                         float *acc, int skip_zero) noexcept nogil
-        double (*row_update)(float *s, int n, int ncols, int lim, float scale,
+        double (*row_update)(float *s, int n, int ncols, int lim, float rowmax,
                              const unsigned char *bmask, const float *fmask, Py_ssize_t ms,
                              double *m_io, double *l_io) noexcept nogil
-        void (*row_weights)(const float *s, int n, int lim, float scale,
+        void (*row_weights)(const float *s, int n, int lim,
                             const unsigned char *bmask, const float *fmask, Py_ssize_t ms,
                             double m, double inv_l, float *w) noexcept nogil
         void (*softmax_row)(const float *x, int n, float *y) noexcept nogil
@@ -58,19 +58,20 @@ cdef extern from "fa_kernels.h" nogil:
         int (*pack_v)(const float *v, Py_ssize_t v_rs, int nk, int Ev, int evp, float *vp) noexcept nogil
         void (*scale_rows)(float *acc, int evp, int nq, const double *alpha) noexcept nogil
         void (*qk_direct)(const float *q, Py_ssize_t q_rs, int nq, int E, const float *k,
-                          Py_ssize_t k_rs, int nk, float *scores, int ncols) noexcept nogil
+                          Py_ssize_t k_rs, int nk, float scale, float *scores, int ncols,
+                          float *rowmax) noexcept nogil
         void (*pv_direct)(const float *p, int p_rs, int nq, int nk, const float *v, Py_ssize_t v_rs,
                           int Ev, float *acc, int evp) noexcept nogil
         void (*exp_array)(const float *x, Py_ssize_t n, float *y) noexcept nogil
     ctypedef struct fa_ops_f64:
         void (*qk_tile)(const double *q_tile, Py_ssize_t q_rs, int nq, int E, const double *kt,
-                        int ncols, double *scores) noexcept nogil
+                        int ncols, int nvalid, double scale, double *scores, double *rowmax) noexcept nogil
         void (*pv_tile)(const double *p, int p_rs, int nq, int nk, const double *vp, int nkp, int evp,
                         double *acc, int skip_zero) noexcept nogil
-        double (*row_update)(double *s, int n, int ncols, int lim, double scale,
+        double (*row_update)(double *s, int n, int ncols, int lim, double rowmax,
                              const unsigned char *bmask, const double *fmask, Py_ssize_t ms,
                              double *m_io, double *l_io) noexcept nogil
-        void (*row_weights)(const double *s, int n, int lim, double scale,
+        void (*row_weights)(const double *s, int n, int lim,
                             const unsigned char *bmask, const double *fmask, Py_ssize_t ms,
                             double m, double inv_l, double *w) noexcept nogil
         void (*softmax_row)(const double *x, int n, double *y) noexcept nogil
@@ -78,7 +79,8 @@ cdef extern from "fa_kernels.h" nogil:
         int (*pack_v)(const double *v, Py_ssize_t v_rs, int nk, int Ev, int evp, double *vp) noexcept nogil
         void (*scale_rows)(double *acc, int evp, int nq, const double *alpha) noexcept nogil
         void (*qk_direct)(const double *q, Py_ssize_t q_rs, int nq, int E, const double *k,
-                          Py_ssize_t k_rs, int nk, double *scores, int ncols) noexcept nogil
+                          Py_ssize_t k_rs, int nk, double scale, double *scores, int ncols,
+                          double *rowmax) noexcept nogil
         void (*pv_direct)(const double *p, int p_rs, int nq, int nk, const double *v, Py_ssize_t v_rs,
                           int Ev, double *acc, int evp) noexcept nogil
         void (*exp_array)(const double *x, Py_ssize_t n, double *y) noexcept nogil
@@ -90,21 +92,21 @@ cdef extern from "fa_kernels.h" nogil:
 
 
 ISA_NAMES = {FA_ISA_SCALAR: "scalar", FA_ISA_BASE: "baseline", FA_ISA_AVX2: "avx2",
-             FA_ISA_AVX512: "avx512"}
+             FA_ISA_AVX512: "avx512", FA_ISA_AVX2_WIDE: "avx2-wide"}
 fa_init(-1)
 
 # Tile sizes: fixed by dtype and head size only (never by the thread count).
 cdef enum:
-    _BQ = 64               # query rows per work item
+    _BQ = 48               # query rows per work item (a multiple of every ISA's 6- or 4-row block)
     _DIRECT_MAX_L = 16     # up to this many query rows, K and V are read in place (no packing)
 BQ = _BQ
 DIRECT_MAX_L = _DIRECT_MAX_L
 
 
 cdef inline int _key_block(int E, int Ev, int itemsize) noexcept nogil:
-    # 256 floats / 128 doubles per key tile for head sizes up to 64, fewer beyond, so that one
-    # packed key tile plus one value tile stay around 128 KiB (L2 holds several)
-    cdef int bk = 256 if itemsize == 4 else 128
+    # 128 floats / 64 doubles per key tile for head sizes up to 128, fewer beyond: a BQ x bk
+    # score tile (24 KiB) stays in the 32 KiB L1d, a packed key + value tile (<= 128 KiB) in L2
+    cdef int bk = 128 if itemsize == 4 else 64
     cdef int pad = FA_PAD_F32 if itemsize == 4 else FA_PAD_F64
     cdef int emax = E if E > Ev else Ev
     if emax < 1:
@@ -129,18 +131,19 @@ def scratch_bytes(int E, int Ev, int itemsize):
     cdef int ncols = _round_up(_key_block(E, Ev, itemsize), pad)
     cdef int evp = _round_up(max(Ev, 1), pad)
     cdef Py_ssize_t n = (<Py_ssize_t>_BQ * ncols + <Py_ssize_t>_BQ * evp) * itemsize  # sc, acc
-    n += 3 * _BQ * sizeof(double)                                               # m, l, alpha
+    n += 3 * _BQ * sizeof(double) + _BQ * itemsize                              # m, l, alpha, rowmax
     return ((n + 63) // 64) * 64 + 64
 
 
 # ---------------------------------------------------------------- dtype-generic tile operations
 
 cdef inline void _qk(const floating *q, Py_ssize_t q_rs, int nq, int E, const floating *kp,
-                     int ncols, floating *sc) noexcept nogil:
+                     int ncols, int nvalid, floating scale, floating *sc,
+                     floating *rowmax) noexcept nogil:
     if floating is float:
-        fa_f32.qk_tile(q, q_rs, nq, E, kp, ncols, sc)
+        fa_f32.qk_tile(q, q_rs, nq, E, kp, ncols, nvalid, scale, sc, rowmax)
     else:
-        fa_f64.qk_tile(q, q_rs, nq, E, kp, ncols, sc)
+        fa_f64.qk_tile(q, q_rs, nq, E, kp, ncols, nvalid, scale, sc, rowmax)
 
 
 cdef inline void _pv(const floating *p, int p_rs, int nq, int nk, const floating *vp, int nkp,
@@ -151,22 +154,22 @@ cdef inline void _pv(const floating *p, int p_rs, int nq, int nk, const floating
         fa_f64.pv_tile(p, p_rs, nq, nk, vp, nkp, evp, acc, skip_zero)
 
 
-cdef inline double _row_update(floating *s, int n, int ncols, int lim, floating scale,
+cdef inline double _row_update(floating *s, int n, int ncols, int lim, floating rowmax,
                                const unsigned char *bm, const floating *fm, Py_ssize_t ms,
                                double *m, double *l) noexcept nogil:
     if floating is float:
-        return fa_f32.row_update(s, n, ncols, lim, scale, bm, fm, ms, m, l)
+        return fa_f32.row_update(s, n, ncols, lim, rowmax, bm, fm, ms, m, l)
     else:
-        return fa_f64.row_update(s, n, ncols, lim, scale, bm, fm, ms, m, l)
+        return fa_f64.row_update(s, n, ncols, lim, rowmax, bm, fm, ms, m, l)
 
 
-cdef inline void _row_weights(const floating *s, int n, int lim, floating scale,
+cdef inline void _row_weights(const floating *s, int n, int lim,
                               const unsigned char *bm, const floating *fm, Py_ssize_t ms,
                               double m, double inv_l, floating *w) noexcept nogil:
     if floating is float:
-        fa_f32.row_weights(s, n, lim, scale, bm, fm, ms, m, inv_l, w)
+        fa_f32.row_weights(s, n, lim, bm, fm, ms, m, inv_l, w)
     else:
-        fa_f64.row_weights(s, n, lim, scale, bm, fm, ms, m, inv_l, w)
+        fa_f64.row_weights(s, n, lim, bm, fm, ms, m, inv_l, w)
 
 
 cdef inline void _pack_k(const floating *k, Py_ssize_t k_rs, int nk, int E, int ncols,
@@ -193,11 +196,12 @@ cdef inline void _scale_rows(floating *acc, int evp, int nq, const double *alpha
 
 
 cdef inline void _qk_direct(const floating *q, Py_ssize_t q_rs, int nq, int E, const floating *k,
-                            Py_ssize_t k_rs, int nk, floating *sc, int ncols) noexcept nogil:
+                            Py_ssize_t k_rs, int nk, floating scale, floating *sc, int ncols,
+                            floating *rowmax) noexcept nogil:
     if floating is float:
-        fa_f32.qk_direct(q, q_rs, nq, E, k, k_rs, nk, sc, ncols)
+        fa_f32.qk_direct(q, q_rs, nq, E, k, k_rs, nk, scale, sc, ncols, rowmax)
     else:
-        fa_f64.qk_direct(q, q_rs, nq, E, k, k_rs, nk, sc, ncols)
+        fa_f64.qk_direct(q, q_rs, nq, E, k, k_rs, nk, scale, sc, ncols, rowmax)
 
 
 cdef inline void _pv_direct(const floating *p, int p_rs, int nq, int nk, const floating *v,
@@ -248,6 +252,7 @@ cdef void _sdpa_item(
     cdef double *m = <double *> (acc + <Py_ssize_t>_BQ * evp)      # (BQ,) running max
     cdef double *l = m + _BQ                                       # (BQ,) running sum
     cdef double *alpha = l + _BQ                                   # (BQ,) rescale factors
+    cdef floating *rowmax = <floating *> (alpha + _BQ)             # (BQ,) tile row maxima
     cdef int r, c, kb, k0, nk, ncols, lim, kend
     cdef double inv
     cdef floating a
@@ -273,9 +278,9 @@ cdef void _sdpa_item(
         ncols = _round_up(nk, pad)
         # 1. scores = q_block @ k_tile.T
         if kp != NULL:
-            _qk(q, q_rs, nq, E, kp + kb * kp_tile, ncols, sc)
+            _qk(q, q_rs, nq, E, kp + kb * kp_tile, ncols, nk, scale, sc, rowmax)
         else:
-            _qk_direct(q, q_rs, nq, E, k + k0 * k_rs, k_rs, nk, sc, ncols)
+            _qk_direct(q, q_rs, nq, E, k + k0 * k_rs, k_rs, nk, scale, sc, ncols, rowmax)
         # 2. per row: scale, mask, online softmax; P overwrites the scores
         for r in range(nq):
             lim = nk
@@ -285,7 +290,7 @@ cdef void _sdpa_item(
                 bmr = bm + r * m_rs + k0 * m_cs
             if fm != NULL:
                 fmr = fm + r * m_rs + k0 * m_cs
-            alpha[r] = _row_update(sc + <Py_ssize_t>r * ncols, nk, ncols, lim, scale,
+            alpha[r] = _row_update(sc + <Py_ssize_t>r * ncols, nk, ncols, lim, rowmax[r],
                                    bmr, fmr, m_cs, &m[r], &l[r])
         # 3. acc = diag(alpha) acc + P @ v_tile (packed with min(bk, S - k0) rows)
         _scale_rows(acc, evp, nq, alpha)
@@ -317,7 +322,8 @@ cdef void _weights_item(
     final row max and sum: w = exp(s - m) / l (rows with l == 0 stay zero)."""
     cdef int ncols_max = _round_up(bk, pad)
     cdef Py_ssize_t kp_tile = <Py_ssize_t>E * ncols_max
-    cdef floating *sc = <floating *> scratch
+    cdef floating *sc = <floating *> scratch                       # (BQ, ncols)
+    cdef floating *rowmax = sc + <Py_ssize_t>_BQ * ncols_max       # (BQ,), unused here
     cdef int r, kb, k0, nk, ncols, lim, kend
     cdef const unsigned char *bmr = NULL
     cdef const floating *fmr = NULL
@@ -329,9 +335,9 @@ cdef void _weights_item(
         nk = bk if kend - k0 > bk else kend - k0
         ncols = _round_up(nk, pad)
         if kp != NULL:
-            _qk(q, q_rs, nq, E, kp + kb * kp_tile, ncols, sc)
+            _qk(q, q_rs, nq, E, kp + kb * kp_tile, ncols, nk, scale, sc, rowmax)
         else:
-            _qk_direct(q, q_rs, nq, E, k + k0 * k_rs, k_rs, nk, sc, ncols)
+            _qk_direct(q, q_rs, nq, E, k + k0 * k_rs, k_rs, nk, scale, sc, ncols, rowmax)
         for r in range(nq):
             if l_in[r] == 0.0:
                 continue
@@ -342,7 +348,7 @@ cdef void _weights_item(
                 bmr = bm + r * m_rs + k0 * m_cs
             if fm != NULL:
                 fmr = fm + r * m_rs + k0 * m_cs
-            _row_weights(sc + <Py_ssize_t>r * ncols, nk, lim, scale, bmr, fmr, m_cs,
+            _row_weights(sc + <Py_ssize_t>r * ncols, nk, lim, bmr, fmr, m_cs,
                          m_in[r], 1.0 / l_in[r], w + r * w_rs + k0)
 
 

@@ -136,6 +136,45 @@
 #undef FA_NAME
 #undef FA_TARGET
 
+/* ---- test-only: the AVX-512 shapes (16 floats / 8 doubles a vector, 6 x 4 blocks) compiled for
+ * AVX2, so that the exact template instance the AVX-512 build uses is exercised by the test suite
+ * on machines without AVX-512. Never selected automatically. */
+#define FA_T float
+#define FA_I int32_t
+#define FA_IS_DOUBLE 0
+#define FA_VW 16
+#define FA_MR 6
+#define FA_NV 4
+#define FA_NAME(x) x##_f32_avx2wide
+#define FA_TARGET __attribute__((target("avx2,fma")))
+#include "fa_tile.h"
+#undef FA_T
+#undef FA_I
+#undef FA_IS_DOUBLE
+#undef FA_VW
+#undef FA_MR
+#undef FA_NV
+#undef FA_NAME
+#undef FA_TARGET
+
+#define FA_T double
+#define FA_I int64_t
+#define FA_IS_DOUBLE 1
+#define FA_VW 8
+#define FA_MR 6
+#define FA_NV 4
+#define FA_NAME(x) x##_f64_avx2wide
+#define FA_TARGET __attribute__((target("avx2,fma")))
+#include "fa_tile.h"
+#undef FA_T
+#undef FA_I
+#undef FA_IS_DOUBLE
+#undef FA_VW
+#undef FA_MR
+#undef FA_NV
+#undef FA_NAME
+#undef FA_TARGET
+
 /* ---- AVX-512F: 32 zmm registers; a 6 x 4-vector block keeps 24 accumulators live */
 #define FA_T float
 #define FA_I int32_t
@@ -214,6 +253,14 @@ int fa_cpu_level(void)
 int fa_init(int level)
 {
     int cpu = fa_cpu_level();
+#if FA_X86
+    if (level == FA_ISA_AVX2_WIDE && cpu >= FA_ISA_AVX2) {
+        FA_FILL(fa_f32, f32_avx2wide);
+        FA_FILL(fa_f64, f64_avx2wide);
+        fa_isa_level = level;
+        return level;
+    }
+#endif
     if (level < 0 || level > cpu) level = cpu;
 #if !FA_GNU_VECTORS
     level = FA_ISA_SCALAR;

@@ -9,7 +9,8 @@ enum {
     FA_ISA_SCALAR = 0,   /* plain C, any compiler */
     FA_ISA_BASE = 1,     /* generic vectors at the baseline ISA (SSE2 on x86-64) */
     FA_ISA_AVX2 = 2,     /* AVX2 + FMA */
-    FA_ISA_AVX512 = 3    /* AVX-512F */
+    FA_ISA_AVX512 = 3,   /* AVX-512F */
+    FA_ISA_AVX2_WIDE = 4 /* tests only: the AVX-512 kernel shapes compiled for AVX2 */
 };
 
 /* Columns of a packed key tile and of the value/accumulator tiles must be a multiple of these
@@ -20,19 +21,19 @@ enum {
 #define FA_DECLARE_OPS(T, sfx)                                                                  \
     typedef struct {                                                                            \
         void (*qk_tile)(const T *q_tile, ptrdiff_t q_rs, int nq, int E, const T *kt, int ncols, \
-                        T *scores);                                                             \
+                        int nvalid, T scale, T *scores, T *rowmax);                             \
         void (*pv_tile)(const T *p, int p_rs, int nq, int nk, const T *vp, int nkp, int evp, T *acc, \
                         int skip_zero);                                                         \
-        double (*row_update)(T *s, int n, int ncols, int lim, T scale, const unsigned char *bmask, \
+        double (*row_update)(T *s, int n, int ncols, int lim, T rowmax, const unsigned char *bmask, \
                              const T *fmask, ptrdiff_t ms, double *m_io, double *l_io);         \
-        void (*row_weights)(const T *s, int n, int lim, T scale, const unsigned char *bmask,    \
+        void (*row_weights)(const T *s, int n, int lim, const unsigned char *bmask,             \
                             const T *fmask, ptrdiff_t ms, double m, double inv_l, T *w);        \
         void (*softmax_row)(const T *x, int n, T *y);                                           \
         void (*pack_k)(const T *k, ptrdiff_t k_rs, int nk, int E, int ncols, T *kp);            \
         int (*pack_v)(const T *v, ptrdiff_t v_rs, int nk, int Ev, int evp, T *vp);              \
         void (*scale_rows)(T *acc, int evp, int nq, const double *alpha);                       \
         void (*qk_direct)(const T *q, ptrdiff_t q_rs, int nq, int E, const T *k, ptrdiff_t k_rs, \
-                          int nk, T *scores, int ncols);                                        \
+                          int nk, T scale, T *scores, int ncols, T *rowmax);                    \
         void (*pv_direct)(const T *p, int p_rs, int nq, int nk, const T *v, ptrdiff_t v_rs,     \
                           int Ev, T *acc, int evp);                                             \
         void (*exp_array)(const T *x, ptrdiff_t n, T *y);                                       \

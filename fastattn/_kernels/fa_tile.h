@@ -74,55 +74,130 @@ FA_TARGET static int FA_NAME(pack_v)(const FA_T *v, ptrdiff_t v_rs, int nk, int 
     return probe != probe;
 }
 
-/* scores[r, c] = sum_e q_tile[r, e] * k[c, e]  for r < nq, c < ncols (kp packed by pack_k).
- * Register block: FA_MR rows x FA_NV vectors; each step of e broadcasts one query element per row
- * and does FA_MR * FA_NV fused multiply-adds against FA_NV contiguous loads of the key panel. */
+#if FA_VW > 1
+/* max that propagates NaN: once a NaN is seen it sticks, so a NaN score reaches the output */
+#define VMAXNAN(m, x) ((V)((((VI)(m)) & ~(VI)(((x) > (m)) | ((x) != (x)))) | (((VI)(x)) & (VI)(((x) > (m)) | ((x) != (x))))))
+
+/* One register block of `mr` (a compile-time constant after inlining) query rows:
+ *   scores[r, c] = scale * sum_e q[r, e] * k[c, e]   for c < ncols, and
+ *   rowmax[r]    = max over c < nvalid of scores[r, c]  (NaN if any is NaN).
+ * Each step of e broadcasts one query element per row and does mr * FA_NV fused multiply-adds
+ * against FA_NV contiguous loads of the key panel. */
+FA_TARGET static inline __attribute__((always_inline)) void
+FA_NAME(qk_block)(const FA_T *qr, ptrdiff_t q_rs, const int mr, int E, const FA_T *kp, int ncols,
+                  int nvalid, FA_T scale, FA_T *scores, FA_T *rowmax)
+{
+    const FA_T ninf = -(FA_T)INFINITY;
+    V vmax[FA_MR];
+    VI lane;
+    for (int t = 0; t < FA_VW; t++) lane[t] = t;
+    for (int r = 0; r < mr; r++) vmax[r] = (V){0} + ninf;
+    for (int c0 = 0; c0 < ncols; c0 += FA_NR) {
+        const FA_T *panel = kp + (ptrdiff_t)c0 * E;
+        V acc[FA_MR][FA_NV];
+        for (int r = 0; r < mr; r++)
+            for (int v = 0; v < FA_NV; v++) acc[r][v] = (V){0};
+        for (int e = 0; e < E; e++) {
+            V kv[FA_NV];
+            for (int v = 0; v < FA_NV; v++) kv[v] = VLOAD(panel + e * FA_NR + v * FA_VW);
+            for (int r = 0; r < mr; r++) {
+                FA_T qe = qr[r * q_rs + e];
+                for (int v = 0; v < FA_NV; v++) acc[r][v] += qe * kv[v];
+            }
+        }
+        int partial = c0 + FA_NR > nvalid;
+        for (int v = 0; v < FA_NV; v++) {
+            VI valid = (VI)((lane + (FA_I)(c0 + v * FA_VW)) < (FA_I)nvalid);
+            for (int r = 0; r < mr; r++) {
+                V x = acc[r][v] * scale;
+                VSTORE(scores + (ptrdiff_t)r * ncols + c0 + v * FA_VW, x);
+                if (partial) x = (V)(((VI)x & valid) | ((VI)((V){0} + ninf) & ~valid));
+                vmax[r] = VMAXNAN(vmax[r], x);
+            }
+        }
+    }
+    for (int r = 0; r < mr; r++) {
+        FA_T m = ninf;
+        int nan = 0;
+        for (int t = 0; t < FA_VW; t++) {
+            m = vmax[r][t] > m ? vmax[r][t] : m;
+            nan |= vmax[r][t] != vmax[r][t];
+        }
+        rowmax[r] = nan ? (FA_T)NAN : m;
+    }
+}
+
+/* One register block of `mr` rows: acc[r, c] += sum_{j < nk} p[r, j] * v[j, c], c < evp. */
+FA_TARGET static inline __attribute__((always_inline)) void
+FA_NAME(pv_block)(const FA_T *pr, int p_rs, const int mr, int nk, const FA_T *vp, int nkp, int evp,
+                  FA_T *acc)
+{
+    for (int c0 = 0; c0 < evp; c0 += FA_NR) {
+        const FA_T *panel = vp + (ptrdiff_t)c0 * nkp;
+        V a[FA_MR][FA_NV];
+        for (int r = 0; r < mr; r++)
+            for (int v = 0; v < FA_NV; v++) a[r][v] = (V){0};
+        for (int j = 0; j < nk; j++) {
+            V vv[FA_NV];
+            for (int v = 0; v < FA_NV; v++) vv[v] = VLOAD(panel + (ptrdiff_t)j * FA_NR + v * FA_VW);
+            for (int r = 0; r < mr; r++) {
+                FA_T pj = pr[(ptrdiff_t)r * p_rs + j];
+                for (int v = 0; v < FA_NV; v++) a[r][v] += pj * vv[v];
+            }
+        }
+        for (int r = 0; r < mr; r++)
+            for (int v = 0; v < FA_NV; v++) {
+                FA_T *dst = acc + (ptrdiff_t)r * evp + c0 + v * FA_VW;
+                VSTORE(dst, VLOAD(dst) + a[r][v]);
+            }
+    }
+}
+
+/* Dispatch a leftover row count (1 .. FA_MR - 1) to a block specialised for it. */
+#define FA_REMAINDER(CALL, rem)                           \
+    switch (rem) {                                        \
+    case 1: CALL(1); break;                               \
+    case 2: CALL(FA_MR > 2 ? 2 : 1); break;               \
+    case 3: CALL(FA_MR > 3 ? 3 : 1); break;               \
+    case 4: CALL(FA_MR > 4 ? 4 : 1); break;               \
+    case 5: CALL(FA_MR > 5 ? 5 : 1); break;               \
+    case 6: CALL(FA_MR > 6 ? 6 : 1); break;               \
+    case 7: CALL(FA_MR > 7 ? 7 : 1); break;               \
+    default: break;                                       \
+    }
+#endif
+
+/* scores = scale * q_tile @ k_tile.T for r < nq, c < ncols (kp packed by pack_k), and
+ * rowmax[r] = max over the nvalid real keys (NaN if any score is NaN). */
 FA_TARGET static void FA_NAME(qk_tile)(const FA_T *q_tile, ptrdiff_t q_rs, int nq, int E,
-                                       const FA_T *kp, int ncols, FA_T *scores)
+                                       const FA_T *kp, int ncols, int nvalid, FA_T scale,
+                                       FA_T *scores, FA_T *rowmax)
 {
 #if FA_VW > 1
     int r0 = 0;
-    for (; r0 + FA_MR <= nq; r0 += FA_MR) {
-        for (int c0 = 0; c0 < ncols; c0 += FA_NR) {
-            const FA_T *panel = kp + (ptrdiff_t)c0 * E;
-            V acc[FA_MR][FA_NV];
-            for (int r = 0; r < FA_MR; r++)
-                for (int v = 0; v < FA_NV; v++) acc[r][v] = (V){0};
-            const FA_T *qr = q_tile + r0 * q_rs;
-            for (int e = 0; e < E; e++) {
-                V kv[FA_NV];
-                for (int v = 0; v < FA_NV; v++) kv[v] = VLOAD(panel + e * FA_NR + v * FA_VW);
-                for (int r = 0; r < FA_MR; r++) {
-                    FA_T qe = qr[r * q_rs + e];
-                    for (int v = 0; v < FA_NV; v++) acc[r][v] += qe * kv[v];
-                }
-            }
-            for (int r = 0; r < FA_MR; r++)
-                for (int v = 0; v < FA_NV; v++)
-                    VSTORE(scores + (ptrdiff_t)(r0 + r) * ncols + c0 + v * FA_VW, acc[r][v]);
-        }
-    }
-    /* leftover rows, one at a time */
-    for (; r0 < nq; r0++) {
-        for (int c0 = 0; c0 < ncols; c0 += FA_NR) {
-            const FA_T *panel = kp + (ptrdiff_t)c0 * E;
-            V acc[FA_NV];
-            for (int v = 0; v < FA_NV; v++) acc[v] = (V){0};
-            const FA_T *qr = q_tile + r0 * q_rs;
-            for (int e = 0; e < E; e++) {
-                FA_T qe = qr[e];
-                for (int v = 0; v < FA_NV; v++) acc[v] += qe * VLOAD(panel + e * FA_NR + v * FA_VW);
-            }
-            for (int v = 0; v < FA_NV; v++) VSTORE(scores + (ptrdiff_t)r0 * ncols + c0 + v * FA_VW, acc[v]);
-        }
-    }
+    for (; r0 + FA_MR <= nq; r0 += FA_MR)
+        FA_NAME(qk_block)(q_tile + r0 * q_rs, q_rs, FA_MR, E, kp, ncols, nvalid, scale,
+                          scores + (ptrdiff_t)r0 * ncols, rowmax + r0);
+#define FA_QK_CALL(k) FA_NAME(qk_block)(q_tile + r0 * q_rs, q_rs, k, E, kp, ncols, nvalid, scale, \
+                                        scores + (ptrdiff_t)r0 * ncols, rowmax + r0)
+    FA_REMAINDER(FA_QK_CALL, nq - r0)
+#undef FA_QK_CALL
 #else
-    for (int r = 0; r < nq; r++)
+    for (int r = 0; r < nq; r++) {
+        FA_T m = -(FA_T)INFINITY;
+        int nan = 0;
         for (int c = 0; c < ncols; c++) {
             FA_T s = 0;
             for (int e = 0; e < E; e++) s += q_tile[r * q_rs + e] * kp[(ptrdiff_t)c * E + e];
+            s *= scale;
             scores[(ptrdiff_t)r * ncols + c] = s;
+            if (c < nvalid) {
+                m = s > m ? s : m;
+                nan |= s != s;
+            }
         }
+        rowmax[r] = nan ? (FA_T)NAN : m;
+    }
 #endif
 }
 
@@ -134,32 +209,18 @@ FA_TARGET static void FA_NAME(pv_tile)(const FA_T *p, int p_rs, int nq, int nk,
                                        const FA_T *vp, int nkp, int evp, FA_T *acc, int skip_zero)
 {
 #if FA_VW > 1
-    int r0 = 0;
     if (!skip_zero) {
-        for (; r0 + FA_MR <= nq; r0 += FA_MR) {
-            for (int c0 = 0; c0 < evp; c0 += FA_NR) {
-                const FA_T *panel = vp + (ptrdiff_t)c0 * nkp;
-                V a[FA_MR][FA_NV];
-                for (int r = 0; r < FA_MR; r++)
-                    for (int v = 0; v < FA_NV; v++) a[r][v] = (V){0};
-                const FA_T *pr = p + (ptrdiff_t)r0 * p_rs;
-                for (int j = 0; j < nk; j++) {
-                    V vv[FA_NV];
-                    for (int v = 0; v < FA_NV; v++) vv[v] = VLOAD(panel + (ptrdiff_t)j * FA_NR + v * FA_VW);
-                    for (int r = 0; r < FA_MR; r++) {
-                        FA_T pj = pr[(ptrdiff_t)r * p_rs + j];
-                        for (int v = 0; v < FA_NV; v++) a[r][v] += pj * vv[v];
-                    }
-                }
-                for (int r = 0; r < FA_MR; r++)
-                    for (int v = 0; v < FA_NV; v++) {
-                        FA_T *dst = acc + (ptrdiff_t)(r0 + r) * evp + c0 + v * FA_VW;
-                        VSTORE(dst, VLOAD(dst) + a[r][v]);
-                    }
-            }
-        }
+        int r0 = 0;
+        for (; r0 + FA_MR <= nq; r0 += FA_MR)
+            FA_NAME(pv_block)(p + (ptrdiff_t)r0 * p_rs, p_rs, FA_MR, nk, vp, nkp, evp,
+                              acc + (ptrdiff_t)r0 * evp);
+#define FA_PV_CALL(k) FA_NAME(pv_block)(p + (ptrdiff_t)r0 * p_rs, p_rs, k, nk, vp, nkp, evp, \
+                                        acc + (ptrdiff_t)r0 * evp)
+        FA_REMAINDER(FA_PV_CALL, nq - r0)
+#undef FA_PV_CALL
+        return;
     }
-    for (; r0 < nq; r0++) {
+    for (int r0 = 0; r0 < nq; r0++) {
         const FA_T *pr = p + (ptrdiff_t)r0 * p_rs;
         for (int c0 = 0; c0 < evp; c0 += FA_NR) {
             const FA_T *panel = vp + (ptrdiff_t)c0 * nkp;
@@ -167,7 +228,7 @@ FA_TARGET static void FA_NAME(pv_tile)(const FA_T *p, int p_rs, int nq, int nk,
             for (int v = 0; v < FA_NV; v++) a[v] = (V){0};
             for (int j = 0; j < nk; j++) {
                 FA_T pj = pr[j];
-                if (skip_zero && pj == 0) continue;
+                if (pj == 0) continue;
                 for (int v = 0; v < FA_NV; v++) a[v] += pj * VLOAD(panel + (ptrdiff_t)j * FA_NR + v * FA_VW);
             }
             for (int v = 0; v < FA_NV; v++) {
@@ -196,7 +257,8 @@ FA_TARGET static void FA_NAME(pv_tile)(const FA_T *p, int p_rs, int nq, int nk,
  *   acc[r, c]   += sum_j p[r, j] * v[j, c]      (vectorised along c; p == 0 skipped, so a
  *                                                masked-out inf/NaN value never enters) */
 FA_TARGET static void FA_NAME(qk_direct)(const FA_T *q, ptrdiff_t q_rs, int nq, int E,
-                                         const FA_T *k, ptrdiff_t k_rs, int nk, FA_T *scores, int ncols)
+                                         const FA_T *k, ptrdiff_t k_rs, int nk, FA_T scale,
+                                         FA_T *scores, int ncols, FA_T *rowmax)
 {
     for (int r = 0; r < nq; r++) {
         const FA_T *qr = q + r * q_rs;
@@ -239,6 +301,15 @@ FA_TARGET static void FA_NAME(qk_direct)(const FA_T *q, ptrdiff_t q_rs, int nq, 
             for (int e = 0; e < E; e++) s0 += qr[e] * kj[e];
             srow[j] = s0;
         }
+        FA_T m = -(FA_T)INFINITY;
+        int nan = 0;
+        for (j = 0; j < nk; j++) {
+            FA_T x = srow[j] * scale;
+            srow[j] = x;
+            m = x > m ? x : m;
+            nan |= x != x;
+        }
+        rowmax[r] = nan ? (FA_T)NAN : m;
     }
 }
 
@@ -324,22 +395,21 @@ FA_TARGET static inline V FA_NAME(vexp)(V x)
 }
 #endif
 
-/* Pass 1 of a row: s_j <- scale * s_j (+ additive mask), or -inf where key j is not allowed
- * (keys j >= lim for causal; bmask uint8 with 1 = allowed; fmask additive with -inf = not
- * allowed; both optional, column stride ms). Masked entries become -inf by selection, never by
- * addition, so NaN or inf in a masked-out key cannot leak. Returns the row maximum, or NaN when
- * an allowed entry is NaN. Shared by the forward pass and the weights pass so both see the very
- * same rounded scores. */
-FA_TARGET static inline FA_T FA_NAME(scale_mask_max)(FA_T *s, int lim, FA_T scale,
-                                                     const unsigned char *bmask, const FA_T *fmask,
-                                                     ptrdiff_t ms)
+/* Pass 1 of a row, on scores the micro-kernel already scaled: s_j <- s_j (+ additive mask), or
+ * -inf where key j is not allowed (keys j >= lim for causal; bmask uint8 with 1 = allowed; fmask
+ * additive with -inf = not allowed; both optional, column stride ms). Masked entries become -inf
+ * by selection, never by addition, so NaN or inf in a masked-out key cannot leak. Returns the
+ * row maximum, or NaN when an allowed entry is NaN. Shared by the forward pass and the weights
+ * pass so both see the very same scores. */
+FA_TARGET static inline FA_T FA_NAME(mask_max)(FA_T *s, int lim, const unsigned char *bmask,
+                                               const FA_T *fmask, ptrdiff_t ms)
 {
     const FA_T ninf = -(FA_T)INFINITY;
     FA_T mx = ninf;
     int nan = 0;
     if (bmask) {
         for (int j = 0; j < lim; j++) {
-            FA_T x = bmask[j * ms] ? s[j] * scale : ninf;
+            FA_T x = bmask[j * ms] ? s[j] : ninf;
             s[j] = x;
             mx = x > mx ? x : mx;
             nan |= x != x;
@@ -347,32 +417,14 @@ FA_TARGET static inline FA_T FA_NAME(scale_mask_max)(FA_T *s, int lim, FA_T scal
     } else if (fmask) {
         for (int j = 0; j < lim; j++) {
             FA_T a = fmask[j * ms];
-            FA_T x = (a == ninf) ? ninf : s[j] * scale;
-            x = (a == ninf) ? ninf : x + a;
+            FA_T x = (a == ninf) ? ninf : s[j] + a;
             s[j] = x;
             mx = x > mx ? x : mx;
             nan |= x != x;
         }
     } else {
-        int j = 0;
-#if FA_VW > 1
-        V vmx = (V){0} + ninf;
-        VI vnan = (VI){0};
-        for (; j + FA_VW <= lim; j += FA_VW) {
-            V x = VLOAD(s + j) * scale;
-            VSTORE(s + j, x);
-            VI gt = (VI)(x > vmx);
-            vmx = (V)(((VI)vmx & ~gt) | ((VI)x & gt));
-            vnan |= (VI)(x != x);
-        }
-        for (int k = 0; k < FA_VW; k++) {
-            mx = vmx[k] > mx ? vmx[k] : mx;
-            nan |= vnan[k] != 0;
-        }
-#endif
-        for (; j < lim; j++) {
-            FA_T x = s[j] * scale;
-            s[j] = x;
+        for (int j = 0; j < lim; j++) {
+            FA_T x = s[j];
             mx = x > mx ? x : mx;
             nan |= x != x;
         }
@@ -413,20 +465,21 @@ FA_TARGET static inline FA_T FA_NAME(exp_sub_sum)(FA_T *s, int lim, FA_T mf)
 }
 
 /* One row of one tile, the online-softmax step (FlashAttention's recurrence):
- *   s_j   <- scale * s_j + mask_j            (or -inf where the key is not allowed)
+ *   s_j   <- s_j + mask_j                    (or -inf where the key is not allowed)
  *   m_new  = max(m_old, max_j s_j)
  *   p_j    = exp(s_j - m_new)                (written back into s)
  *   l      = l * exp(m_old - m_new) + sum_j p_j
  * and returns alpha = exp(m_old - m_new), the factor the caller applies to the accumulator row.
  * A NaN score in an allowed position makes m (and so the row's output) NaN. Entries lim ..
  * ncols-1 (masked by causality, or padding) are set to 0. */
-FA_TARGET static double FA_NAME(row_update)(FA_T *s, int n, int ncols, int lim, FA_T scale,
+FA_TARGET static double FA_NAME(row_update)(FA_T *s, int n, int ncols, int lim, FA_T rowmax,
                                             const unsigned char *bmask, const FA_T *fmask,
                                             ptrdiff_t ms, double *m_io, double *l_io)
 {
     if (lim > n) lim = n;
     if (lim < 0) lim = 0;
-    FA_T mx = FA_NAME(scale_mask_max)(s, lim, scale, bmask, fmask, ms);
+    /* rowmax (from the micro-kernel) is the max over all n keys: valid unless masking applies */
+    FA_T mx = (bmask || fmask || lim < n) ? FA_NAME(mask_max)(s, lim, bmask, fmask, ms) : rowmax;
     double m_old = *m_io;
     double m_new = (mx != mx || m_old != m_old) ? NAN : ((double)mx > m_old ? (double)mx : m_old);
     if (m_new == -INFINITY) {
@@ -444,14 +497,14 @@ FA_TARGET static double FA_NAME(row_update)(FA_T *s, int n, int ncols, int lim, 
 
 /* w_j = exp(s_j - m) * inv_l over one row, for the optional weights output: the same scores as
  * the forward pass (scale_mask_max), its final row max m and sum l. */
-FA_TARGET static void FA_NAME(row_weights)(const FA_T *s, int n, int lim, FA_T scale,
+FA_TARGET static void FA_NAME(row_weights)(const FA_T *s, int n, int lim,
                                            const unsigned char *bmask, const FA_T *fmask, ptrdiff_t ms,
                                            double m, double inv_l, FA_T *w)
 {
     if (lim > n) lim = n;
     if (lim < 0) lim = 0;
     memcpy(w, s, sizeof(FA_T) * (size_t)lim);
-    FA_NAME(scale_mask_max)(w, lim, scale, bmask, fmask, ms);
+    FA_NAME(mask_max)(w, lim, bmask, fmask, ms);
     FA_NAME(exp_sub_sum)(w, lim, (FA_T)m);
     FA_T il = (FA_T)inv_l;
     for (int j = 0; j < lim; j++) w[j] *= il;
@@ -512,6 +565,8 @@ FA_TARGET static void FA_NAME(exp_array)(const FA_T *x, ptrdiff_t n, FA_T *y)
 }
 
 #undef FA_NR
+#undef VMAXNAN
+#undef FA_REMAINDER
 #ifdef V
 #undef V
 #undef VI

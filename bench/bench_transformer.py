@@ -1,0 +1,162 @@
+"""The paper's base Transformer forward pass: fastattn vs torch.nn.Transformer, side by side.
+
+Base model (6 + 6 layers, d_model 512, 8 heads, d_ff 2048), batch 8, 128 source + 128 target
+tokens, causal target mask, float32. torch runs in eval() under torch.inference_mode(); fastattn
+runs the same weights, loaded with Transformer.from_torch_state_dict. Both get the same number of
+threads (OpenMP for fastattn's kernel, BLAS for both, torch.set_num_threads for torch).
+Timed runs alternate between the two libraries (A B A B ...), with a short sleep between them
+(idle worker threads spin on few cores); medians and minimums are reported.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_transformer.py [--quick]
+    ... --profile     also time fastattn's parts (projections, attention, layer norm, FFN)
+"""
+import argparse
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
+
+import fastattn
+from fastattn.layers import Transformer
+
+
+def _env_header(threads):
+    print(f"# python {platform.python_version()}  numpy {np.__version__}  fastattn {fastattn.__version__}"
+          f"  platform {platform.platform()}")
+    print(f"# threads: {threads} (fastattn kernel + BLAS + torch intra-op)")
+    for lib in threadpool_info():
+        print(f"# threadpool: {lib.get('user_api')} {lib.get('internal_api')} {lib.get('version')} "
+              f"arch={lib.get('architecture')} threads={lib.get('num_threads')} "
+              f"{lib.get('filepath', '').split('/')[-1]}")
+
+
+def _time(fn, n):
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="2 layers each side, fewer repeats")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--src-len", type=int, default=128)
+    ap.add_argument("--tgt-len", type=int, default=128)
+    ap.add_argument("--profile", action="store_true", help="break fastattn's time down by part")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    layers = 2 if args.quick else 6
+    repeats = args.repeats or (5 if args.quick else 15)
+    B, S, T, d = args.batch, args.src_len, args.tgt_len, 512
+    torch.set_num_threads(args.threads)
+    fastattn.set_num_threads(args.threads)
+    limiter = threadpool_limits(limits=args.threads, user_api="blas")
+    _env_header(args.threads)
+    print(f"# torch {torch.__version__}  torch threads {torch.get_num_threads()}  "
+          f"fastattn kernel threads {fastattn.get_num_threads()}")
+    print(f"# model: {layers}+{layers} layers, d_model {d}, 8 heads, d_ff 2048, float32; "
+          f"batch {B}, src {S}, tgt {T}, causal tgt mask; {repeats} timed repeats each")
+
+    torch.manual_seed(0)
+    tm = torch.nn.Transformer(d_model=d, nhead=8, num_encoder_layers=layers,
+                              num_decoder_layers=layers, dim_feedforward=2048, dropout=0.0,
+                              batch_first=True).eval()
+    fm = Transformer.from_torch_state_dict(tm.state_dict(), nhead=8)
+    rng = np.random.default_rng(0)
+    src = rng.standard_normal((B, S, d)).astype(np.float32)
+    tgt = rng.standard_normal((B, T, d)).astype(np.float32)
+    mask = Transformer.generate_square_subsequent_mask(T)
+    src_t, tgt_t, mask_t = torch.from_numpy(src), torch.from_numpy(tgt), torch.from_numpy(mask)
+
+    def run_torch():
+        with torch.inference_mode():
+            return tm(src_t, tgt_t, tgt_mask=mask_t, tgt_is_causal=True)
+
+    def run_fast():
+        return fm(src, tgt, tgt_mask=mask, tgt_is_causal=True)
+
+    err = float(np.abs(run_fast() - run_torch().numpy()).max())
+    print(f"# max abs difference fastattn vs torch: {err:.3g}")
+    for _ in range(2):                       # warm-up
+        run_torch()
+        time.sleep(0.15)
+        run_fast()
+        time.sleep(0.15)
+    tt, tf = [], []
+    for _ in range(repeats):
+        tt += _time(run_torch, 1)
+        time.sleep(0.15)
+        tf += _time(run_fast, 1)
+        time.sleep(0.15)
+    mt, mf = statistics.median(tt) * 1e3, statistics.median(tf) * 1e3
+    print(f"{'library':<10} {'median ms':>10} {'min ms':>10}")
+    print(f"{'torch':<10} {mt:>10.1f} {min(tt) * 1e3:>10.1f}")
+    print(f"{'fastattn':<10} {mf:>10.1f} {min(tf) * 1e3:>10.1f}")
+    print(f"speed-up fastattn / torch: median {mt / mf:.3f}x, min {min(tt) / min(tf):.3f}x")
+    if args.profile:
+        _profile(fm, src, tgt, mask, repeats)
+    limiter.restore_original_limits()
+    return 0
+
+
+def _profile(fm, src, tgt, mask, repeats):
+    """Wall time of each kind of step inside one fastattn forward (instrumented, so the total is
+    a little above the plain run)."""
+    from fastattn import layers as L
+    acc = {}
+
+    def wrap(owner, name, key):
+        orig = getattr(owner, name)
+
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            r = orig(*a, **k)
+            acc[key] = acc.get(key, 0.0) + time.perf_counter() - t0
+            return r
+        setattr(owner, name, timed)
+        return orig
+
+    saved = [(L, "_linear", wrap(L, "_linear", "linear (GEMM + bias)")),
+             (L, "scaled_dot_product_attention",
+              wrap(L, "scaled_dot_product_attention", "attention kernel")),
+             (L, "_layer_norm", wrap(L, "_layer_norm", "layer norm")),
+             (L, "_relu_", wrap(L, "_relu_", "relu"))]
+    L._ACTIVATIONS["relu"] = L._relu_
+    for layer in fm.encoder.layers + fm.decoder.layers:
+        layer.ff._act = L._relu_
+    totals = []
+    per = {}
+    for _ in range(max(3, repeats // 3)):
+        acc.clear()
+        t0 = time.perf_counter()
+        fm(src, tgt, tgt_mask=mask, tgt_is_causal=True)
+        totals.append(time.perf_counter() - t0)
+        for k, v in acc.items():
+            per.setdefault(k, []).append(v)
+    for owner, name, orig in saved:
+        setattr(owner, name, orig)
+    L._ACTIVATIONS["relu"] = L._relu_
+    for layer in fm.encoder.layers + fm.decoder.layers:
+        layer.ff._act = L._relu_
+    tot = statistics.median(totals) * 1e3
+    print(f"# fastattn profile (median of {len(totals)} instrumented runs, total {tot:.1f} ms)")
+    rest = tot
+    for k, v in per.items():
+        ms = statistics.median(v) * 1e3
+        rest -= ms
+        print(f"#   {k:<24} {ms:8.1f} ms  {100 * ms / tot:5.1f} %")
+    print(f"#   {'other (copies, adds)':<24} {rest:8.1f} ms  {100 * rest / tot:5.1f} %")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
