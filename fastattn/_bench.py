@@ -24,7 +24,6 @@ Design:
   (and, with --quick, when it would be big or slow), with the estimate in the message.
 """
 import argparse
-import contextlib
 import ctypes
 import io
 import json
@@ -974,7 +973,7 @@ def print_report(result, out=None):
       f"{'causal' if st['causal'] else 'no mask'}{', --quick' if st['quick'] else ''}; "
       f"medians of up to {st['max_repeats']} interleaved samples after warm-up, "
       f"{st['sleep_between_systems_s']} s pause between systems")
-    p(f"versions  : " + ", ".join(f"{LABELS[k]} {v}" for k, v in result["versions"].items()))
+    p("versions  : " + ", ".join(f"{LABELS[k]} {v}" for k, v in result["versions"].items()))
     p(f"GFLOP/s   : 4*B*H*L*S*E per call (the allowed pairs only with a causal mask); memory: "
       f"{result['memory_method']}, above the level before the call")
     rows = result["rows"]
@@ -992,7 +991,7 @@ def print_report(result, out=None):
     p("")
     header = ["shape BxHxLxSxE"] + [LABELS[n] for n in names]
     if "fastattn" in names and len(names) > 1:
-        header.append("fastattn vs fastest other")
+        header.append("fastattn speed-up vs fastest other")
     body = []
     for shape, causal in cases:
         by = {r["system"]: r for r in rows if r["shape"] == shape and r["causal"] == causal}

@@ -90,6 +90,26 @@ def test_causal_top_left(rng, dtype, L, S):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("L", [1, 3, 16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_decode_key_splits(rng, dtype, L, causal):
+    """Few query rows over many keys: the keys are split into fixed chunks merged through their
+    log-sum-exp; with masks, fully masked chunks, NaN in a masked-out value, GQA, weights."""
+    S = 2 * _k.KEY_SPLIT + 37
+    q = rng.standard_normal((2, 4, L, 16)).astype(dtype)
+    k = rng.standard_normal((2, 2, S, 16)).astype(dtype)
+    v = rng.standard_normal((2, 2, S, 8)).astype(dtype)
+    _check(q, k, v, dtype, is_causal=causal, enable_gqa=True)
+    mask = rng.random((2, 1, L, S)) > 0.5
+    mask[0, :, :, : _k.KEY_SPLIT + 5] = False      # whole splits without any allowed key
+    mask[1, :, 0] = False                           # a fully masked row
+    v[:, :, 7] = np.nan
+    mask[..., 7] = False
+    out, _ = _check(q, k, v, dtype, attn_mask=mask, is_causal=causal, enable_gqa=True)
+    assert not np.isnan(out).any() and (out[1, :, 0] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_fully_masked_rows_are_zero(rng, dtype):
     q, k, v = _qkv(rng, (1, 2, 70, 300, 16, 16), dtype)
     mask = rng.random((70, 300)) > 0.5

@@ -30,7 +30,7 @@
 
 from cython.parallel cimport prange, threadid
 from cython cimport floating
-from libc.math cimport INFINITY
+from libc.math cimport INFINITY, exp
 from libc.string cimport memset
 cimport numpy as cnp
 import numpy as np
@@ -99,8 +99,10 @@ fa_init(-1)
 cdef enum:
     _BQ = 48               # query rows per work item (a multiple of every ISA's 6- or 4-row block)
     _DIRECT_MAX_L = 16     # up to this many query rows, K and V are read in place (no packing)
+    _KEY_SPLIT = 2048      # ... and keys beyond this many are split into chunks merged by LSE
 BQ = _BQ
 DIRECT_MAX_L = _DIRECT_MAX_L
+KEY_SPLIT = _KEY_SPLIT
 
 
 cdef inline int _key_block(int E, int Ev, int itemsize) noexcept nogil:
@@ -241,6 +243,8 @@ cdef void _sdpa_item(
         floating *out, Py_ssize_t out_rs,            # OUT (nq, Ev)
         double *m_out, double *l_out,                # OUT (nq,) row max and sum, or NULL
         int q0, int nq, int S, int E, int Ev, bint causal, floating scale, int bk, int pad,
+        int kstart, int kstop,                       # IN  key range (multiples of bk, or S)
+        bint partial,                                # IN  write acc unnormalised (key splits)
         char *scratch) noexcept nogil:
     cdef int ncols_max = _round_up(bk, pad)
     cdef int evp = _round_up(Ev if Ev > 0 else 1, pad)
@@ -264,10 +268,10 @@ cdef void _sdpa_item(
         m[r] = -INFINITY
         l[r] = 0.0
     # causal (top-left): row q0 + r sees keys 0 .. q0 + r, so the block needs keys < q0 + nq
-    kend = S
-    if causal and q0 + nq < S:
+    kend = kstop
+    if causal and q0 + nq < kend:
         kend = q0 + nq
-    for kb in range((kend + bk - 1) // bk):
+    for kb in range(kstart // bk, (kend + bk - 1) // bk):
         k0 = kb * bk
         nk = bk if kend - k0 > bk else kend - k0
         if bm != NULL or fm != NULL:
@@ -299,10 +303,13 @@ cdef void _sdpa_item(
                 v_bad[kb])
         else:
             _pv_direct(sc, ncols, nq, nk, v + k0 * v_rs, v_rs, Ev, acc, evp)
-    # out = acc / l; a row that allowed no key (l == 0) is zeros
+    # out = acc / l; a row that allowed no key (l == 0) is zeros. A key split keeps acc as is:
+    # the splits are merged through their (m, l) afterwards (_merge_splits).
     for r in range(nq):
         inv = 0.0 if l[r] == 0.0 else 1.0 / l[r]
         a = <floating> inv
+        if partial:
+            a = 1
         for c in range(Ev):
             out[r * out_rs + c] = acc[<Py_ssize_t>r * evp + c] * a
         if m_out != NULL:
@@ -352,6 +359,44 @@ cdef void _weights_item(
                          m_in[r], 1.0 / l_in[r], w + r * w_rs + k0)
 
 
+cdef void _merge_splits(const floating *part, const double *pml, int n_sp,
+                        Py_ssize_t L, int Ev, floating *out, double *stats) noexcept nogil:
+    """Combine n_sp partial results of one (n) over disjoint key ranges, in a fixed order:
+    M = max_s m_s, l = sum_s l_s exp(m_s - M), out = sum_s acc_s exp(m_s - M) / l.
+    part (n_sp, L, Ev) unnormalised accumulators; pml (n_sp, 2, L) their (m, l); out (L, Ev);
+    stats (2 L) receives (M, l) per row when not NULL (the weights pass needs them)."""
+    cdef const double *pm = pml
+    cdef const double *pl = pml + L
+    cdef Py_ssize_t r
+    cdef int sp, c
+    cdef double M, l, f, mm
+    for r in range(L):
+        M = -INFINITY
+        for sp in range(n_sp):
+            mm = pm[2 * sp * L + r]
+            if mm != mm or M != M:
+                M = mm if mm != mm else M
+            elif mm > M:
+                M = mm
+        l = 0.0
+        for c in range(Ev):
+            out[r * Ev + c] = 0
+        if M != -INFINITY:
+            for sp in range(n_sp):
+                if pm[2 * sp * L + r] == -INFINITY:
+                    continue
+                f = exp(pm[2 * sp * L + r] - M)
+                l += pl[2 * sp * L + r] * f
+                for c in range(Ev):
+                    out[r * Ev + c] += <floating>(part[(sp * L + r) * Ev + c] * f)
+            f = 0.0 if l == 0.0 else 1.0 / l
+            for c in range(Ev):
+                out[r * Ev + c] = <floating>(out[r * Ev + c] * f)
+        if stats != NULL:
+            stats[r] = M
+            stats[L + r] = l
+
+
 # ---------------------------------------------------------------- the parallel driver
 
 cdef inline Py_ssize_t _offset(Py_ssize_t n, int nd, const Py_ssize_t *shape,
@@ -376,7 +421,9 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
                     int nd, const Py_ssize_t *lead, const Py_ssize_t *lstr,
                     const Py_ssize_t *kv_shape, const Py_ssize_t *rstr, Py_ssize_t N,
                     int L, int S, int E, int Ev, bint causal, floating scale, int head_group,
+                    floating *part, double *pml, int n_sp, int key_split,
                     char *scratch, Py_ssize_t scratch_stride, int n_threads) noexcept nogil:
+    # part, pml: partial outputs and (m, l) of key splits (n_sp > 1: few query rows, long S)
     # lstr: (7, nd) leading strides of q, k, v, mask, out (elements) and of the packed k and v
     #       slabs (in slabs, 0 where broadcast); kv_shape: (2, nd) leading shapes of k and v
     #       (left-padded with 1); rstr: row strides q_rs, k_rs, v_rs, m_rs, m_cs, out_rs
@@ -389,10 +436,12 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
     cdef Py_ssize_t n_ks = 1, n_vs = 1
     cdef Py_ssize_t n_qb = (L + _BQ - 1) // _BQ
     cdef Py_ssize_t n_items = N * n_qb
-    cdef Py_ssize_t item, n, qb, t, slab
+    cdef Py_ssize_t item, n, qb, t, slab, sp
     cdef int q0, nq, tid, k0, nk
-    cdef Py_ssize_t qo, ko, vo, mo, oo, kdo, vdo
+    cdef Py_ssize_t qo, ko, vo, mo, kdo, vdo
     cdef double *mrow
+    cdef double *lrow
+    cdef floating *dst
     cdef const unsigned char *bmi
     cdef const floating *fmi
     cdef int d
@@ -422,18 +471,20 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
         v_bad[item] = _pack_v(v + vo + k0 * rstr[2], rstr[2], nk, Ev, evp,
                               vpack + slab * vp_slab + t * bk * evp)
 
-    # pass 2: one work item per (leading index, query block)
-    for item in prange(n_items, schedule='dynamic', num_threads=n_threads):
+    # pass 2: one work item per (leading index, query block, key split)
+    for item in prange(n_items * n_sp, schedule='dynamic', num_threads=n_threads):
         tid = threadid()
-        n = item // n_qb
-        qb = item % n_qb
+        sp = item % n_sp
+        n = item // n_sp // n_qb
+        qb = (item // n_sp) % n_qb
         q0 = <int>(qb * _BQ)
         nq = _BQ if L - q0 > _BQ else L - q0
         qo = _offset(n, nd, lead, &lstr[0], 1)
         ko = _offset(n, nd, lead, &lstr[5 * nd], head_group)   # k slab index
         vo = _offset(n, nd, lead, &lstr[6 * nd], head_group)   # v slab index
+        kdo = _offset(n, nd, lead, &lstr[nd], head_group)      # k element offset
+        vdo = _offset(n, nd, lead, &lstr[2 * nd], head_group)  # v element offset
         mo = _offset(n, nd, lead, &lstr[3 * nd], 1)
-        oo = n * L * Ev
         bmi = NULL
         fmi = NULL
         if bm != NULL:
@@ -441,20 +492,51 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
         if fm != NULL:
             fmi = fm + mo + q0 * rstr[3]
         mrow = NULL
-        if stats != NULL:
+        lrow = NULL
+        dst = out + n * L * Ev + q0 * Ev
+        if n_sp > 1:
+            # partial results of split sp: part (N, n_sp, L, Ev), pml (N, n_sp, 2, L); L <= BQ
+            dst = part + ((n * n_sp + sp) * L) * Ev
+            mrow = pml + (n * n_sp + sp) * 2 * L
+            lrow = mrow + L
+        elif stats != NULL:
             mrow = stats + 2 * (n * L + q0)
-        kdo = _offset(n, nd, lead, &lstr[nd], head_group)       # k element offset
-        vdo = _offset(n, nd, lead, &lstr[2 * nd], head_group)   # v element offset
+            lrow = mrow + nq
         _sdpa_item(q + qo + q0 * rstr[0], rstr[0],
                    (kpack + ko * kp_slab) if kpack != NULL else NULL,
                    (vpack + vo * vp_slab) if vpack != NULL else NULL,
                    (v_bad + vo * n_kt) if v_bad != NULL else NULL,
                    k + kdo, rstr[1], v + vdo, rstr[2], bmi, fmi, rstr[3], rstr[4],
-                   out + oo + q0 * Ev, Ev,
-                   mrow, (mrow + nq) if mrow != NULL else NULL,
+                   dst, Ev, mrow, lrow,
                    q0, nq, S, E, Ev, causal, scale, bk, pad,
-                   scratch + tid * scratch_stride)
-        if w != NULL:
+                   <int>(sp * key_split), S if (sp + 1) * key_split > S else <int>((sp + 1) * key_split),
+                   n_sp > 1, scratch + tid * scratch_stride)
+
+    # pass 3 (key splits only): merge the partial results of each leading index, in split order
+    if n_sp > 1:
+        for n in prange(N, schedule='static', num_threads=n_threads):
+            _merge_splits(part + n * n_sp * L * Ev, pml + n * n_sp * 2 * L, n_sp, L, Ev,
+                          out + n * L * Ev, (stats + 2 * n * L) if stats != NULL else NULL)
+
+    # pass 4 (return_weights only): the softmax weights, from the final row max and sum
+    if w != NULL:
+        for item in prange(n_items, schedule='dynamic', num_threads=n_threads):
+            tid = threadid()
+            n = item // n_qb
+            qb = item % n_qb
+            q0 = <int>(qb * _BQ)
+            nq = _BQ if L - q0 > _BQ else L - q0
+            qo = _offset(n, nd, lead, &lstr[0], 1)
+            ko = _offset(n, nd, lead, &lstr[5 * nd], head_group)
+            kdo = _offset(n, nd, lead, &lstr[nd], head_group)
+            mo = _offset(n, nd, lead, &lstr[3 * nd], 1)
+            bmi = NULL
+            fmi = NULL
+            if bm != NULL:
+                bmi = bm + mo + q0 * rstr[3]
+            if fm != NULL:
+                fmi = fm + mo + q0 * rstr[3]
+            mrow = stats + 2 * (n * L + q0)
             _weights_item(q + qo + q0 * rstr[0], rstr[0],
                           (kpack + ko * kp_slab) if kpack != NULL else NULL, k + kdo, rstr[1],
                           bmi, fmi, rstr[3], rstr[4], mrow, mrow + nq,
@@ -553,6 +635,15 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
     cdef cnp.ndarray scratch_arr = np.empty(sstride * n_threads + 64, dtype=np.uint8)
     cdef char *scratch = <char *> cnp.PyArray_DATA(scratch_arr)
     scratch = scratch + ((64 - (<size_t> scratch) % 64) % 64)
+    # few query rows and many keys: split the keys into fixed chunks of KEY_SPLIT (a rule of the
+    # shape alone, so results stay bitwise independent of the thread count)
+    cdef int n_sp = 1
+    if L <= _DIRECT_MAX_L and S > _KEY_SPLIT:
+        n_sp = (S + _KEY_SPLIT - 1) // _KEY_SPLIT
+    cdef cnp.ndarray part_arr = np.empty(N * n_sp * L * Ev if n_sp > 1 else 0, dtype=dt)
+    cdef cnp.ndarray pml_arr = np.empty(N * n_sp * 2 * L if n_sp > 1 else 0, dtype=np.float64)
+    cdef char *partp = <char *> cnp.PyArray_DATA(part_arr) if n_sp > 1 else NULL
+    cdef double *pmlp = <double *> cnp.PyArray_DATA(pml_arr) if n_sp > 1 else NULL
     cdef double *stats = NULL
     cdef object stats_arr = None
     if weights is not None:
@@ -575,7 +666,7 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
                       <const float *>mp if (mp != NULL and not is_bool) else NULL,
                       <float *>op, <float *>wp, stats, <float *>kpp, <float *>vpp, vb,
                       nd, lead_c, lstr, kv_shape, rstr, N, L, S, E, Ev, causal, <float>scale,
-                      head_group, scratch, sstride, nthr)
+                      head_group, <float *>partp, pmlp, n_sp, _KEY_SPLIT, scratch, sstride, nthr)
     else:
         with nogil:
             _sdpa_run(<const double *>qp, <const double *>kp, <const double *>vp,
@@ -583,7 +674,7 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
                       <const double *>mp if (mp != NULL and not is_bool) else NULL,
                       <double *>op, <double *>wp, stats, <double *>kpp, <double *>vpp, vb,
                       nd, lead_c, lstr, kv_shape, rstr, N, L, S, E, Ev, causal, scale,
-                      head_group, scratch, sstride, nthr)
+                      head_group, <double *>partp, pmlp, n_sp, _KEY_SPLIT, scratch, sstride, nthr)
 
 
 # ---------------------------------------------------------------- standalone softmax
