@@ -639,7 +639,7 @@ def measure_peak(dtype, threads, n):
 class _MiniBar:
     def __init__(self, total, file):
         self.total, self.n, self.file, self.desc = total, 0, file, ""
-        self.tty = hasattr(file, "isatty") and file.isatty()
+        self.tty = file is not None and file.isatty()
         self.t0 = time.perf_counter()
         self._last_line = None
 
@@ -652,6 +652,8 @@ class _MiniBar:
         self._draw()
 
     def _draw(self):
+        if self.file is None:
+            return
         frac = self.n / self.total if self.total else 1.0
         width = 28
         bar = "#" * int(frac * width) + "." * (width - int(frac * width))
@@ -659,8 +661,8 @@ class _MiniBar:
         if self.tty:
             self.file.write("\r" + line[:120].ljust(120))
             self.file.flush()
-        elif self.desc != self._last_line:  # a log: one line per new step description
-            self._last_line = self.desc
+        elif self.desc.split(" ")[0] != self._last_line:  # a log file: one line per shape
+            self._last_line = self.desc.split(" ")[0]
             self.file.write(line + "\n")
             self.file.flush()
 
@@ -672,7 +674,9 @@ class _MiniBar:
 
 def progress_bar(total, enabled=True):
     if not enabled:
-        return _MiniBar(total, open(os.devnull, "w"))
+        return _MiniBar(total, None)
+    if not sys.stderr.isatty():  # a log file: a line per shape reads better than redraws
+        return _MiniBar(total, sys.stderr)
     try:
         from tqdm import tqdm
     except ImportError:

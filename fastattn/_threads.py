@@ -6,6 +6,7 @@ itself would use now (`omp_get_max_threads()`, which follows OMP_NUM_THREADS and
 OMP_NUM_THREADS is set explicitly. We never call omp_set_num_threads: that state is shared with
 every other library using the same OpenMP runtime.
 """
+import functools
 import os
 import platform
 import sys
@@ -18,7 +19,9 @@ __all__ = ["get_num_threads", "set_num_threads", "show_config"]
 _override = None
 
 
+@functools.lru_cache(maxsize=None)
 def _cpu_count():
+    """CPUs this process may use (read once: affinity changes after import are not followed)."""
     if hasattr(os, "process_cpu_count"):
         n = os.process_cpu_count()
     elif hasattr(os, "sched_getaffinity"):

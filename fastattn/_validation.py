@@ -50,6 +50,9 @@ def _check_numeric_dtype(arr, name):
 
 def result_dtype(*named_arrays):
     """The dtype the kernel computes in, per the module's table."""
+    dt = named_arrays[0][1].dtype
+    if dt in _KERNEL_DTYPES and all(a.dtype == dt for _, a in named_arrays):
+        return dt                      # the common case, without np.result_type's cost
     for name, arr in named_arrays:
         _check_numeric_dtype(arr, name)
     dt = np.result_type(*[a.dtype for _, a in named_arrays])
@@ -132,7 +135,7 @@ def check_qkv(q, k, v, enable_gqa):
         k_lead = k_lead[:-1] + (hq,)
         v_lead = v_lead[:-1] + (hq,)
     try:
-        lead = np.broadcast_shapes(q_lead, k_lead, v_lead)
+        lead = q_lead if q_lead == k_lead == v_lead else np.broadcast_shapes(q_lead, k_lead, v_lead)
     except ValueError:
         hint = ""
         if not enable_gqa and q.ndim >= 3 and k.ndim >= 3 and q.shape[-3] != k.shape[-3]:
