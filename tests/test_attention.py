@@ -26,6 +26,8 @@ SHAPES = [
     (1, 1, 70, 37, 129, 3),
     (1, 2, 9, 300, 256, 256),
     (1, 1, 5, 6, 1024, 33),
+    (1, 1, 50, 2 * 2048 + 3, 16, 16),     # more keys than a decode key split, many queries
+    (1, 2, 17, 2048 + 1, 8, 8),           # one row past the in-place (decode) path
 ]
 
 

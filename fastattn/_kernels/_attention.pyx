@@ -509,7 +509,8 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
                    k + kdo, rstr[1], v + vdo, rstr[2], bmi, fmi, rstr[3], rstr[4],
                    dst, Ev, mrow, lrow,
                    q0, nq, S, E, Ev, causal, scale, bk, pad,
-                   <int>(sp * key_split), S if (sp + 1) * key_split > S else <int>((sp + 1) * key_split),
+                   <int>(sp * key_split),
+                   S if (n_sp == 1 or (sp + 1) * key_split > S) else <int>((sp + 1) * key_split),
                    n_sp > 1, scratch + tid * scratch_stride)
 
     # pass 3 (key splits only): merge the partial results of each leading index, in split order
