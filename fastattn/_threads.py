@@ -17,6 +17,18 @@ from ._kernels import _attention as _k
 __all__ = ["get_num_threads", "set_num_threads", "show_config"]
 
 _override = None
+# GNU libgomp is not fork-safe: a child fork()ed after the parent ran a parallel region hangs in
+# its first one. Children therefore run fastattn's kernels on one thread (as PyTorch does).
+_in_forked_child = False
+
+
+def _after_fork_in_child():
+    global _in_forked_child
+    _in_forked_child = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @functools.lru_cache(maxsize=None)
@@ -57,9 +69,12 @@ def get_num_threads():
 
 def _effective_n_threads(n_threads):
     """Threads for one call. Requests beyond 4 x the usable CPUs are capped there (threads past
-    that only add overhead, and a request like 10**6 would exhaust the process); the result
-    does not depend on the thread count, so capping never changes an answer."""
+    that only add overhead, and a request like 10**6 would exhaust the process), and a fork()ed
+    child runs serially (libgomp is not fork-safe); the result does not depend on the thread
+    count, so neither changes an answer."""
     n = get_num_threads() if n_threads is None else _check_n_threads(n_threads)
+    if _in_forked_child:
+        return 1
     return min(n, 4 * _cpu_count())
 
 

@@ -70,12 +70,15 @@ def kernel_ready(arr, dtype):
     if arr.ndim and arr.size:
         last_ok = arr.shape[-1] <= 1 or arr.strides[-1] == arr.itemsize
         if not (arr.flags.aligned and last_ok and arr.dtype.isnative):
-            arr = np.ascontiguousarray(arr)
+            # a fresh C-ordered copy: np.ascontiguousarray would hand back an unaligned
+            # C-contiguous array (a view at an odd byte offset) unchanged
+            arr = np.array(arr, dtype=arr.dtype.newbyteorder("="), order="C", copy=True)
     return arr
 
 
-def check_scale(scale, E):
-    """The softmax scale: 1/sqrt(E) by default; any finite real number otherwise."""
+def check_scale(scale, E, dtype=np.float64):
+    """The softmax scale: 1/sqrt(E) by default; otherwise any real number that is finite in the
+    compute dtype (the kernel applies it in that precision)."""
     if scale is None:
         return 1.0 / math.sqrt(E) if E > 0 else 1.0
     if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (Real, np.floating, np.integer)):
@@ -83,6 +86,10 @@ def check_scale(scale, E):
     scale = float(scale)
     if not math.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale}")
+    limit = float(np.finfo(dtype).max)
+    if abs(scale) > limit:
+        raise ValueError(f"scale {scale} is outside the range of the compute dtype "
+                         f"{np.dtype(dtype).name} (|scale| <= {limit:.4g})")
     return scale
 
 
@@ -93,6 +100,7 @@ def check_flag(value, name):
 
 
 _INT32_MAX = 2**31 - 1
+_MAX_LEAD = 32          # leading (batch, head, ...) dimensions the kernel driver takes
 
 
 def check_qkv(q, k, v, enable_gqa):
@@ -114,6 +122,10 @@ def check_qkv(q, k, v, enable_gqa):
     if Sv != S:
         raise ValueError("key and value must have the same sequence length S (dimension -2), "
                          f"got key.shape={k.shape}, value.shape={v.shape}")
+    for name, a in (("query", q), ("key", k), ("value", v)):
+        if a.ndim - 2 > _MAX_LEAD:
+            raise ValueError(f"{name} has {a.ndim - 2} leading dimensions; at most {_MAX_LEAD} are "
+                             f"supported, got shape {a.shape}")
     for name, n in (("L", L), ("S", S), ("E", E), ("Ev", Ev)):
         if n > _INT32_MAX:
             raise ValueError(f"{name} = {n} is larger than the kernel's 32-bit limit {_INT32_MAX}")
@@ -153,6 +165,9 @@ def check_mask(mask, L, S, lead):
                         f"(added to the scores), got dtype {mask.dtype}")
     if mask.dtype.kind == "f" and mask.dtype.itemsize > 8:
         raise TypeError(f"attn_mask has dtype {mask.dtype}, which fastattn does not support")
+    if mask.ndim - 2 > _MAX_LEAD:
+        raise ValueError(f"attn_mask has {mask.ndim - 2} leading dimensions; at most {_MAX_LEAD} "
+                         f"are supported, got shape {mask.shape}")
     if mask.ndim < 2:
         mask = mask.reshape((1,) * (2 - mask.ndim) + mask.shape)
     ml, ms = mask.shape[-2:]
@@ -162,6 +177,8 @@ def check_mask(mask, L, S, lead):
                          f"1 or L={L} and 1 or S={S})")
     try:
         lead = np.broadcast_shapes(lead, mask.shape[:-2])
+        if len(lead) > _MAX_LEAD:
+            raise ValueError
     except ValueError:
         raise ValueError(f"attn_mask of shape {mask.shape} does not broadcast to the attention "
                          f"weights' shape {tuple(lead) + (L, S)}") from None

@@ -67,13 +67,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, *, is_causal
 
     dtype = _v.result_dtype(("query", q), ("key", k), ("value", v))
     lead, L, S, E, Ev, group = _v.check_qkv(q, k, v, gqa)
-    scale = _v.check_scale(scale, E)
+    scale = _v.check_scale(scale, E, dtype)
     if mask is not None:
         mask, lead = _v.check_mask(mask, L, S, lead)
 
     out = np.empty(tuple(lead) + (L, Ev), dtype=dtype)
     weights = np.zeros(tuple(lead) + (L, S), dtype=dtype) if want_w else None
-    if out.size == 0 or S == 0:
+    if S == 0 or (out.size == 0 and (weights is None or weights.size == 0)):
         out[...] = 0          # no key to attend to (S == 0): zeros, by the fully-masked rule
         return (out, weights) if want_w else out
 

@@ -105,32 +105,36 @@ DIRECT_MAX_L = _DIRECT_MAX_L
 KEY_SPLIT = _KEY_SPLIT
 
 
-cdef inline int _key_block(int E, int Ev, int itemsize) noexcept nogil:
-    # 128 floats / 64 doubles per key tile for head sizes up to 128, fewer beyond: a BQ x bk
-    # score tile (24 KiB) stays in the 32 KiB L1d, a packed key + value tile (<= 128 KiB) in L2
-    cdef int bk = 128 if itemsize == 4 else 64
-    cdef int pad = FA_PAD_F32 if itemsize == 4 else FA_PAD_F64
-    cdef int emax = E if E > Ev else Ev
-    if emax < 1:
-        emax = 1
-    while bk > pad and bk * emax * itemsize > 64 * 1024:
-        bk = bk // 2
-    return bk
-
-
-def key_block(int E, int Ev, int itemsize):
-    """Keys per tile for these head sizes and item size."""
-    return _key_block(E, Ev, itemsize)
-
-
 cdef inline int _round_up(int x, int m) noexcept nogil:
     return ((x + m - 1) // m) * m
 
 
-def scratch_bytes(int E, int Ev, int itemsize):
+cdef inline int _key_block(int E, int Ev, int S, int itemsize) noexcept nogil:
+    # 128 floats / 64 doubles per key tile for head sizes up to 128, fewer beyond: a BQ x bk
+    # score tile (24 KiB) stays in the 32 KiB L1d, a packed key + value tile (<= 128 KiB) in L2
+    # Never more columns than S needs (rounded up to the panel width): short key ranges with huge
+    # heads would otherwise pad each packed tile far beyond the keys themselves.
+    cdef int bk = 128 if itemsize == 4 else 64
+    cdef int pad = FA_PAD_F32 if itemsize == 4 else FA_PAD_F64
+    cdef Py_ssize_t emax = E if E > Ev else Ev
+    if emax < 1:
+        emax = 1
+    while bk > pad and <Py_ssize_t>bk * emax * itemsize > 64 * 1024:
+        bk = bk // 2
+    if S < bk:
+        bk = _round_up(S if S > 0 else 1, pad)
+    return bk
+
+
+def key_block(int E, int Ev, int itemsize, int S=1 << 30):
+    """Keys per tile for these head sizes, item size and (optionally) key count."""
+    return _key_block(E, Ev, S, itemsize)
+
+
+def scratch_bytes(int E, int Ev, int S, int itemsize):
     """Bytes of scratch one thread needs for the fused kernel (see _sdpa_item)."""
     cdef int pad = FA_PAD_F32 if itemsize == 4 else FA_PAD_F64
-    cdef int ncols = _round_up(_key_block(E, Ev, itemsize), pad)
+    cdef int ncols = _round_up(_key_block(E, Ev, S, itemsize), pad)
     cdef int evp = _round_up(max(Ev, 1), pad)
     cdef Py_ssize_t n = (<Py_ssize_t>_BQ * ncols + <Py_ssize_t>_BQ * evp) * itemsize  # sc, acc
     n += 3 * _BQ * sizeof(double) + _BQ * itemsize                              # m, l, alpha, rowmax
@@ -255,7 +259,7 @@ cdef void _sdpa_item(
     cdef floating *acc = sc + <Py_ssize_t>_BQ * ncols_max          # (BQ, evp) unnormalised out
     cdef double *m = <double *> (acc + <Py_ssize_t>_BQ * evp)      # (BQ,) running max
     cdef double *l = m + _BQ                                       # (BQ,) running sum
-    cdef double *alpha = l + _BQ                                   # (BQ,) rescale factors
+    cdef double *alpha = l + _BQ                                   # (BQ,) accumulator factors
     cdef floating *rowmax = <floating *> (alpha + _BQ)             # (BQ,) tile row maxima
     cdef int r, c, kb, k0, nk, ncols, lim, kend
     cdef double inv
@@ -296,20 +300,17 @@ cdef void _sdpa_item(
                 fmr = fm + r * m_rs + k0 * m_cs
             alpha[r] = _row_update(sc + <Py_ssize_t>r * ncols, nk, ncols, lim, rowmax[r],
                                    bmr, fmr, m_cs, &m[r], &l[r])
-        # 3. acc = diag(alpha) acc + P @ v_tile (packed with min(bk, S - k0) rows)
+        # 3. acc = diag(c) acc + P @ v_tile, P already divided by l (packed tile: min(bk, S - k0) rows)
         _scale_rows(acc, evp, nq, alpha)
         if vp != NULL:
             _pv(sc, ncols, nq, nk, vp + kb * vp_tile, bk if S - k0 > bk else S - k0, evp, acc,
                 v_bad[kb])
         else:
             _pv_direct(sc, ncols, nq, nk, v + k0 * v_rs, v_rs, Ev, acc, evp)
-    # out = acc / l; a row that allowed no key (l == 0) is zeros. A key split keeps acc as is:
-    # the splits are merged through their (m, l) afterwards (_merge_splits).
+    # acc is already normalised (row_update); a row that allowed no key (l == 0) is zeros. Key
+    # splits are merged through their (m, l) afterwards (_merge_splits).
     for r in range(nq):
-        inv = 0.0 if l[r] == 0.0 else 1.0 / l[r]
-        a = <floating> inv
-        if partial:
-            a = 1
+        a = 0 if l[r] == 0.0 else 1
         for c in range(Ev):
             out[r * out_rs + c] = acc[<Py_ssize_t>r * evp + c] * a
         if m_out != NULL:
@@ -362,7 +363,8 @@ cdef void _weights_item(
 cdef void _merge_splits(const floating *part, const double *pml, int n_sp,
                         Py_ssize_t L, int Ev, floating *out, double *stats) noexcept nogil:
     """Combine n_sp partial results of one (n) over disjoint key ranges, in a fixed order:
-    M = max_s m_s, l = sum_s l_s exp(m_s - M), out = sum_s acc_s exp(m_s - M) / l.
+    M = max_s m_s, l = sum_s l_s exp(m_s - M), out = sum_s out_s l_s exp(m_s - M) / l, where
+    out_s is split s's normalised output.
     part (n_sp, L, Ev) unnormalised accumulators; pml (n_sp, 2, L) their (m, l); out (L, Ev);
     stats (2 L) receives (M, l) per row when not NULL (the weights pass needs them)."""
     cdef const double *pm = pml
@@ -382,16 +384,16 @@ cdef void _merge_splits(const floating *part, const double *pml, int n_sp,
         for c in range(Ev):
             out[r * Ev + c] = 0
         if M != -INFINITY:
+            # each partial is already normalised by its own l_s: weight it by l_s e^(m_s - M) / l
+            for sp in range(n_sp):
+                if pm[2 * sp * L + r] != -INFINITY:
+                    l += pl[2 * sp * L + r] * exp(pm[2 * sp * L + r] - M)
             for sp in range(n_sp):
                 if pm[2 * sp * L + r] == -INFINITY:
                     continue
-                f = exp(pm[2 * sp * L + r] - M)
-                l += pl[2 * sp * L + r] * f
+                f = pl[2 * sp * L + r] * exp(pm[2 * sp * L + r] - M) / l
                 for c in range(Ev):
                     out[r * Ev + c] += <floating>(part[(sp * L + r) * Ev + c] * f)
-            f = 0.0 if l == 0.0 else 1.0 / l
-            for c in range(Ev):
-                out[r * Ev + c] = <floating>(out[r * Ev + c] * f)
         if stats != NULL:
             stats[r] = M
             stats[L + r] = l
@@ -428,7 +430,7 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
     #       slabs (in slabs, 0 where broadcast); kv_shape: (2, nd) leading shapes of k and v
     #       (left-padded with 1); rstr: row strides q_rs, k_rs, v_rs, m_rs, m_cs, out_rs
     cdef int pad = FA_PAD_F32 if floating is float else FA_PAD_F64
-    cdef int bk = _key_block(E, Ev, sizeof(floating))
+    cdef int bk = _key_block(E, Ev, S, sizeof(floating))
     cdef int ncols_max = _round_up(bk, pad)
     cdef int evp = _round_up(Ev if Ev > 0 else 1, pad)
     cdef Py_ssize_t n_kt = (S + bk - 1) // bk
@@ -551,9 +553,10 @@ cdef inline Py_ssize_t _estride(cnp.ndarray a, int d):
 
 
 def packed_bytes(int S, int E, int Ev, int itemsize):
+    # (for the bench's memory estimates)
     """Bytes of packed key + value tiles for one (key, value) slab."""
     cdef int pad = FA_PAD_F32 if itemsize == 4 else FA_PAD_F64
-    cdef int bk = _key_block(E, Ev, itemsize)
+    cdef int bk = _key_block(E, Ev, S, itemsize)
     cdef Py_ssize_t n_kt = (S + bk - 1) // bk
     return n_kt * (<Py_ssize_t>E * _round_up(bk, pad) + <Py_ssize_t>bk * _round_up(max(Ev, 1), pad)) * itemsize
 
@@ -621,7 +624,7 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
 
     cdef int isz = cnp.PyArray_ITEMSIZE(q)
     cdef int pad = FA_PAD_F32 if isz == 4 else FA_PAD_F64
-    cdef int bk = _key_block(E, Ev, isz)
+    cdef int bk = _key_block(E, Ev, S, isz)
     cdef Py_ssize_t n_kt = (S + bk - 1) // bk
     cdef Py_ssize_t n_ks = 1, n_vs = 1
     for d in range(nd):
@@ -632,7 +635,7 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
     cdef cnp.ndarray kpack = np.empty(n_ks * n_kt * E * _round_up(bk, pad) if packed else 0, dtype=dt)
     cdef cnp.ndarray vpack = np.empty(n_vs * n_kt * bk * _round_up(max(Ev, 1), pad) if packed else 0, dtype=dt)
     cdef cnp.ndarray v_bad = np.empty(n_vs * n_kt if packed else 0, dtype=np.uint8)
-    cdef Py_ssize_t sstride = scratch_bytes(E, Ev, isz)
+    cdef Py_ssize_t sstride = scratch_bytes(E, Ev, S, isz)
     cdef cnp.ndarray scratch_arr = np.empty(sstride * n_threads + 64, dtype=np.uint8)
     cdef char *scratch = <char *> cnp.PyArray_DATA(scratch_arr)
     scratch = scratch + ((64 - (<size_t> scratch) % 64) % 64)

@@ -464,14 +464,15 @@ FA_TARGET static inline FA_T FA_NAME(exp_sub_sum)(FA_T *s, int lim, FA_T mf)
     return sum;
 }
 
-/* One row of one tile, the online-softmax step (FlashAttention's recurrence):
+/* One row of one tile, the online-softmax step (FlashAttention's recurrence), keeping the
+ * accumulator normalised so it never grows past max|v| (no overflow near the float limits):
  *   s_j   <- s_j + mask_j                    (or -inf where the key is not allowed)
  *   m_new  = max(m_old, max_j s_j)
- *   p_j    = exp(s_j - m_new)                (written back into s)
- *   l      = l * exp(m_old - m_new) + sum_j p_j
- * and returns alpha = exp(m_old - m_new), the factor the caller applies to the accumulator row.
- * A NaN score in an allowed position makes m (and so the row's output) NaN. Entries lim ..
- * ncols-1 (masked by causality, or padding) are set to 0. */
+ *   l_new  = l_old * exp(m_old - m_new) + sum_j exp(s_j - m_new)
+ *   p_j    = exp(s_j - m_new) / l_new        (written back into s)
+ * and returns c = l_old * exp(m_old - m_new) / l_new, the factor the caller applies to the
+ * accumulator row before adding p @ v. A NaN score in an allowed position makes m, l (and so the
+ * row's output) NaN. Entries lim .. ncols-1 (masked by causality, or padding) are set to 0. */
 FA_TARGET static double FA_NAME(row_update)(FA_T *s, int n, int ncols, int lim, FA_T rowmax,
                                             const unsigned char *bmask, const FA_T *fmask,
                                             ptrdiff_t ms, double *m_io, double *l_io)
@@ -489,10 +490,14 @@ FA_TARGET static double FA_NAME(row_update)(FA_T *s, int n, int ncols, int lim, 
     }
     FA_T sum = FA_NAME(exp_sub_sum)(s, lim, (FA_T)m_new);
     for (int j = lim; j < ncols; j++) s[j] = 0;
-    double alpha = (m_old == -INFINITY) ? 0.0 : exp(m_old - m_new);
-    *l_io = *l_io * alpha + (double)sum;
+    double carried = (m_old == -INFINITY) ? 0.0 : *l_io * exp(m_old - m_new);
+    double l_new = carried + (double)sum;
+    double inv = 1.0 / l_new;          /* l_new >= 1: the maximal entry contributes exp(0) */
+    FA_T invf = (FA_T)inv;
+    for (int j = 0; j < lim; j++) s[j] *= invf;
+    *l_io = l_new;
     *m_io = m_new;
-    return alpha;
+    return carried * inv;
 }
 
 /* w_j = exp(s_j - m) * inv_l over one row, for the optional weights output: the same scores as

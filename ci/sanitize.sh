@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Build fastattn's extension with AddressSanitizer + UndefinedBehaviorSanitizer (debug Cython
+# directives, bounds checks on, -O0 -g) in a throw-away COPY of this checkout, run the test suite
+# against that build, and fail on any sanitizer report.
+#
+#   ci/sanitize.sh                 # the suite (slow tests included), CI sizes
+#   SANITIZE_PYTEST_ARGS="tests/test_hostile.py -x" ci/sanitize.sh   # a subset
+#   KEEP_SANITIZE_DIR=1 ci/sanitize.sh                               # keep the copy for debugging
+#
+# Sizes for the heavy randomised tests are lowered (the sanitized build is ~10-30x slower):
+# FASTATTN_HYPOTHESIS_EXAMPLES, FASTATTN_FUZZ_CASES, FASTATTN_MEMORY_CALLS (override from the
+# environment). Budget: under ~8 minutes on 2 cores.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${PYTHON:-python}"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/fastattn-sanitize.XXXXXX")"
+LOG="${SANITIZE_LOG:-${TMPDIR:-/tmp}/fastattn-sanitize-pytest.log}"   # kept after the run
+cleanup() {
+    if [[ -z "${KEEP_SANITIZE_DIR:-}" ]]; then rm -rf "$WORK"; else echo "sanitize: kept $WORK"; fi
+}
+trap cleanup EXIT
+start=$(date +%s)
+
+# 1. a copy of the working tree (tracked + untracked-but-not-ignored files), without build outputs
+echo "sanitize: copying $REPO -> $WORK/src"
+mkdir -p "$WORK/src"
+(cd "$REPO" && git ls-files -co --exclude-standard -z | xargs -0 -I{} sh -c 'test -e "{}" && printf "%s\0" "{}"' \
+    | tar --null -T - -cf -) | tar -C "$WORK/src" -xf -
+rm -f "$WORK/src/fastattn/_kernels/_attention.c" "$WORK/src"/fastattn/_kernels/*.so
+cd "$WORK/src"
+
+# 2. the sanitized debug build (the generated C is regenerated: the debug directives differ)
+SAN_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
+echo "sanitize: building with FASTATTN_DEBUG=1 FASTATTN_SANITIZE=\"$SAN_FLAGS\""
+FASTATTN_DEBUG=1 FASTATTN_SANITIZE="$SAN_FLAGS" "$PY" setup.py -q build_ext --inplace \
+    > "$WORK/build.log" 2>&1 || { tail -50 "$WORK/build.log"; echo "sanitize: BUILD FAILED"; exit 2; }
+grep -E "^fastattn: OpenMP" "$WORK/build.log" || true
+build_end=$(date +%s)
+echo "sanitize: build took $((build_end - start)) s"
+
+LIBASAN="$(gcc -print-file-name=libasan.so)"
+if [[ ! -e "$LIBASAN" ]]; then echo "sanitize: libasan.so not found ($LIBASAN)"; exit 2; fi
+
+# 3. run the tests against the copy. abort_on_error: a report kills the process by SIGABRT, so
+# the fuzz harness (child processes) sees it as a death by signal as well.
+# libstdc++ preloaded too: otherwise ASan's __cxa_throw interceptor finds no real function in
+# this C program and C++ extensions that throw (matplotlib's ft2font, torch) abort at once
+LIBSTDCXX="$(gcc -print-file-name=libstdc++.so)"
+export LD_PRELOAD="$LIBASAN${LIBSTDCXX:+ $LIBSTDCXX}"
+# Reports go to files (pytest's fd capture would swallow them when the process aborts); every
+# process of the run, fuzz children included, writes there.
+REPORTS="${SANITIZE_REPORTS:-${TMPDIR:-/tmp}/fastattn-sanitize-reports}"
+rm -rf "$REPORTS"
+mkdir -p "$REPORTS"
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:allocator_may_return_null=1:log_path=$REPORTS/asan:${ASAN_OPTIONS_EXTRA:-}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:abort_on_error=1:log_path=$REPORTS/ubsan"
+export PYTHONPATH="$WORK/src"
+export PYTHONMALLOC=malloc            # let ASan see every Python-side allocation too
+export FASTATTN_SANITIZED=1           # tests that lower RLIMIT_AS skip themselves (ASan reserves TBs)
+export FASTATTN_HYPOTHESIS_EXAMPLES="${FASTATTN_HYPOTHESIS_EXAMPLES:-25}"
+export FASTATTN_FUZZ_CASES="${FASTATTN_FUZZ_CASES:-600}"
+export FASTATTN_MEMORY_CALLS="${FASTATTN_MEMORY_CALLS:-2000}"
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+
+"$PY" - <<'PYEOF'
+import os, fastattn
+from fastattn._build_info import BUILD_INFO
+where = os.path.dirname(fastattn.__file__)
+assert where.startswith(os.environ["PYTHONPATH"]), f"imported fastattn from {where}, not the sanitized copy"
+assert "-fsanitize=address,undefined" in " ".join(BUILD_INFO["compile_flags"]), BUILD_INFO
+print("sanitize: fastattn from", where, "flags", " ".join(BUILD_INFO["compile_flags"]))
+PYEOF
+
+# shellcheck disable=SC2086
+set +e
+"$PY" -m pytest -p no:cacheprovider -q ${SANITIZE_PYTEST_ARGS:-tests} > "$LOG" 2>&1
+rc=$?
+set -e
+end=$(date +%s)
+grep -E "passed|failed|error" "$LOG" | tail -3
+if [[ $rc -ne 0 ]]; then echo "---- last 120 lines of $LOG"; tail -120 "$LOG"; fi
+PATTERN="ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|CHECK failed|SUMMARY: UndefinedBehaviorSanitizer"
+in_log=$(grep -cE "$PATTERN" "$LOG" || true)
+files=$(find "$REPORTS" -type f | wc -l)
+bad_files=$(grep -lE "$PATTERN" "$REPORTS"/* 2>/dev/null || true)
+n_bad=$(printf "%s" "$bad_files" | grep -c . || true)
+echo "sanitize: pytest exit $rc; sanitizer error reports: $n_bad file(s) in $REPORTS, $in_log in the log" \
+     "($files report file(s) in all: warnings such as the deliberate failed huge allocations" \
+     "of the MemoryError tests are not errors); tests took $((end - build_end)) s, total $((end - start)) s"
+if [[ "$n_bad" != "0" || "$in_log" != "0" ]]; then
+    for fr in $bad_files; do echo "---- $fr"; head -80 "$fr"; done
+    grep -nE -A30 "$PATTERN" "$LOG" | head -60 || true
+    echo "sanitize: FAILED (sanitizer report)"
+    exit 1
+fi
+if [[ $rc -ne 0 ]]; then echo "sanitize: FAILED (pytest exit $rc)"; exit 1; fi
+echo "sanitize: CLEAN"
