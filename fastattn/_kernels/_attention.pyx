@@ -28,11 +28,13 @@
 # their item size, native byte order, last dimension contiguous; strides are given in elements
 # (0 for broadcast dimensions); every size is > 0; the scratch buffer is big enough.
 
-from cython.parallel cimport prange, threadid
+from cython.parallel cimport parallel, prange, threadid
 from cython cimport floating
 from libc.math cimport INFINITY, exp
 from libc.string cimport memset
 cimport numpy as cnp
+import threading
+
 import numpy as np
 
 from fastattn._kernels._openmp cimport (FASTATTN_OPENMP_ENABLED, omp_get_max_threads)
@@ -42,14 +44,15 @@ cnp.import_array()
 cdef extern from "fa_kernels.h" nogil:
     int FA_ISA_SCALAR, FA_ISA_BASE, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX2_WIDE
     int FA_PAD_F32, FA_PAD_F64
+    int FA_V_NONFINITE, FA_V_BIG
     ctypedef struct fa_ops_f32:
         void (*qk_tile)(const float *q_tile, Py_ssize_t q_rs, int nq, int E, const float *kt,
                         int ncols, int nvalid, float scale, float *scores, float *rowmax) noexcept nogil
         void (*pv_tile)(const float *p, int p_rs, int nq, int nk, const float *vp, int nkp, int evp,
-                        float *acc, int skip_zero) noexcept nogil
+                        float *acc, int skip_zero, const double *ca, const double *cb) noexcept nogil
         double (*row_update)(float *s, int n, int ncols, int lim, float rowmax,
                              const unsigned char *bmask, const float *fmask, Py_ssize_t ms,
-                             double *m_io, double *l_io) noexcept nogil
+                             double *m_io, double *l_io, double *cb) noexcept nogil
         void (*row_weights)(const float *s, int n, int lim,
                             const unsigned char *bmask, const float *fmask, Py_ssize_t ms,
                             double m, double inv_l, float *w) noexcept nogil
@@ -67,10 +70,10 @@ cdef extern from "fa_kernels.h" nogil:
         void (*qk_tile)(const double *q_tile, Py_ssize_t q_rs, int nq, int E, const double *kt,
                         int ncols, int nvalid, double scale, double *scores, double *rowmax) noexcept nogil
         void (*pv_tile)(const double *p, int p_rs, int nq, int nk, const double *vp, int nkp, int evp,
-                        double *acc, int skip_zero) noexcept nogil
+                        double *acc, int skip_zero, const double *ca, const double *cb) noexcept nogil
         double (*row_update)(double *s, int n, int ncols, int lim, double rowmax,
                              const unsigned char *bmask, const double *fmask, Py_ssize_t ms,
-                             double *m_io, double *l_io) noexcept nogil
+                             double *m_io, double *l_io, double *cb) noexcept nogil
         void (*row_weights)(const double *s, int n, int lim,
                             const unsigned char *bmask, const double *fmask, Py_ssize_t ms,
                             double m, double inv_l, double *w) noexcept nogil
@@ -137,7 +140,7 @@ def scratch_bytes(int E, int Ev, int S, int itemsize):
     cdef int ncols = _round_up(_key_block(E, Ev, S, itemsize), pad)
     cdef int evp = _round_up(max(Ev, 1), pad)
     cdef Py_ssize_t n = (<Py_ssize_t>_BQ * ncols + <Py_ssize_t>_BQ * evp) * itemsize  # sc, acc
-    n += 3 * _BQ * sizeof(double) + _BQ * itemsize                              # m, l, alpha, rowmax
+    n += 4 * _BQ * sizeof(double) + _BQ * itemsize                        # m, l, ca, cb, rowmax
     return ((n + 63) // 64) * 64 + 64
 
 
@@ -153,20 +156,21 @@ cdef inline void _qk(const floating *q, Py_ssize_t q_rs, int nq, int E, const fl
 
 
 cdef inline void _pv(const floating *p, int p_rs, int nq, int nk, const floating *vp, int nkp,
-                     int evp, floating *acc, int skip_zero) noexcept nogil:
+                     int evp, floating *acc, int skip_zero, const double *ca,
+                     const double *cb) noexcept nogil:
     if floating is float:
-        fa_f32.pv_tile(p, p_rs, nq, nk, vp, nkp, evp, acc, skip_zero)
+        fa_f32.pv_tile(p, p_rs, nq, nk, vp, nkp, evp, acc, skip_zero, ca, cb)
     else:
-        fa_f64.pv_tile(p, p_rs, nq, nk, vp, nkp, evp, acc, skip_zero)
+        fa_f64.pv_tile(p, p_rs, nq, nk, vp, nkp, evp, acc, skip_zero, ca, cb)
 
 
 cdef inline double _row_update(floating *s, int n, int ncols, int lim, floating rowmax,
                                const unsigned char *bm, const floating *fm, Py_ssize_t ms,
-                               double *m, double *l) noexcept nogil:
+                               double *m, double *l, double *cb) noexcept nogil:
     if floating is float:
-        return fa_f32.row_update(s, n, ncols, lim, rowmax, bm, fm, ms, m, l)
+        return fa_f32.row_update(s, n, ncols, lim, rowmax, bm, fm, ms, m, l, cb)
     else:
-        return fa_f64.row_update(s, n, ncols, lim, rowmax, bm, fm, ms, m, l)
+        return fa_f64.row_update(s, n, ncols, lim, rowmax, bm, fm, ms, m, l, cb)
 
 
 cdef inline void _row_weights(const floating *s, int n, int lim,
@@ -259,9 +263,10 @@ cdef void _sdpa_item(
     cdef floating *acc = sc + <Py_ssize_t>_BQ * ncols_max          # (BQ, evp) unnormalised out
     cdef double *m = <double *> (acc + <Py_ssize_t>_BQ * evp)      # (BQ,) running max
     cdef double *l = m + _BQ                                       # (BQ,) running sum
-    cdef double *alpha = l + _BQ                                   # (BQ,) accumulator factors
-    cdef floating *rowmax = <floating *> (alpha + _BQ)             # (BQ,) tile row maxima
-    cdef int r, c, kb, k0, nk, ncols, lim, kend
+    cdef double *ca = l + _BQ                                      # (BQ,) accumulator factors
+    cdef double *cb = ca + _BQ                                     # (BQ,) P @ V factors (1 / l)
+    cdef floating *rowmax = <floating *> (cb + _BQ)                # (BQ,) tile row maxima
+    cdef int r, c, kb, k0, nk, ncols, lim, kend, flags
     cdef double inv
     cdef floating a
     cdef const unsigned char *bmr = NULL
@@ -298,14 +303,27 @@ cdef void _sdpa_item(
                 bmr = bm + r * m_rs + k0 * m_cs
             if fm != NULL:
                 fmr = fm + r * m_rs + k0 * m_cs
-            alpha[r] = _row_update(sc + <Py_ssize_t>r * ncols, nk, ncols, lim, rowmax[r],
-                                   bmr, fmr, m_cs, &m[r], &l[r])
-        # 3. acc = diag(c) acc + P @ v_tile, P already divided by l (packed tile: min(bk, S - k0) rows)
-        _scale_rows(acc, evp, nq, alpha)
+            ca[r] = _row_update(sc + <Py_ssize_t>r * ncols, nk, ncols, lim, rowmax[r],
+                                bmr, fmr, m_cs, &m[r], &l[r], &cb[r])
+        # 3. acc = diag(ca) acc + diag(cb) P @ v_tile, the rescale fused into the P @ V epilogue
         if vp != NULL:
+            flags = v_bad[kb]
+            if flags & FA_V_BIG:
+                # |v| near the float limit: normalise P first so no partial sum can overflow
+                for r in range(nq):
+                    a = <floating> cb[r]
+                    for c in range(nk):
+                        sc[<Py_ssize_t>r * ncols + c] *= a
+                    cb[r] = 1.0
             _pv(sc, ncols, nq, nk, vp + kb * vp_tile, bk if S - k0 > bk else S - k0, evp, acc,
-                v_bad[kb])
+                flags & FA_V_NONFINITE, ca, cb)
         else:
+            # in place (decode): normalise P, rescale acc, then accumulate row by row
+            for r in range(nq):
+                a = <floating> cb[r]
+                for c in range(nk):
+                    sc[<Py_ssize_t>r * ncols + c] *= a
+            _scale_rows(acc, evp, nq, ca)
             _pv_direct(sc, ncols, nq, nk, v + k0 * v_rs, v_rs, Ev, acc, evp)
     # acc is already normalised (row_update); a row that allowed no key (l == 0) is zeros. Key
     # splits are merged through their (m, l) afterwards (_merge_splits).
@@ -456,82 +474,39 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
     if kpack == NULL:
         n_ks = 0
         n_vs = 0
-    for item in prange(n_ks * n_kt, schedule='static', num_threads=n_threads):
-        slab = item // n_kt
-        t = item % n_kt
-        k0 = <int>(t * bk)
-        nk = bk if S - k0 > bk else S - k0
-        ko = _offset(slab, nd, kv_shape, &lstr[nd], 1)
-        _pack_k(k + ko + k0 * rstr[1], rstr[1], nk, E, _round_up(nk, pad),
-                kpack + slab * kp_slab + t * E * ncols_max)
-    for item in prange(n_vs * n_kt, schedule='static', num_threads=n_threads):
-        slab = item // n_kt
-        t = item % n_kt
-        k0 = <int>(t * bk)
-        nk = bk if S - k0 > bk else S - k0
-        vo = _offset(slab, nd, &kv_shape[nd], &lstr[2 * nd], 1)
-        v_bad[item] = _pack_v(v + vo + k0 * rstr[2], rstr[2], nk, Ev, evp,
-                              vpack + slab * vp_slab + t * bk * evp)
+    # one parallel region for all passes (each prange ends with a barrier): the threads are
+    # woken once per call, not once per pass
+    with parallel(num_threads=n_threads):
+        for item in prange(n_ks * n_kt, schedule='static'):
+            slab = item // n_kt
+            t = item % n_kt
+            k0 = <int>(t * bk)
+            nk = bk if S - k0 > bk else S - k0
+            ko = _offset(slab, nd, kv_shape, &lstr[nd], 1)
+            _pack_k(k + ko + k0 * rstr[1], rstr[1], nk, E, _round_up(nk, pad),
+                    kpack + slab * kp_slab + t * E * ncols_max)
+        for item in prange(n_vs * n_kt, schedule='static'):
+            slab = item // n_kt
+            t = item % n_kt
+            k0 = <int>(t * bk)
+            nk = bk if S - k0 > bk else S - k0
+            vo = _offset(slab, nd, &kv_shape[nd], &lstr[2 * nd], 1)
+            v_bad[item] = _pack_v(v + vo + k0 * rstr[2], rstr[2], nk, Ev, evp,
+                                  vpack + slab * vp_slab + t * bk * evp)
 
-    # pass 2: one work item per (leading index, query block, key split)
-    for item in prange(n_items * n_sp, schedule='dynamic', num_threads=n_threads):
-        tid = threadid()
-        sp = item % n_sp
-        n = item // n_sp // n_qb
-        qb = (item // n_sp) % n_qb
-        q0 = <int>(qb * _BQ)
-        nq = _BQ if L - q0 > _BQ else L - q0
-        qo = _offset(n, nd, lead, &lstr[0], 1)
-        ko = _offset(n, nd, lead, &lstr[5 * nd], head_group)   # k slab index
-        vo = _offset(n, nd, lead, &lstr[6 * nd], head_group)   # v slab index
-        kdo = _offset(n, nd, lead, &lstr[nd], head_group)      # k element offset
-        vdo = _offset(n, nd, lead, &lstr[2 * nd], head_group)  # v element offset
-        mo = _offset(n, nd, lead, &lstr[3 * nd], 1)
-        bmi = NULL
-        fmi = NULL
-        if bm != NULL:
-            bmi = bm + mo + q0 * rstr[3]
-        if fm != NULL:
-            fmi = fm + mo + q0 * rstr[3]
-        mrow = NULL
-        lrow = NULL
-        dst = out + n * L * Ev + q0 * Ev
-        if n_sp > 1:
-            # partial results of split sp: part (N, n_sp, L, Ev), pml (N, n_sp, 2, L); L <= BQ
-            dst = part + ((n * n_sp + sp) * L) * Ev
-            mrow = pml + (n * n_sp + sp) * 2 * L
-            lrow = mrow + L
-        elif stats != NULL:
-            mrow = stats + 2 * (n * L + q0)
-            lrow = mrow + nq
-        _sdpa_item(q + qo + q0 * rstr[0], rstr[0],
-                   (kpack + ko * kp_slab) if kpack != NULL else NULL,
-                   (vpack + vo * vp_slab) if vpack != NULL else NULL,
-                   (v_bad + vo * n_kt) if v_bad != NULL else NULL,
-                   k + kdo, rstr[1], v + vdo, rstr[2], bmi, fmi, rstr[3], rstr[4],
-                   dst, Ev, mrow, lrow,
-                   q0, nq, S, E, Ev, causal, scale, bk, pad,
-                   <int>(sp * key_split),
-                   S if (n_sp == 1 or (sp + 1) * key_split > S) else <int>((sp + 1) * key_split),
-                   n_sp > 1, scratch + tid * scratch_stride)
-
-    # pass 3 (key splits only): merge the partial results of each leading index, in split order
-    if n_sp > 1:
-        for n in prange(N, schedule='static', num_threads=n_threads):
-            _merge_splits(part + n * n_sp * L * Ev, pml + n * n_sp * 2 * L, n_sp, L, Ev,
-                          out + n * L * Ev, (stats + 2 * n * L) if stats != NULL else NULL)
-
-    # pass 4 (return_weights only): the softmax weights, from the final row max and sum
-    if w != NULL:
-        for item in prange(n_items, schedule='dynamic', num_threads=n_threads):
+        # pass 2: one work item per (leading index, query block, key split)
+        for item in prange(n_items * n_sp, schedule='dynamic'):
             tid = threadid()
-            n = item // n_qb
-            qb = item % n_qb
+            sp = item % n_sp
+            n = item // n_sp // n_qb
+            qb = (item // n_sp) % n_qb
             q0 = <int>(qb * _BQ)
             nq = _BQ if L - q0 > _BQ else L - q0
             qo = _offset(n, nd, lead, &lstr[0], 1)
-            ko = _offset(n, nd, lead, &lstr[5 * nd], head_group)
-            kdo = _offset(n, nd, lead, &lstr[nd], head_group)
+            ko = _offset(n, nd, lead, &lstr[5 * nd], head_group)   # k slab index
+            vo = _offset(n, nd, lead, &lstr[6 * nd], head_group)   # v slab index
+            kdo = _offset(n, nd, lead, &lstr[nd], head_group)      # k element offset
+            vdo = _offset(n, nd, lead, &lstr[2 * nd], head_group)  # v element offset
             mo = _offset(n, nd, lead, &lstr[3 * nd], 1)
             bmi = NULL
             fmi = NULL
@@ -539,17 +514,84 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
                 bmi = bm + mo + q0 * rstr[3]
             if fm != NULL:
                 fmi = fm + mo + q0 * rstr[3]
-            mrow = stats + 2 * (n * L + q0)
-            _weights_item(q + qo + q0 * rstr[0], rstr[0],
-                          (kpack + ko * kp_slab) if kpack != NULL else NULL, k + kdo, rstr[1],
-                          bmi, fmi, rstr[3], rstr[4], mrow, mrow + nq,
-                          w + n * L * S + q0 * S, S,
-                          q0, nq, S, E, causal, scale, bk, pad,
-                          scratch + tid * scratch_stride)
+            mrow = NULL
+            lrow = NULL
+            dst = out + n * L * Ev + q0 * Ev
+            if n_sp > 1:
+                # partial results of split sp: part (N, n_sp, L, Ev), pml (N, n_sp, 2, L); L <= BQ
+                dst = part + ((n * n_sp + sp) * L) * Ev
+                mrow = pml + (n * n_sp + sp) * 2 * L
+                lrow = mrow + L
+            elif stats != NULL:
+                mrow = stats + 2 * (n * L + q0)
+                lrow = mrow + nq
+            _sdpa_item(q + qo + q0 * rstr[0], rstr[0],
+                       (kpack + ko * kp_slab) if kpack != NULL else NULL,
+                       (vpack + vo * vp_slab) if vpack != NULL else NULL,
+                       (v_bad + vo * n_kt) if v_bad != NULL else NULL,
+                       k + kdo, rstr[1], v + vdo, rstr[2], bmi, fmi, rstr[3], rstr[4],
+                       dst, Ev, mrow, lrow,
+                       q0, nq, S, E, Ev, causal, scale, bk, pad,
+                       <int>(sp * key_split),
+                       S if (n_sp == 1 or (sp + 1) * key_split > S) else <int>((sp + 1) * key_split),
+                       n_sp > 1, scratch + tid * scratch_stride)
+
+        # pass 3 (key splits only): merge the partial results of each leading index, in split order
+        if n_sp > 1:
+            for n in prange(N, schedule='static'):
+                _merge_splits(part + n * n_sp * L * Ev, pml + n * n_sp * 2 * L, n_sp, L, Ev,
+                              out + n * L * Ev, (stats + 2 * n * L) if stats != NULL else NULL)
+
+        # pass 4 (return_weights only): the softmax weights, from the final row max and sum
+        if w != NULL:
+            for item in prange(n_items, schedule='dynamic'):
+                tid = threadid()
+                n = item // n_qb
+                qb = item % n_qb
+                q0 = <int>(qb * _BQ)
+                nq = _BQ if L - q0 > _BQ else L - q0
+                qo = _offset(n, nd, lead, &lstr[0], 1)
+                ko = _offset(n, nd, lead, &lstr[5 * nd], head_group)
+                kdo = _offset(n, nd, lead, &lstr[nd], head_group)
+                mo = _offset(n, nd, lead, &lstr[3 * nd], 1)
+                bmi = NULL
+                fmi = NULL
+                if bm != NULL:
+                    bmi = bm + mo + q0 * rstr[3]
+                if fm != NULL:
+                    fmi = fm + mo + q0 * rstr[3]
+                mrow = stats + 2 * (n * L + q0)
+                _weights_item(q + qo + q0 * rstr[0], rstr[0],
+                              (kpack + ko * kp_slab) if kpack != NULL else NULL, k + kdo, rstr[1],
+                              bmi, fmi, rstr[3], rstr[4], mrow, mrow + nq,
+                              w + n * L * S + q0 * S, S,
+                              q0, nq, S, E, causal, scale, bk, pad,
+                              scratch + tid * scratch_stride)
 
 
 cdef inline Py_ssize_t _estride(cnp.ndarray a, int d):
     return cnp.PyArray_STRIDES(a)[d] // cnp.PyArray_ITEMSIZE(a) if cnp.PyArray_DIMS(a)[d] > 1 else 0
+
+
+# Per-thread workspace: big per-call buffers come back from the OS as fresh pages, and on VMs
+# that hand freed memory back to the host, faulting them in again costs as much as the attention
+# of a mid-sized call. Each Python thread keeps its last workspace up to _WORKSPACE_KEEP bytes.
+_WORKSPACE_KEEP = 256 * 1024 * 1024
+_local = threading.local()
+
+
+cdef cnp.ndarray _workspace(Py_ssize_t nbytes):
+    """A uint8 buffer of at least nbytes: this thread's cached one when big enough."""
+    cdef cnp.ndarray buf = getattr(_local, "buf", None)
+    if buf is None or cnp.PyArray_SIZE(buf) < nbytes:
+        buf = np.empty(nbytes, dtype=np.uint8)
+        _local.buf = buf if nbytes <= _WORKSPACE_KEEP else None
+    return buf
+
+
+def release_workspace():
+    """Drop this thread's cached kernel workspace."""
+    _local.buf = None
 
 
 def packed_bytes(int S, int E, int Ev, int itemsize):
@@ -632,22 +674,34 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
         n_vs *= kv_shape[nd + d]
     dt = np.float32 if isz == 4 else np.float64
     cdef bint packed = L > DIRECT_MAX_L
-    cdef cnp.ndarray kpack = np.empty(n_ks * n_kt * E * _round_up(bk, pad) if packed else 0, dtype=dt)
-    cdef cnp.ndarray vpack = np.empty(n_vs * n_kt * bk * _round_up(max(Ev, 1), pad) if packed else 0, dtype=dt)
-    cdef cnp.ndarray v_bad = np.empty(n_vs * n_kt if packed else 0, dtype=np.uint8)
-    cdef Py_ssize_t sstride = scratch_bytes(E, Ev, S, isz)
-    cdef cnp.ndarray scratch_arr = np.empty(sstride * n_threads + 64, dtype=np.uint8)
-    cdef char *scratch = <char *> cnp.PyArray_DATA(scratch_arr)
-    scratch = scratch + ((64 - (<size_t> scratch) % 64) % 64)
     # few query rows and many keys: split the keys into fixed chunks of KEY_SPLIT (a rule of the
     # shape alone, so results stay bitwise independent of the thread count)
     cdef int n_sp = 1
     if L <= _DIRECT_MAX_L and S > _KEY_SPLIT:
         n_sp = (S + _KEY_SPLIT - 1) // _KEY_SPLIT
-    cdef cnp.ndarray part_arr = np.empty(N * n_sp * L * Ev if n_sp > 1 else 0, dtype=dt)
-    cdef cnp.ndarray pml_arr = np.empty(N * n_sp * 2 * L if n_sp > 1 else 0, dtype=np.float64)
-    cdef char *partp = <char *> cnp.PyArray_DATA(part_arr) if n_sp > 1 else NULL
-    cdef double *pmlp = <double *> cnp.PyArray_DATA(pml_arr) if n_sp > 1 else NULL
+    # One workspace for the call, carved into 64-byte aligned pieces: packed keys and values,
+    # their flags, per-thread scratch, key-split partials. Reused across calls of a Python thread.
+    cdef Py_ssize_t sstride = scratch_bytes(E, Ev, S, isz)
+    cdef Py_ssize_t[6] sizes
+    sizes[0] = n_ks * n_kt * E * _round_up(bk, pad) * isz if packed else 0       # kpack
+    sizes[1] = n_vs * n_kt * bk * _round_up(max(Ev, 1), pad) * isz if packed else 0  # vpack
+    sizes[2] = n_vs * n_kt if packed else 0                                       # v_bad
+    sizes[3] = sstride * n_threads                                                # scratch
+    sizes[4] = N * n_sp * L * Ev * isz if n_sp > 1 else 0                         # part
+    sizes[5] = N * n_sp * 2 * L * 8 if n_sp > 1 else 0                            # pml
+    cdef Py_ssize_t total = 64, offs[6]
+    for i in range(6):
+        offs[i] = total
+        total += ((sizes[i] + 63) // 64) * 64
+    cdef cnp.ndarray ws = _workspace(total)       # held until the kernel returns
+    cdef char *base = <char *> cnp.PyArray_DATA(ws)
+    base = base + ((64 - (<size_t> base) % 64) % 64)
+    cdef char *kpp = (base + offs[0]) if packed else NULL
+    cdef char *vpp = (base + offs[1]) if packed else NULL
+    cdef unsigned char *vb = <unsigned char *> (base + offs[2]) if packed else NULL
+    cdef char *scratch = base + offs[3]
+    cdef char *partp = (base + offs[4]) if n_sp > 1 else NULL
+    cdef double *pmlp = <double *> (base + offs[5]) if n_sp > 1 else NULL
     cdef double *stats = NULL
     cdef object stats_arr = None
     if weights is not None:
@@ -659,9 +713,6 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
     cdef char *op = <char *> cnp.PyArray_DATA(out)
     cdef char *mp = <char *> cnp.PyArray_DATA(m_arr) if m_arr is not None else NULL
     cdef char *wp = <char *> cnp.PyArray_DATA(<cnp.ndarray> weights) if weights is not None else NULL
-    cdef char *kpp = <char *> cnp.PyArray_DATA(kpack) if packed else NULL
-    cdef char *vpp = <char *> cnp.PyArray_DATA(vpack) if packed else NULL
-    cdef unsigned char *vb = <unsigned char *> cnp.PyArray_DATA(v_bad) if packed else NULL
     cdef int nthr = n_threads
     if isz == 4:
         with nogil:

@@ -13,6 +13,11 @@ enum {
     FA_ISA_AVX2_WIDE = 4 /* tests only: the AVX-512 kernel shapes compiled for AVX2 */
 };
 
+/* pack_v's flags */
+#define FA_V_FLAGS
+#define FA_V_NONFINITE 1
+#define FA_V_BIG 2
+
 /* Columns of a packed key tile and of the value/accumulator tiles must be a multiple of these
  * (the widest register block of any ISA: 4 vectors of 16 floats / 8 doubles). */
 #define FA_PAD_F32 64
@@ -23,9 +28,10 @@ enum {
         void (*qk_tile)(const T *q_tile, ptrdiff_t q_rs, int nq, int E, const T *kt, int ncols, \
                         int nvalid, T scale, T *scores, T *rowmax);                             \
         void (*pv_tile)(const T *p, int p_rs, int nq, int nk, const T *vp, int nkp, int evp, T *acc, \
-                        int skip_zero);                                                         \
+                        int skip_zero, const double *ca, const double *cb);                     \
         double (*row_update)(T *s, int n, int ncols, int lim, T rowmax, const unsigned char *bmask, \
-                             const T *fmask, ptrdiff_t ms, double *m_io, double *l_io);         \
+                             const T *fmask, ptrdiff_t ms, double *m_io, double *l_io,          \
+                             double *cb);                                                       \
         void (*row_weights)(const T *s, int n, int lim, const unsigned char *bmask,             \
                             const T *fmask, ptrdiff_t ms, double m, double inv_l, T *w);        \
         void (*softmax_row)(const T *x, int n, T *y);                                           \

@@ -47,31 +47,60 @@ FA_TARGET static void FA_NAME(pack_k)(const FA_T *k, ptrdiff_t k_rs, int nk, int
     }
 }
 
-/* Returns 1 when the value tile holds inf or NaN (then P @ V must skip zero probabilities). */
+/* Returns flags about the value tile: FA_V_NONFINITE when it holds inf or NaN (then P @ V must
+ * skip zero probabilities), FA_V_BIG when some |v| is so large that a tile's sum of up to 256
+ * unnormalised p * v could overflow (then P is normalised before P @ V). */
+#ifndef FA_V_FLAGS
+#define FA_V_FLAGS
+#define FA_V_NONFINITE 1
+#define FA_V_BIG 2
+#endif
 FA_TARGET static int FA_NAME(pack_v)(const FA_T *v, ptrdiff_t v_rs, int nk, int Ev, int evp, FA_T *vp)
 {
-    FA_T probe = 0;
+#if FA_IS_DOUBLE
+    const FA_T big = 1.7976931348623157e308 / 512;
+#else
+    const FA_T big = 3.4028234663852886e38f / 512;
+#endif
+    FA_T probe = 0, amax = 0;
+#if FA_VW > 1
+    V vprobe = (V){0}, vamax = (V){0};
+    const VI absmask = (VI){0} + (FA_I)(((uint64_t)1 << (8 * sizeof(FA_T) - 1)) - 1);
+#endif
     for (int c0 = 0; c0 < evp; c0 += FA_NR) {
         FA_T *panel = vp + (ptrdiff_t)c0 * nk;
         int w = Ev - c0 < FA_NR ? Ev - c0 : FA_NR;
         for (int j = 0; j < nk; j++) {
             const FA_T *vrow = v + j * v_rs + c0;
             FA_T *dst = panel + (ptrdiff_t)j * FA_NR;
+#if FA_VW > 1
             if (w == FA_NR) {
-                for (int c = 0; c < FA_NR; c++) {
-                    dst[c] = vrow[c];
-                    probe += vrow[c] * 0;   /* inf * 0 and NaN * 0 are NaN */
+                for (int t = 0; t < FA_NV; t++) {
+                    V x = VLOAD(vrow + t * FA_VW);
+                    VSTORE(dst + t * FA_VW, x);
+                    vprobe += x * 0;                      /* inf * 0 and NaN * 0 are NaN */
+                    V ax = (V)((VI)x & absmask);
+                    vamax = (V)(((VI)vamax & ~(VI)(ax > vamax)) | ((VI)ax & (VI)(ax > vamax)));
                 }
-            } else {
-                for (int c = 0; c < FA_NR; c++) {
-                    FA_T x = c < w ? vrow[c] : 0;
-                    dst[c] = x;
-                    probe += x * 0;
-                }
+                continue;
+            }
+#endif
+            for (int c = 0; c < FA_NR; c++) {
+                FA_T x = c < w ? vrow[c] : 0;
+                dst[c] = x;
+                probe += x * 0;
+                FA_T ax = x < 0 ? -x : x;
+                amax = ax > amax ? ax : amax;
             }
         }
     }
-    return probe != probe;
+#if FA_VW > 1
+    for (int t = 0; t < FA_VW; t++) {
+        probe += vprobe[t];
+        amax = vamax[t] > amax ? vamax[t] : amax;
+    }
+#endif
+    return (probe != probe ? FA_V_NONFINITE : 0) | (amax > big ? FA_V_BIG : 0);
 }
 
 #if FA_VW > 1
@@ -130,7 +159,7 @@ FA_NAME(qk_block)(const FA_T *qr, ptrdiff_t q_rs, const int mr, int E, const FA_
 /* One register block of `mr` rows: acc[r, c] += sum_{j < nk} p[r, j] * v[j, c], c < evp. */
 FA_TARGET static inline __attribute__((always_inline)) void
 FA_NAME(pv_block)(const FA_T *pr, int p_rs, const int mr, int nk, const FA_T *vp, int nkp, int evp,
-                  FA_T *acc)
+                  FA_T *acc, const double *ca, const double *cb)
 {
     for (int c0 = 0; c0 < evp; c0 += FA_NR) {
         const FA_T *panel = vp + (ptrdiff_t)c0 * nkp;
@@ -145,11 +174,13 @@ FA_NAME(pv_block)(const FA_T *pr, int p_rs, const int mr, int nk, const FA_T *vp
                 for (int v = 0; v < FA_NV; v++) a[r][v] += pj * vv[v];
             }
         }
-        for (int r = 0; r < mr; r++)
+        for (int r = 0; r < mr; r++) {
+            FA_T car = (FA_T)ca[r], cbr = (FA_T)cb[r];
             for (int v = 0; v < FA_NV; v++) {
                 FA_T *dst = acc + (ptrdiff_t)r * evp + c0 + v * FA_VW;
-                VSTORE(dst, VLOAD(dst) + a[r][v]);
+                VSTORE(dst, VLOAD(dst) * car + a[r][v] * cbr);
             }
+        }
     }
 }
 
@@ -201,27 +232,30 @@ FA_TARGET static void FA_NAME(qk_tile)(const FA_T *q_tile, ptrdiff_t q_rs, int n
 #endif
 }
 
-/* acc[r, c] += sum_{j < nk} p[r, j] * v[j, c]  for r < nq, c < evp (vp packed by pack_v from
- * nkp >= nk rows: a causal block may need only the first nk keys of a packed tile).
+/* acc[r, c] = ca[r] * acc[r, c] + cb[r] * sum_{j < nk} p[r, j] * v[j, c]  for r < nq, c < evp:
+ * the online-softmax rescale of the accumulator fused into the P @ V epilogue (vp packed by
+ * pack_v from nkp >= nk rows: a causal block may need only the first nk keys of a packed tile).
  * When skip_zero is set (the value tile holds inf or NaN), keys with p == 0 are left out per row
  * so that a masked-out non-finite value cannot turn 0 * inf into NaN. */
 FA_TARGET static void FA_NAME(pv_tile)(const FA_T *p, int p_rs, int nq, int nk,
-                                       const FA_T *vp, int nkp, int evp, FA_T *acc, int skip_zero)
+                                       const FA_T *vp, int nkp, int evp, FA_T *acc, int skip_zero,
+                                       const double *ca, const double *cb)
 {
 #if FA_VW > 1
     if (!skip_zero) {
         int r0 = 0;
         for (; r0 + FA_MR <= nq; r0 += FA_MR)
             FA_NAME(pv_block)(p + (ptrdiff_t)r0 * p_rs, p_rs, FA_MR, nk, vp, nkp, evp,
-                              acc + (ptrdiff_t)r0 * evp);
+                              acc + (ptrdiff_t)r0 * evp, ca + r0, cb + r0);
 #define FA_PV_CALL(k) FA_NAME(pv_block)(p + (ptrdiff_t)r0 * p_rs, p_rs, k, nk, vp, nkp, evp, \
-                                        acc + (ptrdiff_t)r0 * evp)
+                                        acc + (ptrdiff_t)r0 * evp, ca + r0, cb + r0)
         FA_REMAINDER(FA_PV_CALL, nq - r0)
 #undef FA_PV_CALL
         return;
     }
     for (int r0 = 0; r0 < nq; r0++) {
         const FA_T *pr = p + (ptrdiff_t)r0 * p_rs;
+        FA_T car = (FA_T)ca[r0], cbr = (FA_T)cb[r0];
         for (int c0 = 0; c0 < evp; c0 += FA_NR) {
             const FA_T *panel = vp + (ptrdiff_t)c0 * nkp;
             V a[FA_NV];
@@ -233,7 +267,7 @@ FA_TARGET static void FA_NAME(pv_tile)(const FA_T *p, int p_rs, int nq, int nk,
             }
             for (int v = 0; v < FA_NV; v++) {
                 FA_T *dst = acc + (ptrdiff_t)r0 * evp + c0 + v * FA_VW;
-                VSTORE(dst, VLOAD(dst) + a[v]);
+                VSTORE(dst, VLOAD(dst) * car + a[v] * cbr);
             }
         }
     }
@@ -246,7 +280,7 @@ FA_TARGET static void FA_NAME(pv_tile)(const FA_T *p, int p_rs, int nq, int nk,
                 if (skip_zero && pj == 0) continue;
                 s += pj * vp[(ptrdiff_t)c * nkp + j];
             }
-            acc[(ptrdiff_t)r * evp + c] += s;
+            acc[(ptrdiff_t)r * evp + c] = acc[(ptrdiff_t)r * evp + c] * (FA_T)ca[r] + s * (FA_T)cb[r];
         }
 #endif
 }
@@ -464,18 +498,18 @@ FA_TARGET static inline FA_T FA_NAME(exp_sub_sum)(FA_T *s, int lim, FA_T mf)
     return sum;
 }
 
-/* One row of one tile, the online-softmax step (FlashAttention's recurrence), keeping the
- * accumulator normalised so it never grows past max|v| (no overflow near the float limits):
+/* One row of one tile, the online-softmax step (FlashAttention's recurrence), for an
+ * accumulator kept normalised (so it never grows past max|v|, even near the float limits):
  *   s_j   <- s_j + mask_j                    (or -inf where the key is not allowed)
  *   m_new  = max(m_old, max_j s_j)
- *   l_new  = l_old * exp(m_old - m_new) + sum_j exp(s_j - m_new)
- *   p_j    = exp(s_j - m_new) / l_new        (written back into s)
- * and returns c = l_old * exp(m_old - m_new) / l_new, the factor the caller applies to the
- * accumulator row before adding p @ v. A NaN score in an allowed position makes m, l (and so the
+ *   p_j    = exp(s_j - m_new)                (written back into s)
+ *   l_new  = l_old * exp(m_old - m_new) + sum_j p_j
+ * Returns ca = l_old * exp(m_old - m_new) / l_new and sets *cb = 1 / l_new: the new accumulator
+ * row is ca * acc + cb * (p @ v). A NaN score in an allowed position makes m, l (and so the
  * row's output) NaN. Entries lim .. ncols-1 (masked by causality, or padding) are set to 0. */
 FA_TARGET static double FA_NAME(row_update)(FA_T *s, int n, int ncols, int lim, FA_T rowmax,
                                             const unsigned char *bmask, const FA_T *fmask,
-                                            ptrdiff_t ms, double *m_io, double *l_io)
+                                            ptrdiff_t ms, double *m_io, double *l_io, double *cb)
 {
     if (lim > n) lim = n;
     if (lim < 0) lim = 0;
@@ -486,6 +520,7 @@ FA_TARGET static double FA_NAME(row_update)(FA_T *s, int n, int ncols, int lim, 
     if (m_new == -INFINITY) {
         /* nothing allowed so far in this row: no probability mass, accumulator untouched */
         for (int j = 0; j < ncols; j++) s[j] = 0;
+        *cb = 0.0;
         return 1.0;
     }
     FA_T sum = FA_NAME(exp_sub_sum)(s, lim, (FA_T)m_new);
@@ -493,10 +528,9 @@ FA_TARGET static double FA_NAME(row_update)(FA_T *s, int n, int ncols, int lim, 
     double carried = (m_old == -INFINITY) ? 0.0 : *l_io * exp(m_old - m_new);
     double l_new = carried + (double)sum;
     double inv = 1.0 / l_new;          /* l_new >= 1: the maximal entry contributes exp(0) */
-    FA_T invf = (FA_T)inv;
-    for (int j = 0; j < lim; j++) s[j] *= invf;
     *l_io = l_new;
     *m_io = m_new;
+    *cb = inv;
     return carried * inv;
 }
 
