@@ -18,6 +18,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
 
 from ._threads import get_num_threads, set_num_threads, show_config
 from .attention import scaled_dot_product_attention, softmax
+from . import layers as _layers
 from .layers import (FeedForward, LayerNorm, MultiHeadAttention, PositionalEncoding, Transformer,
                      TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
                      TransformerEncoderLayer, sinusoidal_positions)
@@ -29,14 +30,4 @@ __all__ = [
     "get_num_threads",
     "set_num_threads",
     "show_config",
-    "MultiHeadAttention",
-    "LayerNorm",
-    "FeedForward",
-    "PositionalEncoding",
-    "sinusoidal_positions",
-    "TransformerEncoderLayer",
-    "TransformerDecoderLayer",
-    "TransformerEncoder",
-    "TransformerDecoder",
-    "Transformer",
-]
+] + list(_layers.__all__)

@@ -22,6 +22,9 @@
 #define FA_GNU_VECTORS 0
 #endif
 
+/* Each instance below defines the template's parameters and includes fa_tile.h, which
+ * undefines them again at its end. */
+
 /* ---- plain scalar C: any compiler, and the reference the vector versions are tested against */
 #define FA_T float
 #define FA_I int32_t
@@ -32,14 +35,6 @@
 #define FA_NAME(x) x##_f32_scalar
 #define FA_TARGET
 #include "fa_tile.h"
-#undef FA_T
-#undef FA_I
-#undef FA_IS_DOUBLE
-#undef FA_VW
-#undef FA_MR
-#undef FA_NV
-#undef FA_NAME
-#undef FA_TARGET
 
 #define FA_T double
 #define FA_I int64_t
@@ -50,14 +45,6 @@
 #define FA_NAME(x) x##_f64_scalar
 #define FA_TARGET
 #include "fa_tile.h"
-#undef FA_T
-#undef FA_I
-#undef FA_IS_DOUBLE
-#undef FA_VW
-#undef FA_MR
-#undef FA_NV
-#undef FA_NAME
-#undef FA_TARGET
 
 #if FA_GNU_VECTORS
 /* ---- generic vectors at the baseline ISA (SSE2 on x86-64, NEON on arm64) */
@@ -70,14 +57,6 @@
 #define FA_NAME(x) x##_f32_base
 #define FA_TARGET
 #include "fa_tile.h"
-#undef FA_T
-#undef FA_I
-#undef FA_IS_DOUBLE
-#undef FA_VW
-#undef FA_MR
-#undef FA_NV
-#undef FA_NAME
-#undef FA_TARGET
 
 #define FA_T double
 #define FA_I int64_t
@@ -88,14 +67,6 @@
 #define FA_NAME(x) x##_f64_base
 #define FA_TARGET
 #include "fa_tile.h"
-#undef FA_T
-#undef FA_I
-#undef FA_IS_DOUBLE
-#undef FA_VW
-#undef FA_MR
-#undef FA_NV
-#undef FA_NAME
-#undef FA_TARGET
 #endif
 
 #if FA_X86
@@ -109,14 +80,6 @@
 #define FA_NAME(x) x##_f32_avx2
 #define FA_TARGET __attribute__((target("avx2,fma")))
 #include "fa_tile.h"
-#undef FA_T
-#undef FA_I
-#undef FA_IS_DOUBLE
-#undef FA_VW
-#undef FA_MR
-#undef FA_NV
-#undef FA_NAME
-#undef FA_TARGET
 
 #define FA_T double
 #define FA_I int64_t
@@ -127,14 +90,6 @@
 #define FA_NAME(x) x##_f64_avx2
 #define FA_TARGET __attribute__((target("avx2,fma")))
 #include "fa_tile.h"
-#undef FA_T
-#undef FA_I
-#undef FA_IS_DOUBLE
-#undef FA_VW
-#undef FA_MR
-#undef FA_NV
-#undef FA_NAME
-#undef FA_TARGET
 
 /* ---- test-only: the AVX-512 shapes (16 floats / 8 doubles a vector, 6 x 4 blocks) compiled for
  * AVX2, so that the exact template instance the AVX-512 build uses is exercised by the test suite
@@ -148,14 +103,6 @@
 #define FA_NAME(x) x##_f32_avx2wide
 #define FA_TARGET __attribute__((target("avx2,fma")))
 #include "fa_tile.h"
-#undef FA_T
-#undef FA_I
-#undef FA_IS_DOUBLE
-#undef FA_VW
-#undef FA_MR
-#undef FA_NV
-#undef FA_NAME
-#undef FA_TARGET
 
 #define FA_T double
 #define FA_I int64_t
@@ -166,14 +113,6 @@
 #define FA_NAME(x) x##_f64_avx2wide
 #define FA_TARGET __attribute__((target("avx2,fma")))
 #include "fa_tile.h"
-#undef FA_T
-#undef FA_I
-#undef FA_IS_DOUBLE
-#undef FA_VW
-#undef FA_MR
-#undef FA_NV
-#undef FA_NAME
-#undef FA_TARGET
 
 /* ---- AVX-512F: 32 zmm registers; a 6 x 4-vector block keeps 24 accumulators live */
 #define FA_T float
@@ -185,14 +124,6 @@
 #define FA_NAME(x) x##_f32_avx512
 #define FA_TARGET __attribute__((target("avx512f,avx2,fma")))
 #include "fa_tile.h"
-#undef FA_T
-#undef FA_I
-#undef FA_IS_DOUBLE
-#undef FA_VW
-#undef FA_MR
-#undef FA_NV
-#undef FA_NAME
-#undef FA_TARGET
 
 #define FA_T double
 #define FA_I int64_t
@@ -203,14 +134,6 @@
 #define FA_NAME(x) x##_f64_avx512
 #define FA_TARGET __attribute__((target("avx512f,avx2,fma")))
 #include "fa_tile.h"
-#undef FA_T
-#undef FA_I
-#undef FA_IS_DOUBLE
-#undef FA_VW
-#undef FA_MR
-#undef FA_NV
-#undef FA_NAME
-#undef FA_TARGET
 #endif
 
 /* ---- dispatch tables */

@@ -612,3 +612,13 @@ FA_TARGET static void FA_NAME(exp_array)(const FA_T *x, ptrdiff_t n, FA_T *y)
 #undef VLOAD
 #undef VSTORE
 #endif
+
+/* the template's parameters, defined by the includer for this one instance */
+#undef FA_T
+#undef FA_I
+#undef FA_IS_DOUBLE
+#undef FA_VW
+#undef FA_MR
+#undef FA_NV
+#undef FA_NAME
+#undef FA_TARGET
