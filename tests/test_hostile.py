@@ -23,6 +23,8 @@ from reference import sdpa_ref
 
 f = fastattn.scaled_dot_product_attention
 DTYPES = [np.float32, np.float64]
+# child interpreters run from here: `python -c` puts its working directory first on sys.path,
+# and from a source checkout that would import the uncompiled fastattn/ folder
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -332,7 +334,7 @@ def test_unaligned_inputs_in_a_child_process():
     """Non-aligned views (np.frombuffer(bytearray, offset=1)) give the aligned answer; run in a
     child so that a sanitizer abort does not take the test run down."""
     r = subprocess.run([sys.executable, "-c", _UNALIGNED_CHILD], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=300, cwd=HERE)
     assert r.returncode == 0 and "UNALIGNED-OK" in r.stdout, (r.returncode, r.stderr[-3000:])
 
 
@@ -441,7 +443,8 @@ def test_huge_thread_count_with_many_work_items_does_not_kill_the_process():
         assert out.shape == (50000, 1, 1) and np.all(out == 1)
         print("ok")
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       cwd=HERE)
     assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])
 
 

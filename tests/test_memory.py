@@ -20,6 +20,10 @@ import pytest
 import fastattn
 from fastattn._kernels import _attention as K
 
+# child interpreters run from here: `python -c` puts its working directory first on sys.path,
+# and from a source checkout that would import the uncompiled fastattn/ folder
+HERE = os.path.dirname(os.path.abspath(__file__))
+
 f = fastattn.scaled_dot_product_attention
 N_CALLS = int(os.environ.get("FASTATTN_MEMORY_CALLS", "10000"))
 WARMUP = 1000
@@ -205,7 +209,8 @@ def test_huge_head_size_memory_is_proportional(tmp_path):
         assert out.shape == (1, 1) and out[0, 0] == 1
         print("PEAK-MIB", (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024)
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       cwd=HERE)
     assert r.returncode == 0, (r.returncode, r.stderr[-3000:])
     peak = float(r.stdout.split("PEAK-MIB")[1])
     print(f"\nE = 2**21: extra peak RSS {peak:.1f} MiB")

@@ -11,6 +11,10 @@ import pytest
 import fastattn
 from fastattn import scaled_dot_product_attention as sdpa
 
+# child interpreters run from here: `python -c` puts its working directory first on sys.path,
+# and from a source checkout that would import the uncompiled fastattn/ folder
+HERE = os.path.dirname(os.path.abspath(__file__))
+
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("causal", [False, True])
@@ -43,7 +47,7 @@ def test_set_get_num_threads():
 def _run(code, **env):
     full = dict(os.environ, **env)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full,
-                          check=True).stdout.strip()
+                          check=True, cwd=HERE).stdout.strip()
 
 
 def test_omp_num_threads_is_respected():
