@@ -14,6 +14,7 @@ import os
 import random
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -213,6 +214,19 @@ def test_user_thread_pool_under_threadpoolctl_limits_no_oversubscription():
     assert s.peak <= baseline + n_user + 2, (baseline, s.peak)
 
 
+def _settled_os_threads(timeout=2.0):
+    """The OS thread count once it has stopped changing for 0.1 s (or after `timeout`)."""
+    deadline = time.monotonic() + timeout
+    last = _os_threads()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = _os_threads()
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 def test_nested_default_threads_bounded_and_no_thread_leak():
     """Each user thread gets at most get_num_threads() OpenMP threads; the OpenMP pools of
     finished user threads go away (no OS-thread growth over rounds)."""
@@ -228,10 +242,12 @@ def test_nested_default_threads_bounded_and_no_thread_leak():
                         for _ in range(3 * n_user)]
                 assert all(_same_bits(fu.result(timeout=HANG_TIMEOUT), ref) for fu in futs)
         peak = max(peak, s.peak)
-        counts.append(_os_threads())
+        counts.append(_settled_os_threads())
     base = counts[0]
     print(f"\nOS threads after each round: {counts}, peak {peak}")
-    assert max(counts) <= base + 1, counts
+    # finished user threads' OpenMP teams are torn down asynchronously: allow that much slack,
+    # but no growth from round to round
+    assert max(counts) <= base + 2 and counts[-1] <= max(counts[:2]) + 1, counts
     # this thread's pool (<= 8) + user threads with their teams + the sampler
     assert peak <= counts[0] + n_user * per_call + 2 + 8
 
