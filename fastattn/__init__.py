@@ -3,8 +3,19 @@
 The hot core is Cython + OpenMP (``fastattn._kernels``); everything public is a thin NumPy API
 over it.
 """
+import os as _os
+
 from ._version import __version__
 
+# GNU libgomp spins ~300,000 pause iterations (several ms on AMD cores) after every parallel
+# region before its threads sleep; on small machines that spinning steals the core NumPy's BLAS
+# threads need for the next GEMM (a Transformer forward lost ~10% to it). libgomp reads
+# GOMP_SPINCOUNT once, when it is loaded: set a short spin (~0.5 ms) just while our extension
+# loads its (private, in wheels) runtime, then take the variable away again so that no other
+# library sees it. A user's own GOMP_SPINCOUNT / OMP_WAIT_POLICY always wins.
+_set_spin = "GOMP_SPINCOUNT" not in _os.environ and "OMP_WAIT_POLICY" not in _os.environ
+if _set_spin:
+    _os.environ["GOMP_SPINCOUNT"] = "20000"
 try:
     from ._kernels import _attention as _kernels_attention  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the installation
@@ -15,6 +26,9 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "(e.g. `apt-get install libgomp1`, `brew install libomp`) or rebuild with "
         f"FASTATTN_NO_OPENMP=1. Original error: {exc}"
     ) from exc
+finally:
+    if _set_spin:
+        del _os.environ["GOMP_SPINCOUNT"]
 
 from ._threads import get_num_threads, set_num_threads, show_config
 from .attention import scaled_dot_product_attention, softmax

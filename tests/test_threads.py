@@ -79,3 +79,16 @@ def test_show_config_reports(capsys):
     for field in ("version", fastattn.__version__, "openmp", "simd", "blas", "threads", "compile_flags"):
         assert field in text
     assert "-march=native" not in text and "-ffast-math" not in text
+
+
+def test_import_leaves_openmp_environment_as_found():
+    """fastattn shortens libgomp's spin only while its own runtime loads (GOMP_SPINCOUNT), then
+    removes the variable; a user's setting is kept and wins."""
+    code = ("import os, fastattn; print(os.environ.get('GOMP_SPINCOUNT', 'unset'), "
+            "os.environ.get('OMP_WAIT_POLICY', 'unset'))")
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         check=True, cwd=HERE).stdout.split()
+    assert out == ["unset", "unset"]
+    assert _run(code, GOMP_SPINCOUNT="1234").split() == ["1234", "unset"]
+    assert _run(code, OMP_WAIT_POLICY="active").split() == ["unset", "active"]
