@@ -3,21 +3,25 @@
 #   Fused scaled dot-product attention, FlashAttention-style, on the CPU.
 #
 #   Work items: the output is (N, L, Ev) with N = prod(broadcast leading dims). Its rows are cut
-#   into query blocks of BQ rows; one work item = one (n, query block). A single OpenMP prange
-#   runs over all N * ceil(L / BQ) items. Items share nothing but read-only inputs and write
-#   disjoint output rows, and tile sizes are fixed by the shape alone, so the result is bitwise
-#   the same for any thread count.
+#   into query blocks of BQ rows; one work item = one (n, query block[, key split]). One OpenMP
+#   parallel region per call runs the passes below, each a prange with a barrier after it.
+#   Items share nothing but read-only inputs and write disjoint output rows, and tile sizes
+#   are fixed by the shape alone, so the result is bitwise the same for any thread count.
 #
-#   Per item, stream over key blocks of BK keys:
-#     1. pack the key block transposed (E, ncols) and the value block (nk, evp), zero-padded
-#     2. scores = q_block @ k_block.T                      (qk_tile, register-blocked)
-#     3. per row: scale, mask, online-softmax update        (row_update)
-#          m_new = max(m, rowmax), p = exp(s - m_new), l = l * exp(m - m_new) + sum(p)
-#        and rescale the accumulator row by exp(m - m_new) when the max moved
-#     4. acc += p @ v_block                                 (pv_tile)
-#   then out = acc / l, with l == 0 (no allowed key) giving zeros, never NaN.
-#   Key blocks above the causal diagonal are never visited; blocks whose mask allows nothing
-#   are skipped. Extra memory: one scratch area per thread, O(BQ * BK + BK * (E + Ev)).
+#   Pass 1: pack every key tile (E x bk, in panels of the micro-kernel's width) and value tile
+#           (bk x Ev) once, into the call's workspace; skipped for L <= DIRECT_MAX_L (decode),
+#           where items read K and V in place.
+#   Pass 2: per item, stream over key tiles of bk keys:
+#     1. scores = scale * q_block @ k_tile.T and row maxima    (qk_tile, register-blocked)
+#     2. per row: mask, online-softmax update                   (row_update)
+#          m_new = max(m, rowmax), p = exp(s - m_new), l_new = l exp(m - m_new) + sum(p)
+#     3. acc = acc * (l exp(m - m_new) / l_new) + (p @ v_tile) / l_new
+#        (pv_tile: the rescale is fused into the epilogue; acc stays normalised, never > max|v|)
+#   and a row with no allowed key (l == 0) stays zero, never NaN.
+#   Pass 3: (decode with S > KEY_SPLIT only) merge the fixed key splits through (m, l).
+#   Pass 4: (return_weights only) recompute the scores tile by tile: w = exp(s - m) / l.
+#   Key tiles above the causal diagonal are never visited; tiles whose mask allows nothing are
+#   skipped. Extra memory: the packed K and V (the size of K + V) plus O(BQ * bk) per thread.
 #
 #   Numerics: the scores and P @ V run in the input precision; the running max m and sum l are
 #   doubles. exp is a vectorised polynomial (fa_tile.h). Masked scores are set to -inf by
@@ -592,15 +596,6 @@ cdef cnp.ndarray _workspace(Py_ssize_t nbytes):
 def release_workspace():
     """Drop this thread's cached kernel workspace."""
     _local.buf = None
-
-
-def packed_bytes(int S, int E, int Ev, int itemsize):
-    # (for the bench's memory estimates)
-    """Bytes of packed key + value tiles for one (key, value) slab."""
-    cdef int pad = FA_PAD_F32 if itemsize == 4 else FA_PAD_F64
-    cdef int bk = _key_block(E, Ev, S, itemsize)
-    cdef Py_ssize_t n_kt = (S + bk - 1) // bk
-    return n_kt * (<Py_ssize_t>E * _round_up(bk, pad) + <Py_ssize_t>bk * _round_up(max(Ev, 1), pad)) * itemsize
 
 
 def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, weights,
