@@ -3,7 +3,7 @@ peak memory at L = S = 16384, largest error vs the references."""
 import sys, time, numpy as np, fastattn
 sys.path.insert(0, "/work/main/tests")
 from reference import sdpa_ref
-from threadpoolctl import threadpool_limits, threadpool_info
+from threadpoolctl import threadpool_info
 print("BLAS:", [(i["internal_api"], i.get("architecture"), i["num_threads"]) for i in threadpool_info()])
 rng = np.random.default_rng(0)
 def med(f, n=7, warm=2):

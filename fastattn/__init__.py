@@ -32,7 +32,6 @@ finally:
 
 from ._threads import get_num_threads, set_num_threads, show_config
 from .attention import scaled_dot_product_attention, softmax
-from . import layers as _layers
 from .layers import (FeedForward, LayerNorm, MultiHeadAttention, PositionalEncoding, Transformer,
                      TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
                      TransformerEncoderLayer, sinusoidal_positions)
@@ -44,4 +43,14 @@ __all__ = [
     "get_num_threads",
     "set_num_threads",
     "show_config",
-] + list(_layers.__all__)
+    "MultiHeadAttention",
+    "LayerNorm",
+    "FeedForward",
+    "PositionalEncoding",
+    "sinusoidal_positions",
+    "TransformerEncoderLayer",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerDecoder",
+    "Transformer",
+]

@@ -56,7 +56,7 @@ def test_omp_num_threads_is_respected():
 
 
 def test_threadpoolctl_openmp_limit():
-    threadpoolctl = pytest.importorskip("threadpoolctl")
+    pytest.importorskip("threadpoolctl")
     code = ("import fastattn, threadpoolctl\n"
             "with threadpoolctl.threadpool_limits(1, user_api='openmp'):\n"
             "    print(fastattn.get_num_threads())\n")
