@@ -12,6 +12,11 @@
 #include "fa_kernels.h"
 
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+/* intrinsics are usable inside functions whose target attribute enables their ISA */
+#include <immintrin.h>
+#endif
+
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
 #define FA_X86 1
 #else
 #define FA_X86 0
@@ -34,6 +39,7 @@
 #define FA_NV 1
 #define FA_NAME(x) x##_f32_scalar
 #define FA_TARGET
+#define FA_HAS_FMA 0
 #include "fa_tile.h"
 
 #define FA_T double
@@ -44,6 +50,7 @@
 #define FA_NV 1
 #define FA_NAME(x) x##_f64_scalar
 #define FA_TARGET
+#define FA_HAS_FMA 0
 #include "fa_tile.h"
 
 #if FA_GNU_VECTORS
@@ -56,6 +63,7 @@
 #define FA_NV 2
 #define FA_NAME(x) x##_f32_base
 #define FA_TARGET
+#define FA_HAS_FMA 0
 #include "fa_tile.h"
 
 #define FA_T double
@@ -66,6 +74,7 @@
 #define FA_NV 2
 #define FA_NAME(x) x##_f64_base
 #define FA_TARGET
+#define FA_HAS_FMA 0
 #include "fa_tile.h"
 #endif
 
@@ -78,7 +87,9 @@
 #define FA_MR 6
 #define FA_NV 2
 #define FA_NAME(x) x##_f32_avx2
+#define FA_VMAX _mm256_max_ps
 #define FA_TARGET __attribute__((target("avx2,fma")))
+#define FA_HAS_FMA 1
 #include "fa_tile.h"
 
 #define FA_T double
@@ -88,7 +99,9 @@
 #define FA_MR 6
 #define FA_NV 2
 #define FA_NAME(x) x##_f64_avx2
+#define FA_VMAX _mm256_max_pd
 #define FA_TARGET __attribute__((target("avx2,fma")))
+#define FA_HAS_FMA 1
 #include "fa_tile.h"
 
 /* ---- test-only: the AVX-512 shapes (16 floats / 8 doubles a vector, 6 x 4 blocks) compiled for
@@ -102,6 +115,7 @@
 #define FA_NV 4
 #define FA_NAME(x) x##_f32_avx2wide
 #define FA_TARGET __attribute__((target("avx2,fma")))
+#define FA_HAS_FMA 1
 #include "fa_tile.h"
 
 #define FA_T double
@@ -112,6 +126,7 @@
 #define FA_NV 4
 #define FA_NAME(x) x##_f64_avx2wide
 #define FA_TARGET __attribute__((target("avx2,fma")))
+#define FA_HAS_FMA 1
 #include "fa_tile.h"
 
 /* ---- AVX-512F: 32 zmm registers; a 6 x 4-vector block keeps 24 accumulators live */
@@ -122,7 +137,9 @@
 #define FA_MR 6
 #define FA_NV 4
 #define FA_NAME(x) x##_f32_avx512
+#define FA_VMAX _mm512_max_ps
 #define FA_TARGET __attribute__((target("avx512f,avx2,fma")))
+#define FA_HAS_FMA 1
 #include "fa_tile.h"
 
 #define FA_T double
@@ -132,7 +149,9 @@
 #define FA_MR 6
 #define FA_NV 4
 #define FA_NAME(x) x##_f64_avx512
+#define FA_VMAX _mm512_max_pd
 #define FA_TARGET __attribute__((target("avx512f,avx2,fma")))
+#define FA_HAS_FMA 1
 #include "fa_tile.h"
 #endif
 

@@ -8,6 +8,8 @@
  *   FA_NV      vectors per register block row; NR = FA_NV * FA_VW columns
  *   FA_NAME(x) name mangling, e.g. x##_f32_avx2
  *   FA_TARGET  function attribute selecting the ISA (may be empty)
+ *   FA_HAS_FMA 1 when that ISA has fused multiply-add (the exp relies on it when set)
+ *   FA_VMAX    optional: the intrinsic for a lane-wise max, (a > b) ? a : b
  *
  * Everything here works on raw pointers to tiles that the Cython driver packed:
  *   q_tile  (nq, E)      query rows, row stride q_rs, last dim contiguous
@@ -104,82 +106,79 @@ FA_TARGET static int FA_NAME(pack_v)(const FA_T *v, ptrdiff_t v_rs, int nk, int 
 }
 
 #if FA_VW > 1
+/* (x > m) ? x : m lane-wise, so a NaN x leaves m as it was: one vmaxps where the includer names
+ * the intrinsic (FA_VMAX), a compare and select otherwise */
+#ifdef FA_VMAX
+#define VMAXSKIP(x, m) ((V)FA_VMAX((x), (m)))
+#else
+#define VMAXSKIP(x, m) ((V)(((VI)(x) & (VI)((x) > (m))) | ((VI)(m) & ~(VI)((x) > (m)))))
+#endif
 /* max that propagates NaN: once a NaN is seen it sticks, so a NaN score reaches the output */
 #define VMAXNAN(m, x) ((V)((((VI)(m)) & ~(VI)(((x) > (m)) | ((x) != (x)))) | (((VI)(x)) & (VI)(((x) > (m)) | ((x) != (x))))))
 
-/* One register block of `mr` (a compile-time constant after inlining) query rows:
- *   scores[r, c] = scale * sum_e q[r, e] * k[c, e]   for c < ncols, and
- *   rowmax[r]    = max over c < nvalid of scores[r, c]  (NaN if any is NaN).
+/* One register block: `mr` (a compile-time constant after inlining) query rows against one
+ * panel of NR packed key columns:
+ *   scores[r, c] = scale * sum_e q[r, e] * k[c, e]   for the panel's NR columns, and
+ *   vmax[r]      = max(vmax[r], those scores)        lane-wise; columns >= nvalid count as -inf.
  * Each step of e broadcasts one query element per row and does mr * FA_NV fused multiply-adds
- * against FA_NV contiguous loads of the key panel. */
+ * against FA_NV contiguous loads of the panel. The max ignores NaN (it is vmaxps): a NaN score
+ * still reaches the output through exp and the row sum (row_update). */
 FA_TARGET static inline __attribute__((always_inline)) void
-FA_NAME(qk_block)(const FA_T *qr, ptrdiff_t q_rs, const int mr, int E, const FA_T *kp, int ncols,
-                  int nvalid, FA_T scale, FA_T *scores, FA_T *rowmax)
+FA_NAME(qk_block)(const FA_T *qr, ptrdiff_t q_rs, const int mr, int E, const FA_T *panel,
+                  FA_T scale, FA_T *scores, ptrdiff_t s_rs, V *vmax, int partial, const VI *valid)
 {
     const FA_T ninf = -(FA_T)INFINITY;
-    V vmax[FA_MR];
-    VI lane;
-    for (int t = 0; t < FA_VW; t++) lane[t] = t;
-    for (int r = 0; r < mr; r++) vmax[r] = (V){0} + ninf;
-    for (int c0 = 0; c0 < ncols; c0 += FA_NR) {
-        const FA_T *panel = kp + (ptrdiff_t)c0 * E;
-        V acc[FA_MR][FA_NV];
-        for (int r = 0; r < mr; r++)
-            for (int v = 0; v < FA_NV; v++) acc[r][v] = (V){0};
-        for (int e = 0; e < E; e++) {
-            V kv[FA_NV];
-            for (int v = 0; v < FA_NV; v++) kv[v] = VLOAD(panel + e * FA_NR + v * FA_VW);
-            for (int r = 0; r < mr; r++) {
-                FA_T qe = qr[r * q_rs + e];
-                for (int v = 0; v < FA_NV; v++) acc[r][v] += qe * kv[v];
-            }
-        }
-        int partial = c0 + FA_NR > nvalid;
-        for (int v = 0; v < FA_NV; v++) {
-            VI valid = (VI)((lane + (FA_I)(c0 + v * FA_VW)) < (FA_I)nvalid);
-            for (int r = 0; r < mr; r++) {
-                V x = acc[r][v] * scale;
-                VSTORE(scores + (ptrdiff_t)r * ncols + c0 + v * FA_VW, x);
-                if (partial) x = (V)(((VI)x & valid) | ((VI)((V){0} + ninf) & ~valid));
-                vmax[r] = VMAXNAN(vmax[r], x);
-            }
+    V acc[FA_MR][FA_NV];
+    const FA_T *qp[FA_MR];
+    for (int r = 0; r < mr; r++) {
+        qp[r] = qr + r * q_rs;
+        for (int v = 0; v < FA_NV; v++) acc[r][v] = (V){0};
+    }
+    for (int e = 0; e < E; e++) {
+        V kv[FA_NV];
+        for (int v = 0; v < FA_NV; v++) kv[v] = VLOAD(panel + (ptrdiff_t)e * FA_NR + v * FA_VW);
+        for (int r = 0; r < mr; r++) {
+            FA_T qe = qp[r][e];
+            for (int v = 0; v < FA_NV; v++) acc[r][v] += qe * kv[v];
         }
     }
     for (int r = 0; r < mr; r++) {
-        FA_T m = ninf;
-        int nan = 0;
-        for (int t = 0; t < FA_VW; t++) {
-            m = vmax[r][t] > m ? vmax[r][t] : m;
-            nan |= vmax[r][t] != vmax[r][t];
+        V m = vmax[r];
+        for (int v = 0; v < FA_NV; v++) {
+            V x = acc[r][v] * scale;
+            VSTORE(scores + r * s_rs + v * FA_VW, x);
+            if (partial) x = (V)(((VI)x & valid[v]) | ((VI)((V){0} + ninf) & ~valid[v]));
+            m = VMAXSKIP(x, m);
         }
-        rowmax[r] = nan ? (FA_T)NAN : m;
+        vmax[r] = m;
     }
 }
 
-/* One register block of `mr` rows: acc[r, c] += sum_{j < nk} p[r, j] * v[j, c], c < evp. */
+/* One register block: `mr` rows against one panel of NR value columns (c0 .. c0 + NR):
+ * acc[r, c] = ca[r] * acc[r, c] + cb[r] * sum_{j < nk} p[r, j] * v[j, c]. */
 FA_TARGET static inline __attribute__((always_inline)) void
-FA_NAME(pv_block)(const FA_T *pr, int p_rs, const int mr, int nk, const FA_T *vp, int nkp, int evp,
-                  FA_T *acc, const double *ca, const double *cb)
+FA_NAME(pv_block)(const FA_T *pr, int p_rs, const int mr, int nk, const FA_T *panel,
+                  FA_T *acc, int evp, const double *ca, const double *cb)
 {
-    for (int c0 = 0; c0 < evp; c0 += FA_NR) {
-        const FA_T *panel = vp + (ptrdiff_t)c0 * nkp;
-        V a[FA_MR][FA_NV];
-        for (int r = 0; r < mr; r++)
-            for (int v = 0; v < FA_NV; v++) a[r][v] = (V){0};
-        for (int j = 0; j < nk; j++) {
-            V vv[FA_NV];
-            for (int v = 0; v < FA_NV; v++) vv[v] = VLOAD(panel + (ptrdiff_t)j * FA_NR + v * FA_VW);
-            for (int r = 0; r < mr; r++) {
-                FA_T pj = pr[(ptrdiff_t)r * p_rs + j];
-                for (int v = 0; v < FA_NV; v++) a[r][v] += pj * vv[v];
-            }
-        }
+    V a[FA_MR][FA_NV];
+    const FA_T *pp[FA_MR];
+    for (int r = 0; r < mr; r++) {
+        pp[r] = pr + (ptrdiff_t)r * p_rs;
+        for (int v = 0; v < FA_NV; v++) a[r][v] = (V){0};
+    }
+    for (int j = 0; j < nk; j++) {
+        V vv[FA_NV];
+        for (int v = 0; v < FA_NV; v++) vv[v] = VLOAD(panel + (ptrdiff_t)j * FA_NR + v * FA_VW);
         for (int r = 0; r < mr; r++) {
-            FA_T car = (FA_T)ca[r], cbr = (FA_T)cb[r];
-            for (int v = 0; v < FA_NV; v++) {
-                FA_T *dst = acc + (ptrdiff_t)r * evp + c0 + v * FA_VW;
-                VSTORE(dst, VLOAD(dst) * car + a[r][v] * cbr);
-            }
+            FA_T pj = pp[r][j];
+            for (int v = 0; v < FA_NV; v++) a[r][v] += pj * vv[v];
+        }
+    }
+    for (int r = 0; r < mr; r++) {
+        FA_T car = (FA_T)ca[r], cbr = (FA_T)cb[r];
+        for (int v = 0; v < FA_NV; v++) {
+            FA_T *dst = acc + (ptrdiff_t)r * evp + v * FA_VW;
+            VSTORE(dst, VLOAD(dst) * car + a[r][v] * cbr);
         }
     }
 }
@@ -199,35 +198,54 @@ FA_NAME(pv_block)(const FA_T *pr, int p_rs, const int mr, int nk, const FA_T *vp
 #endif
 
 /* scores = scale * q_tile @ k_tile.T for r < nq, c < ncols (kp packed by pack_k), and
- * rowmax[r] = max over the nvalid real keys (NaN if any score is NaN). */
+ * rowmax[r] = max over the nvalid real keys, NaN scores skipped (-inf if there is no other). */
 FA_TARGET static void FA_NAME(qk_tile)(const FA_T *q_tile, ptrdiff_t q_rs, int nq, int E,
                                        const FA_T *kp, int ncols, int nvalid, FA_T scale,
                                        FA_T *scores, FA_T *rowmax)
 {
 #if FA_VW > 1
-    int r0 = 0;
-    for (; r0 + FA_MR <= nq; r0 += FA_MR)
-        FA_NAME(qk_block)(q_tile + r0 * q_rs, q_rs, FA_MR, E, kp, ncols, nvalid, scale,
-                          scores + (ptrdiff_t)r0 * ncols, rowmax + r0);
-#define FA_QK_CALL(k) FA_NAME(qk_block)(q_tile + r0 * q_rs, q_rs, k, E, kp, ncols, nvalid, scale, \
-                                        scores + (ptrdiff_t)r0 * ncols, rowmax + r0)
-    FA_REMAINDER(FA_QK_CALL, nq - r0)
+    /* panel-outer order: one packed key panel (E x NR) stays in L1 while every row block of
+     * the query tile passes over it; the row maxima live in lane-wise vectors until the end */
+    const FA_T ninf = -(FA_T)INFINITY;
+    V vmax[64];
+    VI lane;
+    for (int t = 0; t < FA_VW; t++) lane[t] = t;
+    for (int rc = 0; rc < nq; rc += 64) {
+        int nr = nq - rc < 64 ? nq - rc : 64;
+        const FA_T *qc = q_tile + rc * q_rs;
+        FA_T *sc = scores + (ptrdiff_t)rc * ncols;
+        for (int r = 0; r < nr; r++) vmax[r] = (V){0} + ninf;
+        for (int c0 = 0; c0 < ncols; c0 += FA_NR) {
+            const FA_T *panel = kp + (ptrdiff_t)c0 * E;
+            int partial = c0 + FA_NR > nvalid;
+            VI valid[FA_NV];
+            for (int v = 0; v < FA_NV; v++) valid[v] = (VI)((lane + (FA_I)(c0 + v * FA_VW)) < (FA_I)nvalid);
+            int r0 = 0;
+            for (; r0 + FA_MR <= nr; r0 += FA_MR)
+                FA_NAME(qk_block)(qc + r0 * q_rs, q_rs, FA_MR, E, panel, scale,
+                                  sc + (ptrdiff_t)r0 * ncols + c0, ncols, vmax + r0, partial, valid);
+#define FA_QK_CALL(k) FA_NAME(qk_block)(qc + r0 * q_rs, q_rs, k, E, panel, scale, \
+                                        sc + (ptrdiff_t)r0 * ncols + c0, ncols, vmax + r0, partial, valid)
+            FA_REMAINDER(FA_QK_CALL, nr - r0)
 #undef FA_QK_CALL
+        }
+        for (int r = 0; r < nr; r++) {
+            FA_T m = ninf;
+            for (int t = 0; t < FA_VW; t++) m = vmax[r][t] > m ? vmax[r][t] : m;
+            rowmax[rc + r] = m;
+        }
+    }
 #else
     for (int r = 0; r < nq; r++) {
         FA_T m = -(FA_T)INFINITY;
-        int nan = 0;
         for (int c = 0; c < ncols; c++) {
             FA_T s = 0;
             for (int e = 0; e < E; e++) s += q_tile[r * q_rs + e] * kp[(ptrdiff_t)c * E + e];
             s *= scale;
             scores[(ptrdiff_t)r * ncols + c] = s;
-            if (c < nvalid) {
-                m = s > m ? s : m;
-                nan |= s != s;
-            }
+            if (c < nvalid) m = s > m ? s : m;
         }
-        rowmax[r] = nan ? (FA_T)NAN : m;
+        rowmax[r] = m;
     }
 #endif
 }
@@ -243,14 +261,19 @@ FA_TARGET static void FA_NAME(pv_tile)(const FA_T *p, int p_rs, int nq, int nk,
 {
 #if FA_VW > 1
     if (!skip_zero) {
-        int r0 = 0;
-        for (; r0 + FA_MR <= nq; r0 += FA_MR)
-            FA_NAME(pv_block)(p + (ptrdiff_t)r0 * p_rs, p_rs, FA_MR, nk, vp, nkp, evp,
-                              acc + (ptrdiff_t)r0 * evp, ca + r0, cb + r0);
-#define FA_PV_CALL(k) FA_NAME(pv_block)(p + (ptrdiff_t)r0 * p_rs, p_rs, k, nk, vp, nkp, evp, \
-                                        acc + (ptrdiff_t)r0 * evp, ca + r0, cb + r0)
-        FA_REMAINDER(FA_PV_CALL, nq - r0)
+        /* panel-outer order: one packed value panel (nk x NR) stays in L1 while every row block
+         * of P passes over it */
+        for (int c0 = 0; c0 < evp; c0 += FA_NR) {
+            const FA_T *panel = vp + (ptrdiff_t)c0 * nkp;
+            int r0 = 0;
+            for (; r0 + FA_MR <= nq; r0 += FA_MR)
+                FA_NAME(pv_block)(p + (ptrdiff_t)r0 * p_rs, p_rs, FA_MR, nk, panel,
+                                  acc + (ptrdiff_t)r0 * evp + c0, evp, ca + r0, cb + r0);
+#define FA_PV_CALL(k) FA_NAME(pv_block)(p + (ptrdiff_t)r0 * p_rs, p_rs, k, nk, panel, \
+                                        acc + (ptrdiff_t)r0 * evp + c0, evp, ca + r0, cb + r0)
+            FA_REMAINDER(FA_PV_CALL, nq - r0)
 #undef FA_PV_CALL
+        }
         return;
     }
     for (int r0 = 0; r0 < nq; r0++) {
@@ -378,54 +401,67 @@ FA_TARGET static void FA_NAME(scale_rows)(FA_T *acc, int evp, int nq, const doub
 }
 
 /* Vectorised exp for arguments x <= 0 (the softmax always subtracts the row maximum first).
- * x = n*ln2 + r with |r| <= ln2/2; exp(r) by a Taylor polynomial (degree 7 for float, 13 for
- * double: truncation below 0.1 ulp), 2^n built in the exponent bits. Below the smallest normal
- * (about -87.3 / -708.3) the result is 0; NaN propagates. Measured error: see tests/test_exp.py. */
+ * exp(x) = 2^n * 2^f with n = round(x log2 e) and f = x log2 e - n in [-1/2, 1/2], the product
+ * x log2 e carried in two parts (hi + lo, fused multiply-adds) so f keeps full precision, or
+ * without FMA x - n ln 2 in Cody and Waite's two exact steps, then times log2 e; 2^f by a minimax
+ * polynomial (degree 6 for float: relative error 1.9e-9; degree 11 for double: 3.1e-18, both
+ * well below half an ulp before rounding); 2^n built in the exponent bits by the rounding
+ * constant itself (1.5 * 2^mant + bias puts n + bias in the low bits of t). x is first clamped
+ * to -88 / -709, where 2^n's exponent field reaches 0, so the result is 0 below about
+ * -87.9 / -708.9 (subnormal results flushed); NaN propagates (max(lo, NaN) is NaN).
+ * Measured error: tests/test_softmax.py::test_kernel_exp_accuracy (<= 2 ulp). */
 #if FA_VW > 1
 FA_TARGET static inline V FA_NAME(vexp)(V x)
 {
 #if FA_IS_DOUBLE
-    const FA_T shift = 6755399441055744.0;          /* 1.5 * 2^52: rounds to an integer */
-    const FA_T lo = -708.3;
-    const FA_T ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
-    const FA_I bias = 1023, mbits = 52;
+    const FA_T lo = -709.0;
+    const FA_T shift = 6755399441055744.0 + 1023.0;  /* 1.5 * 2^52 + exponent bias */
+    const FA_T l2e_hi = 1.4426950408889634, l2e_lo = 2.0355273740931033e-17;
+    const int mbits = 52;
 #else
-    const FA_T shift = 12582912.0f;                  /* 1.5 * 2^23 */
-    const FA_T lo = -87.3f;
-    const FA_T ln2_hi = 0.693359375f, ln2_lo = -2.12194440e-4f;
-    const FA_I bias = 127, mbits = 23;
+    const FA_T lo = -88.0f;
+    const FA_T shift = 12582912.0f + 127.0f;         /* 1.5 * 2^23 + exponent bias */
+    const FA_T l2e_hi = 1.44269502f, l2e_lo = 1.92596299e-8f;
+    const int mbits = 23;
 #endif
-    const FA_T log2e = (FA_T)1.44269504088896340736;
-    V t = x * log2e + shift;
+    x = VMAXSKIP((V){0} + lo, x);
+    V t = x * l2e_hi + shift;                        /* n + bias in the low bits, rounded */
     V n = t - shift;
-    V r = x - n * ln2_hi;
-    r = r - n * ln2_lo;
-#if FA_IS_DOUBLE
-    V y = r * (FA_T)(1.0 / 6227020800.0) + (FA_T)(1.0 / 479001600.0);
-    y = y * r + (FA_T)(1.0 / 39916800.0);
-    y = y * r + (FA_T)(1.0 / 3628800.0);
-    y = y * r + (FA_T)(1.0 / 362880.0);
-    y = y * r + (FA_T)(1.0 / 40320.0);
-    y = y * r + (FA_T)(1.0 / 5040.0);
+#if FA_HAS_FMA
+    V f = x * l2e_hi - n;                            /* fused: exact product, one rounding */
+    f = x * l2e_lo + f;
 #else
-    V y = r * (FA_T)(1.0 / 5040.0) + (FA_T)(1.0 / 720.0);
+    /* no FMA: Cody-Waite, r = x - n ln 2 in two exact steps, then f = r log2 e (|f| <= 1/2) */
+#if FA_IS_DOUBLE
+    V r = x - n * (FA_T)6.93147180369123816490e-01;
+    r = r - n * (FA_T)1.90821492927058770002e-10;
+#else
+    V r = x - n * (FA_T)0.693359375f;
+    r = r - n * (FA_T)-2.12194440e-4f;
+#endif
+    V f = r * (l2e_hi + l2e_lo);
 #endif
 #if FA_IS_DOUBLE
-    y = y * r + (FA_T)(1.0 / 720.0);
+    V y = f * (FA_T)4.4352809446103363e-10 + (FA_T)7.074105626245659e-09;
+    y = y * f + (FA_T)1.0178198033328528e-07;
+    y = y * f + (FA_T)1.321543308959463e-06;
+    y = y * f + (FA_T)1.5252733489960805e-05;
+    y = y * f + (FA_T)0.00015403530462514614;
+    y = y * f + (FA_T)0.001333355814678995;
+    y = y * f + (FA_T)0.009618129107588335;
+    y = y * f + (FA_T)0.055504108664819925;
+    y = y * f + (FA_T)0.24022650695910155;
+    y = y * f + (FA_T)0.6931471805599453;
+    y = y * f + (FA_T)1.0;
+#else
+    V y = f * (FA_T)0.00015345812158740183f + (FA_T)0.001339993120947414f;
+    y = y * f + (FA_T)0.009618488956522791f;
+    y = y * f + (FA_T)0.055503287769976636f;
+    y = y * f + (FA_T)0.24022646890639573f;
+    y = y * f + (FA_T)0.6931472057372526f;
+    y = y * f + (FA_T)1.0f;
 #endif
-    y = y * r + (FA_T)(1.0 / 120.0);
-    y = y * r + (FA_T)(1.0 / 24.0);
-    y = y * r + (FA_T)(1.0 / 6.0);
-    y = y * r + (FA_T)0.5;
-    y = y * r + (FA_T)1.0;
-    y = y * r + (FA_T)1.0;
-    V shiftv = (V){0} + shift;
-    VI pow2 = (((VI)t - (VI)shiftv) + bias) << mbits;
-    y = y * (V)pow2;
-    VI under = (VI)(x < lo);                       /* all ones where the result underflows */
-    VI isnan = (VI)(x != x);
-    VI bits = ((VI)y & ~under & ~isnan) | ((VI)x & isnan);
-    return (V)bits;
+    return y * (V)((VI)t << mbits);
 }
 #endif
 
@@ -518,8 +554,17 @@ FA_TARGET static double FA_NAME(row_update)(FA_T *s, int n, int ncols, int lim, 
     double m_old = *m_io;
     double m_new = (mx != mx || m_old != m_old) ? NAN : ((double)mx > m_old ? (double)mx : m_old);
     if (m_new == -INFINITY) {
-        /* nothing allowed so far in this row: no probability mass, accumulator untouched */
+        /* every allowed score is -inf or NaN (the micro-kernel's max skips NaN): a NaN makes the
+         * row NaN from here on; otherwise no probability mass yet, accumulator untouched */
+        int nan = 0;
+        for (int j = 0; j < lim; j++) nan |= s[j] != s[j];
         for (int j = 0; j < ncols; j++) s[j] = 0;
+        if (nan) {
+            *m_io = NAN;
+            *l_io = NAN;
+            *cb = NAN;
+            return NAN;
+        }
         *cb = 0.0;
         return 1.0;
     }
@@ -605,6 +650,7 @@ FA_TARGET static void FA_NAME(exp_array)(const FA_T *x, ptrdiff_t n, FA_T *y)
 
 #undef FA_NR
 #undef VMAXNAN
+#undef VMAXSKIP
 #undef FA_REMAINDER
 #ifdef V
 #undef V
@@ -617,8 +663,12 @@ FA_TARGET static void FA_NAME(exp_array)(const FA_T *x, ptrdiff_t n, FA_T *y)
 #undef FA_T
 #undef FA_I
 #undef FA_IS_DOUBLE
+#undef FA_HAS_FMA
 #undef FA_VW
 #undef FA_MR
 #undef FA_NV
 #undef FA_NAME
 #undef FA_TARGET
+#ifdef FA_VMAX
+#undef FA_VMAX
+#endif
