@@ -50,7 +50,7 @@ FA_TARGET static void FA_NAME(pack_k)(const FA_T *k, ptrdiff_t k_rs, int nk, int
 }
 
 /* Returns flags about the value tile: FA_V_NONFINITE when it holds inf or NaN (then P @ V must
- * skip zero probabilities), FA_V_BIG when some |v| is so large that a tile's sum of up to 256
+ * skip zero probabilities), FA_V_BIG when some |v| is so large that a tile's sum of up to 512
  * unnormalised p * v could overflow (then P is normalised before P @ V). */
 #ifndef FA_V_FLAGS
 #define FA_V_FLAGS
@@ -60,9 +60,9 @@ FA_TARGET static void FA_NAME(pack_k)(const FA_T *k, ptrdiff_t k_rs, int nk, int
 FA_TARGET static int FA_NAME(pack_v)(const FA_T *v, ptrdiff_t v_rs, int nk, int Ev, int evp, FA_T *vp)
 {
 #if FA_IS_DOUBLE
-    const FA_T big = 1.7976931348623157e308 / 512;
+    const FA_T big = 1.7976931348623157e308 / 2048;
 #else
-    const FA_T big = 3.4028234663852886e38f / 512;
+    const FA_T big = 3.4028234663852886e38f / 2048;
 #endif
     FA_T probe = 0, amax = 0;
 #if FA_VW > 1
