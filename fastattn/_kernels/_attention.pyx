@@ -507,6 +507,8 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
             sp = item % n_sp
             n = item // n_sp // n_qb
             qb = (item // n_sp) % n_qb
+            if causal:
+                qb = n_qb - 1 - qb      # longest items (last query blocks) first: less tail idle
             q0 = <int>(qb * _BQ)
             nq = _BQ if L - q0 > _BQ else L - q0
             qo = _offset(n, nd, lead, &lstr[0], 1)

@@ -469,7 +469,8 @@ FA_TARGET static inline V FA_NAME(vexp)(V x)
  * -inf where key j is not allowed (keys j >= lim for causal; bmask uint8 with 1 = allowed; fmask
  * additive with -inf = not allowed; both optional, column stride ms). Masked entries become -inf
  * by selection, never by addition, so NaN or inf in a masked-out key cannot leak. Returns the
- * row maximum, or NaN when an allowed entry is NaN. Shared by the forward pass and the weights
+ * row maximum: NaN when an allowed entry is NaN under a mask; without one (causal rows) NaN is
+ * skipped, as in the micro-kernel. Shared by the forward pass and the weights
  * pass so both see the very same scores. */
 FA_TARGET static inline FA_T FA_NAME(mask_max)(FA_T *s, int lim, const unsigned char *bmask,
                                                const FA_T *fmask, ptrdiff_t ms)
@@ -493,11 +494,15 @@ FA_TARGET static inline FA_T FA_NAME(mask_max)(FA_T *s, int lim, const unsigned 
             nan |= x != x;
         }
     } else {
-        for (int j = 0; j < lim; j++) {
-            FA_T x = s[j];
-            mx = x > mx ? x : mx;
-            nan |= x != x;
-        }
+        /* causal rows only shorten the row: no NaN check needed here (the max skips NaN, which
+         * reaches the output through exp and the sum, or row_update's all-NaN check) */
+        int j = 0;
+#if FA_VW > 1
+        V vm = (V){0} + ninf;
+        for (; j + FA_VW <= lim; j += FA_VW) vm = VMAXSKIP(VLOAD(s + j), vm);
+        for (int t = 0; t < FA_VW; t++) mx = vm[t] > mx ? vm[t] : mx;
+#endif
+        for (; j < lim; j++) mx = s[j] > mx ? s[j] : mx;
     }
     return nan ? (FA_T)NAN : mx;
 }
