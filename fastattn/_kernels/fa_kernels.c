@@ -39,7 +39,6 @@
 #define FA_NV 1
 #define FA_NAME(x) x##_f32_scalar
 #define FA_TARGET
-#define FA_HAS_FMA 0
 #include "fa_tile.h"
 
 #define FA_T double
@@ -50,7 +49,6 @@
 #define FA_NV 1
 #define FA_NAME(x) x##_f64_scalar
 #define FA_TARGET
-#define FA_HAS_FMA 0
 #include "fa_tile.h"
 
 #if FA_GNU_VECTORS
@@ -63,7 +61,6 @@
 #define FA_NV 2
 #define FA_NAME(x) x##_f32_base
 #define FA_TARGET
-#define FA_HAS_FMA 0
 #include "fa_tile.h"
 
 #define FA_T double
@@ -74,7 +71,6 @@
 #define FA_NV 2
 #define FA_NAME(x) x##_f64_base
 #define FA_TARGET
-#define FA_HAS_FMA 0
 #include "fa_tile.h"
 #endif
 
@@ -89,7 +85,6 @@
 #define FA_NAME(x) x##_f32_avx2
 #define FA_VMAX _mm256_max_ps
 #define FA_TARGET __attribute__((target("avx2,fma")))
-#define FA_HAS_FMA 1
 #include "fa_tile.h"
 
 #define FA_T double
@@ -101,7 +96,6 @@
 #define FA_NAME(x) x##_f64_avx2
 #define FA_VMAX _mm256_max_pd
 #define FA_TARGET __attribute__((target("avx2,fma")))
-#define FA_HAS_FMA 1
 #include "fa_tile.h"
 
 /* ---- test-only: the AVX-512 shapes (16 floats / 8 doubles a vector, 6 x 4 blocks) compiled for
@@ -115,7 +109,6 @@
 #define FA_NV 4
 #define FA_NAME(x) x##_f32_avx2wide
 #define FA_TARGET __attribute__((target("avx2,fma")))
-#define FA_HAS_FMA 1
 #include "fa_tile.h"
 
 #define FA_T double
@@ -126,7 +119,6 @@
 #define FA_NV 4
 #define FA_NAME(x) x##_f64_avx2wide
 #define FA_TARGET __attribute__((target("avx2,fma")))
-#define FA_HAS_FMA 1
 #include "fa_tile.h"
 
 /* ---- AVX-512F: 32 zmm registers; a 6 x 4-vector block keeps 24 accumulators live */
@@ -139,7 +131,6 @@
 #define FA_NAME(x) x##_f32_avx512
 #define FA_VMAX _mm512_max_ps
 #define FA_TARGET __attribute__((target("avx512f,avx2,fma")))
-#define FA_HAS_FMA 1
 #include "fa_tile.h"
 
 #define FA_T double
@@ -151,7 +142,6 @@
 #define FA_NAME(x) x##_f64_avx512
 #define FA_VMAX _mm512_max_pd
 #define FA_TARGET __attribute__((target("avx512f,avx2,fma")))
-#define FA_HAS_FMA 1
 #include "fa_tile.h"
 #endif
 

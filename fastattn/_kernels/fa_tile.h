@@ -8,7 +8,6 @@
  *   FA_NV      vectors per register block row; NR = FA_NV * FA_VW columns
  *   FA_NAME(x) name mangling, e.g. x##_f32_avx2
  *   FA_TARGET  function attribute selecting the ISA (may be empty)
- *   FA_HAS_FMA 1 when that ISA has fused multiply-add (the exp relies on it when set)
  *   FA_VMAX    optional: the intrinsic for a lane-wise max, (a > b) ? a : b
  *
  * Everything here works on raw pointers to tiles that the Cython driver packed:
@@ -401,9 +400,9 @@ FA_TARGET static void FA_NAME(scale_rows)(FA_T *acc, int evp, int nq, const doub
 }
 
 /* Vectorised exp for arguments x <= 0 (the softmax always subtracts the row maximum first).
- * exp(x) = 2^n * 2^f with n = round(x log2 e) and f = x log2 e - n in [-1/2, 1/2], the product
- * x log2 e carried in two parts (hi + lo, fused multiply-adds) so f keeps full precision, or
- * without FMA x - n ln 2 in Cody and Waite's two exact steps, then times log2 e; 2^f by a minimax
+ * exp(x) = 2^n * 2^f with n = round(x log2 e) and f = x log2 e - n in [-1/2, 1/2]: the argument
+ * x - n ln 2 reduced in Cody and Waite's two exact steps (so the accuracy does not depend on
+ * whether the compiler fuses multiply-adds: -O0 does not), then times log2 e; 2^f by a minimax
  * polynomial (degree 6 for float: relative error 1.9e-9; degree 11 for double: 3.1e-18, both
  * well below half an ulp before rounding); 2^n built in the exponent bits by the rounding
  * constant itself (1.5 * 2^mant + bias puts n + bias in the low bits of t). x is first clamped
@@ -427,11 +426,8 @@ FA_TARGET static inline V FA_NAME(vexp)(V x)
     x = VMAXSKIP((V){0} + lo, x);
     V t = x * l2e_hi + shift;                        /* n + bias in the low bits, rounded */
     V n = t - shift;
-#if FA_HAS_FMA
-    V f = x * l2e_hi - n;                            /* fused: exact product, one rounding */
-    f = x * l2e_lo + f;
-#else
-    /* no FMA: Cody-Waite, r = x - n ln 2 in two exact steps, then f = r log2 e (|f| <= 1/2) */
+    /* Cody and Waite: r = x - n ln 2 in two steps that are exact whatever the compiler fuses
+     * (ln2_hi has few significant bits), then f = r log2 e with |f| <= 1/2 */
 #if FA_IS_DOUBLE
     V r = x - n * (FA_T)6.93147180369123816490e-01;
     r = r - n * (FA_T)1.90821492927058770002e-10;
@@ -440,7 +436,6 @@ FA_TARGET static inline V FA_NAME(vexp)(V x)
     r = r - n * (FA_T)-2.12194440e-4f;
 #endif
     V f = r * (l2e_hi + l2e_lo);
-#endif
 #if FA_IS_DOUBLE
     V y = f * (FA_T)4.4352809446103363e-10 + (FA_T)7.074105626245659e-09;
     y = y * f + (FA_T)1.0178198033328528e-07;
@@ -668,7 +663,6 @@ FA_TARGET static void FA_NAME(exp_array)(const FA_T *x, ptrdiff_t n, FA_T *y)
 #undef FA_T
 #undef FA_I
 #undef FA_IS_DOUBLE
-#undef FA_HAS_FMA
 #undef FA_VW
 #undef FA_MR
 #undef FA_NV
