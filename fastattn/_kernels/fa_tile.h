@@ -416,12 +416,12 @@ FA_TARGET static inline V FA_NAME(vexp)(V x)
     const FA_T lo = -709.0;
     const FA_T shift = 6755399441055744.0 + 1023.0;  /* 1.5 * 2^52 + exponent bias */
     const FA_T l2e_hi = 1.4426950408889634, l2e_lo = 2.0355273740931033e-17;
-    const int mbits = 52;
+    const int mbits = 52, bias = 1023;
 #else
     const FA_T lo = -88.0f;
     const FA_T shift = 12582912.0f + 127.0f;         /* 1.5 * 2^23 + exponent bias */
     const FA_T l2e_hi = 1.44269502f, l2e_lo = 1.92596299e-8f;
-    const int mbits = 23;
+    const int mbits = 23, bias = 127;
 #endif
     x = VMAXSKIP((V){0} + lo, x);
     V t = x * l2e_hi + shift;                        /* n + bias in the low bits, rounded */
@@ -456,7 +456,9 @@ FA_TARGET static inline V FA_NAME(vexp)(V x)
     y = y * f + (FA_T)0.6931472057372526f;
     y = y * f + (FA_T)1.0f;
 #endif
-    return y * (V)((VI)t << mbits);
+    /* n + bias is in [0, 2 bias]: mask it out of t's bits first, so the shift never overflows
+     * a signed lane (undefined behaviour) */
+    return y * (V)(((VI)t & (FA_I)(2 * bias + 1)) << mbits);
 }
 #endif
 
