@@ -111,6 +111,10 @@ def softmax(x, axis=-1, *, n_threads=None):
     moved = np.moveaxis(arr, axis, -1)
     rows = np.ascontiguousarray(moved, dtype=dtype).reshape(-1, moved.shape[-1]) \
         if moved.size else None
+    if rows is not None and not rows.flags.aligned:
+        # np.ascontiguousarray hands back a C-contiguous view at an odd byte offset unchanged;
+        # the kernel's vector loads need element alignment
+        rows = rows.copy()
     out = np.empty(moved.shape, dtype=dtype)
     if rows is not None and rows.shape[1] > 0:
         if rows.shape[1] > _v._INT32_MAX:

@@ -76,3 +76,17 @@ def test_kernel_exp_accuracy(dtype, ulps, isa):
         assert out[0] == 1 and out[1] == 0 and np.isnan(out[2]) and out[3] == 0 and out[4] == 1
     finally:
         _k.set_isa(_k.cpu_isa())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_unaligned_input(dtype):
+    """A C-contiguous view at an odd byte offset (np.frombuffer) is copied to aligned memory
+    before the kernel's vector loads (the sanitizer run checks the alignment; here the values)."""
+    rng = np.random.default_rng(7)
+    data = rng.standard_normal((5, 37)).astype(dtype)
+    buf = bytearray(data.nbytes + 1)
+    x = np.frombuffer(buf, dtype=dtype, offset=1, count=data.size).reshape(data.shape)
+    assert not x.flags.aligned and x.flags.c_contiguous
+    x[...] = data
+    np.testing.assert_allclose(fastattn.softmax(x), sp_softmax(data, axis=-1),
+                               rtol=1e-6 if dtype == np.float32 else 1e-13, atol=1e-7)
