@@ -104,7 +104,7 @@ fa_init(-1)
 
 # Tile sizes: fixed by dtype and head size only (never by the thread count).
 cdef enum:
-    _BQ = 48               # query rows per work item (a multiple of every ISA's 6- or 4-row block)
+    _BQ = 96               # query rows per work item (a multiple of every ISA's 6- or 4-row block)
     _DIRECT_MAX_L = 16     # up to this many query rows, K and V are read in place (no packing)
     _KEY_SPLIT = 2048      # ... and keys beyond this many are split into chunks merged by LSE
 BQ = _BQ
@@ -121,7 +121,9 @@ cdef inline int _key_block(int E, int Ev, int S, int itemsize) noexcept nogil:
     # key tile <= 256 KiB, half the L2 here). The micro-kernels work panel by panel (NR columns),
     # so what must stay in L1 is one panel and the query rows, not the tile; long tiles make the
     # per-tile work of the online softmax (row sums, rescales, the P @ V epilogue) rarer: from
-    # 128 to 512 keys measured 4-7% faster at 2048 x 2048 x 64 (bench/README).
+    # 128 to 512 keys measured 4-7% faster at 2048 x 2048 x 64 (bench/README); with 512-key tiles
+    # 96 query rows per item beat 48 by 1-8% without a mask (K and V stream through L2 half as
+    # often) and lose 1-2% with a causal one (a wider diagonal band).
     # Never more columns than S needs (rounded up to the panel width): short key ranges with huge
     # heads would otherwise pad each packed tile far beyond the keys themselves.
     cdef int bk = 512 if itemsize == 4 else 256

@@ -206,11 +206,11 @@ FA_TARGET static void FA_NAME(qk_tile)(const FA_T *q_tile, ptrdiff_t q_rs, int n
     /* panel-outer order: one packed key panel (E x NR) stays in L1 while every row block of
      * the query tile passes over it; the row maxima live in lane-wise vectors until the end */
     const FA_T ninf = -(FA_T)INFINITY;
-    V vmax[64];
+    V vmax[128];
     VI lane;
     for (int t = 0; t < FA_VW; t++) lane[t] = t;
-    for (int rc = 0; rc < nq; rc += 64) {
-        int nr = nq - rc < 64 ? nq - rc : 64;
+    for (int rc = 0; rc < nq; rc += 128) {
+        int nr = nq - rc < 128 ? nq - rc : 128;
         const FA_T *qc = q_tile + rc * q_rs;
         FA_T *sc = scores + (ptrdiff_t)rc * ncols;
         for (int r = 0; r < nr; r++) vmax[r] = (V){0} + ninf;
