@@ -30,27 +30,17 @@ finally:
     if _set_spin:
         del _os.environ["GOMP_SPINCOUNT"]
 
+from . import layers
 from ._threads import get_num_threads, set_num_threads, show_config
 from .attention import scaled_dot_product_attention, softmax
-from .layers import (FeedForward, LayerNorm, MultiHeadAttention, PositionalEncoding, Transformer,
-                     TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
-                     TransformerEncoderLayer, sinusoidal_positions)
+from .layers import *
 
 __all__ = [
     "__version__",
-    "scaled_dot_product_attention",
-    "softmax",
     "get_num_threads",
+    "scaled_dot_product_attention",
     "set_num_threads",
     "show_config",
-    "MultiHeadAttention",
-    "LayerNorm",
-    "FeedForward",
-    "PositionalEncoding",
-    "sinusoidal_positions",
-    "TransformerEncoderLayer",
-    "TransformerDecoderLayer",
-    "TransformerEncoder",
-    "TransformerDecoder",
-    "Transformer",
+    "softmax",
 ]
+__all__ += layers.__all__

@@ -519,12 +519,8 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
             kdo = _offset(n, nd, lead, &lstr[nd], head_group)      # k element offset
             vdo = _offset(n, nd, lead, &lstr[2 * nd], head_group)  # v element offset
             mo = _offset(n, nd, lead, &lstr[3 * nd], 1)
-            bmi = NULL
-            fmi = NULL
-            if bm != NULL:
-                bmi = bm + mo + q0 * rstr[3]
-            if fm != NULL:
-                fmi = fm + mo + q0 * rstr[3]
+            bmi = (bm + mo + q0 * rstr[3]) if bm != NULL else NULL   # this block's mask rows
+            fmi = (fm + mo + q0 * rstr[3]) if fm != NULL else NULL
             mrow = NULL
             lrow = NULL
             dst = out + n * L * Ev + q0 * Ev
@@ -565,12 +561,8 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
                 ko = _offset(n, nd, lead, &lstr[5 * nd], head_group)
                 kdo = _offset(n, nd, lead, &lstr[nd], head_group)
                 mo = _offset(n, nd, lead, &lstr[3 * nd], 1)
-                bmi = NULL
-                fmi = NULL
-                if bm != NULL:
-                    bmi = bm + mo + q0 * rstr[3]
-                if fm != NULL:
-                    fmi = fm + mo + q0 * rstr[3]
+                bmi = (bm + mo + q0 * rstr[3]) if bm != NULL else NULL   # this block's mask rows
+                fmi = (fm + mo + q0 * rstr[3]) if fm != NULL else NULL
                 mrow = stats + 2 * (n * L + q0)
                 _weights_item(q + qo + q0 * rstr[0], rstr[0],
                               (kpack + ko * kp_slab) if kpack != NULL else NULL, k + kdo, rstr[1],

@@ -112,8 +112,6 @@ FA_TARGET static int FA_NAME(pack_v)(const FA_T *v, ptrdiff_t v_rs, int nk, int 
 #else
 #define VMAXSKIP(x, m) ((V)(((VI)(x) & (VI)((x) > (m))) | ((VI)(m) & ~(VI)((x) > (m)))))
 #endif
-/* max that propagates NaN: once a NaN is seen it sticks, so a NaN score reaches the output */
-#define VMAXNAN(m, x) ((V)((((VI)(m)) & ~(VI)(((x) > (m)) | ((x) != (x)))) | (((VI)(x)) & (VI)(((x) > (m)) | ((x) != (x))))))
 
 /* One register block: `mr` (a compile-time constant after inlining) query rows against one
  * panel of NR packed key columns:
@@ -415,16 +413,16 @@ FA_TARGET static inline V FA_NAME(vexp)(V x)
 #if FA_IS_DOUBLE
     const FA_T lo = -709.0;
     const FA_T shift = 6755399441055744.0 + 1023.0;  /* 1.5 * 2^52 + exponent bias */
-    const FA_T l2e_hi = 1.4426950408889634, l2e_lo = 2.0355273740931033e-17;
+    const FA_T log2e = 1.4426950408889634;
     const int mbits = 52, bias = 1023;
 #else
     const FA_T lo = -88.0f;
     const FA_T shift = 12582912.0f + 127.0f;         /* 1.5 * 2^23 + exponent bias */
-    const FA_T l2e_hi = 1.44269502f, l2e_lo = 1.92596299e-8f;
+    const FA_T log2e = 1.44269502f;
     const int mbits = 23, bias = 127;
 #endif
     x = VMAXSKIP((V){0} + lo, x);
-    V t = x * l2e_hi + shift;                        /* n + bias in the low bits, rounded */
+    V t = x * log2e + shift;                             /* n + bias in the low bits, rounded */
     V n = t - shift;
     /* Cody and Waite: r = x - n ln 2 in two steps that are exact whatever the compiler fuses
      * (ln2_hi has few significant bits), then f = r log2 e with |f| <= 1/2 */
@@ -435,7 +433,7 @@ FA_TARGET static inline V FA_NAME(vexp)(V x)
     V r = x - n * (FA_T)0.693359375f;
     r = r - n * (FA_T)-2.12194440e-4f;
 #endif
-    V f = r * (l2e_hi + l2e_lo);
+    V f = r * log2e;
 #if FA_IS_DOUBLE
     V y = f * (FA_T)4.4352809446103363e-10 + (FA_T)7.074105626245659e-09;
     y = y * f + (FA_T)1.0178198033328528e-07;
@@ -651,7 +649,6 @@ FA_TARGET static void FA_NAME(exp_array)(const FA_T *x, ptrdiff_t n, FA_T *y)
 }
 
 #undef FA_NR
-#undef VMAXNAN
 #undef VMAXSKIP
 #undef FA_REMAINDER
 #ifdef V
