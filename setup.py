@@ -89,7 +89,8 @@ class BuildExt(build_ext):
         else:
             base = ["-O3", "-g0"]
         if not msvc:
-            base += ["-fno-math-errno", "-Wno-unused-function", "-Wno-unreachable-code", "-Wno-psabi"]
+            base += ["-fno-math-errno", "-Wno-unused-function", "-Wno-unreachable-code", "-Wno-psabi",
+                     "-Wno-unused-const-variable"]
         sanitize = os.environ.get("FASTATTN_SANITIZE", "").split()
 
         use_omp = not _env_flag("FASTATTN_NO_OPENMP")
@@ -138,8 +139,11 @@ def _extensions():
         "fastattn._kernels._attention",
         sources=["fastattn/_kernels/_attention.pyx", "fastattn/_kernels/fa_kernels.c"],
         include_dirs=[numpy.get_include(), "fastattn/_kernels"],
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        # FASTATTN_DEBUG: the kernels check that every workspace piece they touch is their own
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
+        + ([("FASTATTN_DEBUG", "1")] if debug else []),
         depends=["fastattn/_kernels/fa_tile.h", "fastattn/_kernels/fa_kernels.h",
+                 "fastattn/_kernels/fa_workspace.h",
                  "fastattn/_kernels/_openmp.pxd"],
     )
     return cythonize(

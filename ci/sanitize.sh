@@ -62,6 +62,8 @@ export FASTATTN_HYPOTHESIS_EXAMPLES="${FASTATTN_HYPOTHESIS_EXAMPLES:-25}"
 export FASTATTN_FUZZ_CASES="${FASTATTN_FUZZ_CASES:-600}"
 export FASTATTN_MEMORY_CALLS="${FASTATTN_MEMORY_CALLS:-2000}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+# every call allocates exactly its plan: an overrun is reported at its first byte
+export FASTATTN_NO_WORKSPACE_CACHE=1
 
 "$PY" - <<'PYEOF'
 import os, fastattn

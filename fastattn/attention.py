@@ -1,5 +1,4 @@
 """The functional API: scaled dot-product attention and softmax, over the compiled kernels."""
-import math
 
 import numpy as np
 
@@ -86,8 +85,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, *, is_causal
     v = _v.kernel_ready(v, dtype)
     if mask is not None:
         mask = _v.kernel_ready(mask, mask.dtype if mask.dtype.kind == "b" else dtype)
-    n_items = math.prod(lead) * (-(-L // _k.BQ))
-    nthr = max(1, min(nthr, n_items))
     _k.sdpa(q, k, v, mask, out, weights, tuple(lead), causal, scale, group, nthr)
     return (out, weights) if want_w else out
 

@@ -37,6 +37,7 @@ from cython cimport floating
 from libc.math cimport INFINITY, exp
 from libc.string cimport memset
 cimport numpy as cnp
+import os
 import threading
 
 import numpy as np
@@ -44,6 +45,12 @@ import numpy as np
 from fastattn._kernels._openmp cimport (FASTATTN_OPENMP_ENABLED, omp_get_max_threads)
 
 cnp.import_array()
+
+cdef extern from "fa_workspace.h" nogil:
+    void *fa_ws_alloc(size_t nbytes)
+    void fa_ws_free(void *p)
+    void FA_ASSERT_IN(const void *p, Py_ssize_t nbytes, const void *lo, const void *hi,
+                      const char *what)
 
 cdef extern from "fa_kernels.h" nogil:
     int FA_ISA_SCALAR, FA_ISA_BASE, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX2_WIDE
@@ -144,13 +151,9 @@ def key_block(int E, int Ev, int itemsize, int S=1 << 30):
 
 
 def scratch_bytes(int E, int Ev, int S, int itemsize):
-    """Bytes of scratch one thread needs for the fused kernel (see _sdpa_item)."""
+    """Bytes of scratch one thread needs for the fused kernel (see _scratch_bytes)."""
     cdef int pad = FA_PAD_F32 if itemsize == 4 else FA_PAD_F64
-    cdef int ncols = _round_up(_key_block(E, Ev, S, itemsize), pad)
-    cdef int evp = _round_up(max(Ev, 1), pad)
-    cdef Py_ssize_t n = (<Py_ssize_t>_BQ * ncols + <Py_ssize_t>_BQ * evp) * itemsize  # sc, acc
-    n += 4 * _BQ * sizeof(double) + _BQ * itemsize                        # m, l, ca, cb, rowmax
-    return ((n + 63) // 64) * 64 + 64
+    return _scratch_bytes(_key_block(E, Ev, S, itemsize), pad, Ev, itemsize)
 
 
 # ---------------------------------------------------------------- dtype-generic tile operations
@@ -261,25 +264,24 @@ cdef void _sdpa_item(
         double *m_out, double *l_out,                # OUT (nq,) row max and sum, or NULL
         int q0, int nq, int S, int E, int Ev, bint causal, floating scale, int bk, int pad,
         int kstart, int kstop,                       # IN  key range (multiples of bk, or S)
-        bint partial,                                # IN  write acc unnormalised (key splits)
-        char *scratch) noexcept nogil:
+        char *scratch, char *scratch_end) noexcept nogil:   # this thread's scratch
     cdef int ncols_max = _round_up(bk, pad)
     cdef int evp = _round_up(Ev if Ev > 0 else 1, pad)
     cdef Py_ssize_t kp_tile = <Py_ssize_t>E * ncols_max     # packed key tile stride
     cdef Py_ssize_t vp_tile = <Py_ssize_t>bk * evp           # packed value tile stride
-    # scratch layout (see scratch_bytes); 64-byte aligned by the caller
-    cdef floating *sc = <floating *> scratch                       # (BQ, ncols) scores, then P
-    cdef floating *acc = sc + <Py_ssize_t>_BQ * ncols_max          # (BQ, evp) unnormalised out
+    # scratch layout (sized by _scratch_bytes); 64-byte aligned by the caller
+    cdef floating *sc = <floating *> scratch                       # (BQ, ncols_max) scores, P
+    cdef floating *acc = sc + <Py_ssize_t>_BQ * ncols_max          # (BQ, evp) normalised out
     cdef double *m = <double *> (acc + <Py_ssize_t>_BQ * evp)      # (BQ,) running max
     cdef double *l = m + _BQ                                       # (BQ,) running sum
     cdef double *ca = l + _BQ                                      # (BQ,) accumulator factors
     cdef double *cb = ca + _BQ                                     # (BQ,) P @ V factors (1 / l)
     cdef floating *rowmax = <floating *> (cb + _BQ)                # (BQ,) tile row maxima
     cdef int r, c, kb, k0, nk, ncols, lim, kend, flags
-    cdef double inv
     cdef floating a
     cdef const unsigned char *bmr = NULL
     cdef const floating *fmr = NULL
+    FA_ASSERT_IN(rowmax, _BQ * sizeof(floating), scratch, scratch_end, "item scratch")
 
     memset(acc, 0, <Py_ssize_t>nq * evp * sizeof(floating))
     for r in range(nq):
@@ -352,16 +354,17 @@ cdef void _weights_item(
         const double *m_in, const double *l_in,      # IN  (nq,) from the forward pass
         floating *w, Py_ssize_t w_rs,                # OUT (nq, S), zero-initialised
         int q0, int nq, int S, int E, bint causal, floating scale, int bk, int pad,
-        char *scratch) noexcept nogil:
+        char *scratch, char *scratch_end) noexcept nogil:
     """Softmax weights of one query block, recomputed tile by tile with the forward pass's
     final row max and sum: w = exp(s - m) / l (rows with l == 0 stay zero)."""
     cdef int ncols_max = _round_up(bk, pad)
     cdef Py_ssize_t kp_tile = <Py_ssize_t>E * ncols_max
     cdef floating *sc = <floating *> scratch                       # (BQ, ncols)
-    cdef floating *rowmax = sc + <Py_ssize_t>_BQ * ncols_max       # (BQ,), unused here
+    cdef floating *rowmax = sc + <Py_ssize_t>_BQ * ncols_max       # (BQ,), written, not read
     cdef int r, kb, k0, nk, ncols, lim, kend
     cdef const unsigned char *bmr = NULL
     cdef const floating *fmr = NULL
+    FA_ASSERT_IN(rowmax, _BQ * sizeof(floating), scratch, scratch_end, "weights scratch")
     kend = S
     if causal and q0 + nq < S:
         kend = q0 + nq
@@ -392,7 +395,7 @@ cdef void _merge_splits(const floating *part, const double *pml, int n_sp,
     """Combine n_sp partial results of one (n) over disjoint key ranges, in a fixed order:
     M = max_s m_s, l = sum_s l_s exp(m_s - M), out = sum_s out_s l_s exp(m_s - M) / l, where
     out_s is split s's normalised output.
-    part (n_sp, L, Ev) unnormalised accumulators; pml (n_sp, 2, L) their (m, l); out (L, Ev);
+    part (n_sp, L, Ev) the splits' normalised outputs; pml (n_sp, 2, L) their (m, l); out (L, Ev);
     stats (2 L) receives (M, l) per row when not NULL (the weights pass needs them)."""
     cdef const double *pm = pml
     cdef const double *pl = pml + L
@@ -428,6 +431,110 @@ cdef void _merge_splits(const floating *part, const double *pml, int n_sp,
 
 # ---------------------------------------------------------------- the parallel driver
 
+cdef enum:
+    _MAX_LEAD = 32         # leading (batch, head, ...) dimensions a call may have
+
+MAX_LEAD_DIMS = _MAX_LEAD
+
+# The pieces of a call's workspace, in order (see _plan)
+cdef enum:
+    _W_KPACK = 0           # (n_ks, n_kt, E, ncols_max) packed key tiles           (L > DIRECT_MAX_L)
+    _W_VPACK = 1           # (n_vs, n_kt, bk, evp) packed value tiles               (L > DIRECT_MAX_L)
+    _W_VBAD = 2            # (n_vs, n_kt) pack_v's flags per value tile (bytes)     (L > DIRECT_MAX_L)
+    _W_SCRATCH = 3         # (n_threads, scratch_stride) per-thread tiles, see _scratch_bytes
+    _W_PART = 4            # (N, n_sp, L, Ev) partial outputs of the key splits     (n_sp > 1)
+    _W_PML = 5             # (N, n_sp, 2, L) their row max and sum (doubles)        (n_sp > 1)
+    _W_PIECES = 6
+
+
+cdef struct _Problem:
+    # Shapes (every size > 0) and strides in elements, 0 where a dimension broadcasts. Leading
+    # dims are right-aligned to `lead` (nd of them), NumPy style.
+    int nd
+    Py_ssize_t lead[_MAX_LEAD]        # the broadcast leading shape; N = prod(lead)
+    Py_ssize_t q_lead[_MAX_LEAD]      # leading strides of q, k, v and the mask
+    Py_ssize_t k_lead[_MAX_LEAD]
+    Py_ssize_t v_lead[_MAX_LEAD]
+    Py_ssize_t m_lead[_MAX_LEAD]
+    Py_ssize_t k_shape[_MAX_LEAD]     # k's (v's) own leading shape, left-padded with 1
+    Py_ssize_t v_shape[_MAX_LEAD]
+    Py_ssize_t kslab_lead[_MAX_LEAD]  # index of a packed k (v) slab, in slabs (C order over
+    Py_ssize_t vslab_lead[_MAX_LEAD]  # k_shape / v_shape, 0 where broadcast)
+    Py_ssize_t q_rs, k_rs, v_rs       # row strides
+    Py_ssize_t m_rs, m_cs             # mask row and column strides (0: broadcast)
+    Py_ssize_t N
+    int L, S, E, Ev
+    bint causal
+    double scale
+    int head_group                    # grouped-query attention: q heads per k/v head
+    # tiling, fixed by the shape alone (never by the thread count)
+    int itemsize, bk, pad, ncols_max, evp
+    Py_ssize_t n_kt                   # key tiles
+    Py_ssize_t n_qb                   # query blocks of BQ rows
+    Py_ssize_t n_ks, n_vs             # packed key / value slabs (0 when not packed)
+    int n_sp                          # key splits (few query rows, S > KEY_SPLIT)
+
+
+cdef struct _Work:
+    char *base                        # one allocation of exactly `total` bytes, 64-byte aligned
+    Py_ssize_t total
+    Py_ssize_t off[_W_PIECES]         # byte offset of each piece (multiples of 64)
+    Py_ssize_t size[_W_PIECES]        # bytes of each piece (0: not used by this call)
+    Py_ssize_t scratch_stride         # bytes of one thread's scratch (a multiple of 64)
+
+
+cdef inline Py_ssize_t _round64(Py_ssize_t n) noexcept nogil:
+    return (n + 63) // 64 * 64
+
+
+cdef Py_ssize_t _scratch_bytes(int bk, int pad, int Ev, int itemsize) noexcept nogil:
+    """Bytes one thread's scratch needs (the layout _sdpa_item carves out of it):
+    scores (BQ, ncols_max) and acc (BQ, evp) in the input dtype, then m, l, ca, cb (BQ,) each as
+    doubles, then rowmax (BQ,) in the input dtype."""
+    cdef Py_ssize_t ncols_max = _round_up(bk, pad)
+    cdef Py_ssize_t evp = _round_up(Ev if Ev > 0 else 1, pad)
+    return (_BQ * ncols_max + _BQ * evp) * itemsize + 4 * _BQ * <Py_ssize_t>sizeof(double) \
+        + _BQ * itemsize
+
+
+cdef void _plan(_Problem *p, int n_threads, _Work *w) noexcept nogil:
+    """Size every piece of the call's workspace (the one place that does): see the _W_ enum."""
+    cdef Py_ssize_t isz = p.itemsize
+    cdef bint packed = p.n_ks > 0
+    cdef int i
+    w.scratch_stride = _round64(_scratch_bytes(p.bk, p.pad, p.Ev, p.itemsize))
+    w.size[_W_KPACK] = p.n_ks * p.n_kt * p.E * p.ncols_max * isz if packed else 0
+    w.size[_W_VPACK] = p.n_vs * p.n_kt * p.bk * p.evp * isz if packed else 0
+    w.size[_W_VBAD] = p.n_vs * p.n_kt if packed else 0
+    w.size[_W_SCRATCH] = w.scratch_stride * n_threads
+    w.size[_W_PART] = p.N * p.n_sp * p.L * p.Ev * isz if p.n_sp > 1 else 0
+    w.size[_W_PML] = p.N * p.n_sp * 2 * p.L * <Py_ssize_t>sizeof(double) if p.n_sp > 1 else 0
+    # pieces at 64-byte offsets; the total ends exactly where the last used piece ends
+    w.total = 0
+    cdef Py_ssize_t at = 0
+    for i in range(_W_PIECES):
+        w.off[i] = at
+        if w.size[i] > 0:
+            w.total = at + w.size[i]
+            at = _round64(w.total)
+
+
+cdef inline char *_piece(const _Work *w, int i) noexcept nogil:
+    return (w.base + w.off[i]) if w.size[i] > 0 else NULL
+
+
+cdef inline char *_piece_end(const _Work *w, int i) noexcept nogil:
+    return w.base + w.off[i] + w.size[i]
+
+
+cdef Py_ssize_t _parallel_items(const _Problem *p) noexcept nogil:
+    """The most independent work items any pass of the call has: more threads than this would
+    only wait. Pass 1 packs (n_ks + n_vs) * n_kt tiles, pass 2 runs N * n_qb * n_sp items."""
+    cdef Py_ssize_t items = p.N * p.n_qb * p.n_sp
+    cdef Py_ssize_t packs = (p.n_ks + p.n_vs) * p.n_kt
+    return items if items > packs else packs
+
+
 cdef inline Py_ssize_t _offset(Py_ssize_t n, int nd, const Py_ssize_t *shape,
                                const Py_ssize_t *strides, int head_group) noexcept nogil:
     """Element offset of flat leading index n in an array with the given leading strides.
@@ -443,65 +550,64 @@ cdef inline Py_ssize_t _offset(Py_ssize_t n, int nd, const Py_ssize_t *shape,
     return off
 
 
-cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
-                    const unsigned char *bm, const floating *fm, floating *out,
-                    floating *w, double *stats,
-                    floating *kpack, floating *vpack, unsigned char *v_bad,
-                    int nd, const Py_ssize_t *lead, const Py_ssize_t *lstr,
-                    const Py_ssize_t *kv_shape, const Py_ssize_t *rstr, Py_ssize_t N,
-                    int L, int S, int E, int Ev, bint causal, floating scale, int head_group,
-                    floating *part, double *pml, int n_sp, int key_split,
-                    char *scratch, Py_ssize_t scratch_stride, int n_threads) noexcept nogil:
-    # part, pml: partial outputs and (m, l) of key splits (n_sp > 1: few query rows, long S)
-    # lstr: (7, nd) leading strides of q, k, v, mask, out (elements) and of the packed k and v
-    #       slabs (in slabs, 0 where broadcast); kv_shape: (2, nd) leading shapes of k and v
-    #       (left-padded with 1); rstr: row strides q_rs, k_rs, v_rs, m_rs, m_cs, out_rs
-    cdef int pad = FA_PAD_F32 if floating is float else FA_PAD_F64
-    cdef int bk = _key_block(E, Ev, S, sizeof(floating))
-    cdef int ncols_max = _round_up(bk, pad)
-    cdef int evp = _round_up(Ev if Ev > 0 else 1, pad)
-    cdef Py_ssize_t n_kt = (S + bk - 1) // bk
+cdef void _sdpa_run(const _Problem *p, const _Work *ws,
+                    const floating *q, const floating *k, const floating *v,
+                    const unsigned char *bm, const floating *fm,   # IN  mask (one or neither)
+                    floating *out,                                   # OUT (N, L, Ev)
+                    floating *w, double *stats,                      # OUT (N, L, S), (N, 2, L)
+                    int n_threads) noexcept nogil:
+    cdef Py_ssize_t isz = sizeof(floating)
+    cdef int nd = p.nd, L = p.L, S = p.S, E = p.E, Ev = p.Ev, bk = p.bk, pad = p.pad
+    cdef int evp = p.evp, ncols_max = p.ncols_max, n_sp = p.n_sp
+    cdef Py_ssize_t N = p.N, n_kt = p.n_kt, n_qb = p.n_qb
     cdef Py_ssize_t kp_slab = n_kt * E * ncols_max, vp_slab = n_kt * bk * evp
-    cdef Py_ssize_t n_ks = 1, n_vs = 1
-    cdef Py_ssize_t n_qb = (L + _BQ - 1) // _BQ
     cdef Py_ssize_t n_items = N * n_qb
+    cdef floating scale = <floating>p.scale
+    cdef floating *kpack = <floating *>_piece(ws, _W_KPACK)
+    cdef floating *vpack = <floating *>_piece(ws, _W_VPACK)
+    cdef unsigned char *v_bad = <unsigned char *>_piece(ws, _W_VBAD)
+    cdef char *scratch = _piece(ws, _W_SCRATCH)
+    cdef floating *part = <floating *>_piece(ws, _W_PART)
+    cdef double *pml = <double *>_piece(ws, _W_PML)
+    cdef Py_ssize_t sstride = ws.scratch_stride
     cdef Py_ssize_t item, n, qb, t, slab, sp
-    cdef int q0, nq, tid, k0, nk
+    cdef int q0, nq, tid, k0, nk, kstart, kstop
     cdef Py_ssize_t qo, ko, vo, mo, kdo, vdo
     cdef double *mrow
     cdef double *lrow
     cdef floating *dst
+    cdef floating *tile
+    cdef char *mine
     cdef const unsigned char *bmi
     cdef const floating *fmi
-    cdef int d
-    for d in range(nd):
-        n_ks *= kv_shape[d]
-        n_vs *= kv_shape[nd + d]
 
-    # pass 1: pack every key and value tile once (panels the micro-kernels stream through);
-    # skipped for few query rows (kpack == NULL), where the items read K and V in place
-    if kpack == NULL:
-        n_ks = 0
-        n_vs = 0
     # one parallel region for all passes (each prange ends with a barrier): the threads are
     # woken once per call, not once per pass
     with parallel(num_threads=n_threads):
-        for item in prange(n_ks * n_kt, schedule='static'):
+        # pass 1: pack every key and value tile once (panels the micro-kernels stream through);
+        # n_ks = n_vs = 0 for few query rows, where the items read K and V in place
+        for item in prange(p.n_ks * n_kt, schedule='static'):
             slab = item // n_kt
             t = item % n_kt
             k0 = <int>(t * bk)
             nk = bk if S - k0 > bk else S - k0
-            ko = _offset(slab, nd, kv_shape, &lstr[nd], 1)
-            _pack_k(k + ko + k0 * rstr[1], rstr[1], nk, E, _round_up(nk, pad),
-                    kpack + slab * kp_slab + t * E * ncols_max)
-        for item in prange(n_vs * n_kt, schedule='static'):
+            tile = kpack + slab * kp_slab + t * E * ncols_max
+            FA_ASSERT_IN(tile, E * _round_up(nk, pad) * isz, _piece(ws, _W_KPACK),
+                         _piece_end(ws, _W_KPACK), "packed key tile")
+            ko = _offset(slab, nd, p.k_shape, p.k_lead, 1)
+            _pack_k(k + ko + k0 * p.k_rs, p.k_rs, nk, E, _round_up(nk, pad), tile)
+        for item in prange(p.n_vs * n_kt, schedule='static'):
             slab = item // n_kt
             t = item % n_kt
             k0 = <int>(t * bk)
             nk = bk if S - k0 > bk else S - k0
-            vo = _offset(slab, nd, &kv_shape[nd], &lstr[2 * nd], 1)
-            v_bad[item] = _pack_v(v + vo + k0 * rstr[2], rstr[2], nk, Ev, evp,
-                                  vpack + slab * vp_slab + t * bk * evp)
+            tile = vpack + slab * vp_slab + t * bk * evp
+            FA_ASSERT_IN(tile, nk * evp * isz, _piece(ws, _W_VPACK), _piece_end(ws, _W_VPACK),
+                         "packed value tile")
+            FA_ASSERT_IN(v_bad + item, 1, _piece(ws, _W_VBAD), _piece_end(ws, _W_VBAD),
+                         "value tile flag")
+            vo = _offset(slab, nd, p.v_shape, p.v_lead, 1)
+            v_bad[item] = _pack_v(v + vo + k0 * p.v_rs, p.v_rs, nk, Ev, evp, tile)
 
         # pass 2: one work item per (leading index, query block, key split)
         for item in prange(n_items * n_sp, schedule='dynamic'):
@@ -509,39 +615,50 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
             sp = item % n_sp
             n = item // n_sp // n_qb
             qb = (item // n_sp) % n_qb
-            if causal:
+            if p.causal:
                 qb = n_qb - 1 - qb      # longest items (last query blocks) first: less tail idle
             q0 = <int>(qb * _BQ)
             nq = _BQ if L - q0 > _BQ else L - q0
-            qo = _offset(n, nd, lead, &lstr[0], 1)
-            ko = _offset(n, nd, lead, &lstr[5 * nd], head_group)   # k slab index
-            vo = _offset(n, nd, lead, &lstr[6 * nd], head_group)   # v slab index
-            kdo = _offset(n, nd, lead, &lstr[nd], head_group)      # k element offset
-            vdo = _offset(n, nd, lead, &lstr[2 * nd], head_group)  # v element offset
-            mo = _offset(n, nd, lead, &lstr[3 * nd], 1)
-            bmi = (bm + mo + q0 * rstr[3]) if bm != NULL else NULL   # this block's mask rows
-            fmi = (fm + mo + q0 * rstr[3]) if fm != NULL else NULL
+            qo = _offset(n, nd, p.lead, p.q_lead, 1)
+            ko = _offset(n, nd, p.lead, p.kslab_lead, p.head_group)    # k slab index
+            vo = _offset(n, nd, p.lead, p.vslab_lead, p.head_group)    # v slab index
+            kdo = _offset(n, nd, p.lead, p.k_lead, p.head_group)       # k element offset
+            vdo = _offset(n, nd, p.lead, p.v_lead, p.head_group)       # v element offset
+            mo = _offset(n, nd, p.lead, p.m_lead, 1)
+            bmi = (bm + mo + q0 * p.m_rs) if bm != NULL else NULL      # this block's mask rows
+            fmi = (fm + mo + q0 * p.m_rs) if fm != NULL else NULL
             mrow = NULL
             lrow = NULL
-            dst = out + n * L * Ev + q0 * Ev
+            dst = out + n * L * Ev + <Py_ssize_t>q0 * Ev
+            kstart = 0
+            kstop = S
             if n_sp > 1:
-                # partial results of split sp: part (N, n_sp, L, Ev), pml (N, n_sp, 2, L); L <= BQ
+                # split sp covers keys [sp * KEY_SPLIT, min(S, (sp + 1) * KEY_SPLIT)); its
+                # partial result goes to part (N, n_sp, L, Ev), its (m, l) to pml (N, n_sp, 2, L)
+                kstart = <int>(sp * _KEY_SPLIT)
+                if (sp + 1) * _KEY_SPLIT < S:
+                    kstop = <int>((sp + 1) * _KEY_SPLIT)
                 dst = part + ((n * n_sp + sp) * L) * Ev
                 mrow = pml + (n * n_sp + sp) * 2 * L
                 lrow = mrow + L
+                FA_ASSERT_IN(dst, nq * Ev * isz, _piece(ws, _W_PART), _piece_end(ws, _W_PART),
+                             "key-split partial output")
+                FA_ASSERT_IN(mrow, 2 * L * sizeof(double), _piece(ws, _W_PML),
+                             _piece_end(ws, _W_PML), "key-split row max and sum")
             elif stats != NULL:
                 mrow = stats + 2 * (n * L + q0)
                 lrow = mrow + nq
-            _sdpa_item(q + qo + q0 * rstr[0], rstr[0],
+            mine = scratch + tid * sstride
+            FA_ASSERT_IN(mine, sstride, _piece(ws, _W_SCRATCH), _piece_end(ws, _W_SCRATCH),
+                         "thread scratch")
+            _sdpa_item(q + qo + q0 * p.q_rs, p.q_rs,
                        (kpack + ko * kp_slab) if kpack != NULL else NULL,
                        (vpack + vo * vp_slab) if vpack != NULL else NULL,
                        (v_bad + vo * n_kt) if v_bad != NULL else NULL,
-                       k + kdo, rstr[1], v + vdo, rstr[2], bmi, fmi, rstr[3], rstr[4],
+                       k + kdo, p.k_rs, v + vdo, p.v_rs, bmi, fmi, p.m_rs, p.m_cs,
                        dst, Ev, mrow, lrow,
-                       q0, nq, S, E, Ev, causal, scale, bk, pad,
-                       <int>(sp * key_split),
-                       S if (n_sp == 1 or (sp + 1) * key_split > S) else <int>((sp + 1) * key_split),
-                       n_sp > 1, scratch + tid * scratch_stride)
+                       q0, nq, S, E, Ev, p.causal, scale, bk, pad, kstart, kstop,
+                       mine, mine + sstride)
 
         # pass 3 (key splits only): merge the partial results of each leading index, in split order
         if n_sp > 1:
@@ -557,44 +674,165 @@ cdef void _sdpa_run(const floating *q, const floating *k, const floating *v,
                 qb = item % n_qb
                 q0 = <int>(qb * _BQ)
                 nq = _BQ if L - q0 > _BQ else L - q0
-                qo = _offset(n, nd, lead, &lstr[0], 1)
-                ko = _offset(n, nd, lead, &lstr[5 * nd], head_group)
-                kdo = _offset(n, nd, lead, &lstr[nd], head_group)
-                mo = _offset(n, nd, lead, &lstr[3 * nd], 1)
-                bmi = (bm + mo + q0 * rstr[3]) if bm != NULL else NULL   # this block's mask rows
-                fmi = (fm + mo + q0 * rstr[3]) if fm != NULL else NULL
+                qo = _offset(n, nd, p.lead, p.q_lead, 1)
+                ko = _offset(n, nd, p.lead, p.kslab_lead, p.head_group)
+                kdo = _offset(n, nd, p.lead, p.k_lead, p.head_group)
+                mo = _offset(n, nd, p.lead, p.m_lead, 1)
+                bmi = (bm + mo + q0 * p.m_rs) if bm != NULL else NULL
+                fmi = (fm + mo + q0 * p.m_rs) if fm != NULL else NULL
                 mrow = stats + 2 * (n * L + q0)
-                _weights_item(q + qo + q0 * rstr[0], rstr[0],
-                              (kpack + ko * kp_slab) if kpack != NULL else NULL, k + kdo, rstr[1],
-                              bmi, fmi, rstr[3], rstr[4], mrow, mrow + nq,
-                              w + n * L * S + q0 * S, S,
-                              q0, nq, S, E, causal, scale, bk, pad,
-                              scratch + tid * scratch_stride)
+                mine = scratch + tid * sstride
+                _weights_item(q + qo + q0 * p.q_rs, p.q_rs,
+                              (kpack + ko * kp_slab) if kpack != NULL else NULL, k + kdo, p.k_rs,
+                              bmi, fmi, p.m_rs, p.m_cs, mrow, mrow + nq,
+                              w + n * L * S + <Py_ssize_t>q0 * S, S,
+                              q0, nq, S, E, p.causal, scale, bk, pad, mine, mine + sstride)
 
 
 cdef inline Py_ssize_t _estride(cnp.ndarray a, int d):
     return cnp.PyArray_STRIDES(a)[d] // cnp.PyArray_ITEMSIZE(a) if cnp.PyArray_DIMS(a)[d] > 1 else 0
 
 
-# Per-thread workspace: big per-call buffers come back from the OS as fresh pages, and on VMs
-# that hand freed memory back to the host, faulting them in again costs as much as the attention
-# of a mid-sized call. Each Python thread keeps its last workspace up to _WORKSPACE_KEEP bytes.
+cdef void _lead_strides(cnp.ndarray a, int nd, Py_ssize_t *strides, Py_ssize_t *shape):
+    """a's leading strides (and shape, when `shape` is not NULL), right-aligned to nd dims."""
+    cdef int d, off = nd - (a.ndim - 2)
+    for d in range(nd):
+        strides[d] = 0
+        if shape != NULL:
+            shape[d] = 1
+    for d in range(a.ndim - 2):
+        strides[off + d] = _estride(a, d)
+        if shape != NULL:
+            shape[off + d] = cnp.PyArray_DIMS(a)[d]
+
+
+cdef Py_ssize_t _slab_strides(int nd, const Py_ssize_t *shape, Py_ssize_t *strides) noexcept:
+    """C-order strides (in slabs) over `shape`, 0 where it broadcasts; returns the slab count."""
+    cdef Py_ssize_t stride = 1
+    cdef int d
+    for d in range(nd - 1, -1, -1):
+        strides[d] = stride if shape[d] > 1 else 0
+        stride *= shape[d]
+    return stride
+
+
+cdef _problem(_Problem *p, cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray m,
+              tuple lead, bint causal, double scale, int head_group):
+    cdef int nd = len(lead), d
+    if nd > _MAX_LEAD:
+        raise ValueError(f"at most {_MAX_LEAD} leading dimensions are supported, got {nd}")
+    p.nd = nd
+    p.N = 1
+    for d in range(nd):
+        p.lead[d] = lead[d]
+        p.N *= lead[d]
+    _lead_strides(q, nd, p.q_lead, NULL)
+    _lead_strides(k, nd, p.k_lead, p.k_shape)
+    _lead_strides(v, nd, p.v_lead, p.v_shape)
+    p.L = <int>cnp.PyArray_DIMS(q)[q.ndim - 2]
+    p.E = <int>cnp.PyArray_DIMS(q)[q.ndim - 1]
+    p.S = <int>cnp.PyArray_DIMS(k)[k.ndim - 2]
+    p.Ev = <int>cnp.PyArray_DIMS(v)[v.ndim - 1]
+    p.q_rs = _estride(q, q.ndim - 2)
+    p.k_rs = cnp.PyArray_STRIDES(k)[k.ndim - 2] // cnp.PyArray_ITEMSIZE(k)
+    p.v_rs = cnp.PyArray_STRIDES(v)[v.ndim - 2] // cnp.PyArray_ITEMSIZE(v)
+    p.m_rs = 0
+    p.m_cs = 0
+    for d in range(nd):
+        p.m_lead[d] = 0
+    if m is not None:
+        _lead_strides(m, nd, p.m_lead, NULL)
+        p.m_rs = _estride(m, m.ndim - 2)
+        p.m_cs = _estride(m, m.ndim - 1)
+    p.causal = causal
+    p.scale = scale
+    p.head_group = head_group
+    p.itemsize = cnp.PyArray_ITEMSIZE(q)
+    p.pad = FA_PAD_F32 if p.itemsize == 4 else FA_PAD_F64
+    p.bk = _key_block(p.E, p.Ev, p.S, p.itemsize)
+    p.ncols_max = _round_up(p.bk, p.pad)
+    p.evp = _round_up(p.Ev if p.Ev > 0 else 1, p.pad)
+    p.n_kt = (p.S + p.bk - 1) // p.bk
+    p.n_qb = (p.L + _BQ - 1) // _BQ
+    # few query rows read K and V in place (no packing); with many keys as well, the keys are
+    # split into fixed chunks of KEY_SPLIT (a rule of the shape alone, so results stay bitwise
+    # independent of the thread count) merged through their row max and sum
+    p.n_sp = 1
+    if p.L <= _DIRECT_MAX_L:
+        p.n_ks = 0
+        p.n_vs = 0
+        if p.S > _KEY_SPLIT:
+            p.n_sp = (p.S + _KEY_SPLIT - 1) // _KEY_SPLIT
+    else:
+        p.n_ks = _slab_strides(nd, p.k_shape, p.kslab_lead)
+        p.n_vs = _slab_strides(nd, p.v_shape, p.vslab_lead)
+    if p.n_ks == 0:
+        for d in range(nd):
+            p.kslab_lead[d] = 0
+            p.vslab_lead[d] = 0
+
+
+# Per-thread workspace cache: big per-call buffers come back from the OS as fresh pages, and on
+# VMs that hand freed memory back to the host, faulting them in again costs as much as the
+# attention of a mid-sized call. Each Python thread keeps its last workspace up to
+# _WORKSPACE_KEEP bytes. FASTATTN_NO_WORKSPACE_CACHE=1 (read at import; ci/sanitize.sh sets it)
+# turns the cache off, so that every call allocates exactly what it needs and AddressSanitizer
+# sees an overrun on its first byte.
 _WORKSPACE_KEEP = 256 * 1024 * 1024
+_CACHE_WORKSPACE = os.environ.get("FASTATTN_NO_WORKSPACE_CACHE", "").strip().lower() \
+    in ("", "0", "false", "no")
 _local = threading.local()
 
 
-cdef cnp.ndarray _workspace(Py_ssize_t nbytes):
-    """A uint8 buffer of at least nbytes: this thread's cached one when big enough."""
-    cdef cnp.ndarray buf = getattr(_local, "buf", None)
-    if buf is None or cnp.PyArray_SIZE(buf) < nbytes:
-        buf = np.empty(nbytes, dtype=np.uint8)
-        _local.buf = buf if nbytes <= _WORKSPACE_KEEP else None
+cdef class _Workspace:
+    """An exact-size, 64-byte aligned block of memory owned by Python (freed with the object)."""
+    cdef char *data
+    cdef Py_ssize_t nbytes
+
+    def __cinit__(self, Py_ssize_t nbytes):
+        self.data = <char *>fa_ws_alloc(<size_t>nbytes)
+        if self.data == NULL:
+            raise MemoryError(f"fastattn: cannot allocate a {nbytes}-byte kernel workspace")
+        self.nbytes = nbytes
+
+    def __dealloc__(self):
+        if self.data != NULL:
+            fa_ws_free(self.data)
+
+
+cdef _Workspace _workspace(Py_ssize_t nbytes):
+    """A workspace of at least nbytes: this thread's cached one when allowed and big enough,
+    else a new one of exactly nbytes."""
+    cdef _Workspace buf = getattr(_local, "buf", None) if _CACHE_WORKSPACE else None
+    if buf is None or buf.nbytes < nbytes:
+        buf = _Workspace(nbytes)
+        if _CACHE_WORKSPACE:
+            _local.buf = buf if nbytes <= _WORKSPACE_KEEP else None
     return buf
 
 
 def release_workspace():
     """Drop this thread's cached kernel workspace."""
     _local.buf = None
+
+
+def workspace_cache_enabled():
+    """Whether calls reuse a per-thread workspace (False under FASTATTN_NO_WORKSPACE_CACHE=1)."""
+    return bool(_CACHE_WORKSPACE)
+
+
+def plan(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, tuple lead, int n_threads):
+    """The workspace plan of a call without a mask, as a dict (for tests and debugging):
+    threads (after the cap by parallel items), total bytes and each piece's (offset, size)."""
+    cdef _Problem p
+    cdef _Work w
+    _problem(&p, q, k, v, None, lead, False, 1.0, 1)
+    n_threads = max(1, min(n_threads, _parallel_items(&p)))
+    _plan(&p, n_threads, &w)
+    names = ("kpack", "vpack", "v_bad", "scratch", "part", "pml")
+    return {"threads": n_threads, "total": w.total, "key_splits": p.n_sp,
+            "scratch_stride": w.scratch_stride,
+            "pieces": {names[i]: (w.off[i], w.size[i]) for i in range(_W_PIECES)}}
 
 
 def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, weights,
@@ -604,102 +842,22 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
     q (..., L, E), k (..., S, E), v (..., S, Ev), mask (..., L, S) bool/float or None:
     each with its own leading dims, broadcastable to `lead` (k, v with the head dim divided by
     head_group). out (*lead, L, Ev) and weights (*lead, L, S) are C-contiguous and of q's dtype;
-    weights must be zero-filled. All sizes > 0. Validation happened in attention.py.
+    weights must be zero-filled. All sizes > 0. Validation happened in attention.py. n_threads
+    is an upper bound: the call uses no more threads than it has parallel work items.
     """
-    cdef int nd = len(lead)
-    cdef int L = <int>cnp.PyArray_DIMS(q)[q.ndim - 2]
-    cdef int E = <int>cnp.PyArray_DIMS(q)[q.ndim - 1]
-    cdef int S = <int>cnp.PyArray_DIMS(k)[k.ndim - 2]
-    cdef int Ev = <int>cnp.PyArray_DIMS(v)[v.ndim - 1]
-    cdef Py_ssize_t N = 1
-    cdef Py_ssize_t[32] lead_c
-    cdef Py_ssize_t[7 * 32] lstr
-    cdef Py_ssize_t[2 * 32] kv_shape
-    cdef Py_ssize_t[6] rstr
-    cdef Py_ssize_t slab_stride
-    cdef int d, i, off
-    cdef cnp.ndarray a
-    cdef cnp.ndarray m_arr = None
-    cdef bint is_bool = False
-    if nd > 32:
-        raise ValueError(f"at most 32 leading dimensions are supported, got {nd}")
-    for d in range(nd):
-        lead_c[d] = lead[d]
-        N *= lead[d]
-    for i in range(7 * nd):
-        lstr[i] = 0
-    for i in range(2 * nd):
-        kv_shape[i] = 1
-    arrays = (q, k, v, mask, out)
-    for i in range(5):
-        if arrays[i] is None:
-            continue
-        a = arrays[i]
-        off = nd - (a.ndim - 2)          # leading dims are right-aligned, numpy style
-        for d in range(a.ndim - 2):
-            lstr[i * nd + off + d] = _estride(a, d)
-            if i == 1 or i == 2:
-                kv_shape[(i - 1) * nd + off + d] = cnp.PyArray_DIMS(a)[d]
-    # packed slabs are laid out contiguously over k's (v's) own leading shape
-    for i in range(2):
-        slab_stride = 1
-        for d in range(nd - 1, -1, -1):
-            lstr[(5 + i) * nd + d] = slab_stride if kv_shape[i * nd + d] > 1 else 0
-            slab_stride *= kv_shape[i * nd + d]
-    rstr[0] = _estride(q, q.ndim - 2)
-    rstr[1] = cnp.PyArray_STRIDES(k)[k.ndim - 2] // cnp.PyArray_ITEMSIZE(k)
-    rstr[2] = cnp.PyArray_STRIDES(v)[v.ndim - 2] // cnp.PyArray_ITEMSIZE(v)
-    rstr[3] = 0
-    rstr[4] = 0
-    if mask is not None:
-        m_arr = mask
-        is_bool = m_arr.dtype.kind == 'b'
-        rstr[3] = _estride(m_arr, m_arr.ndim - 2)
-        rstr[4] = _estride(m_arr, m_arr.ndim - 1)
-    rstr[5] = Ev
-
-    cdef int isz = cnp.PyArray_ITEMSIZE(q)
-    cdef int pad = FA_PAD_F32 if isz == 4 else FA_PAD_F64
-    cdef int bk = _key_block(E, Ev, S, isz)
-    cdef Py_ssize_t n_kt = (S + bk - 1) // bk
-    cdef Py_ssize_t n_ks = 1, n_vs = 1
-    for d in range(nd):
-        n_ks *= kv_shape[d]
-        n_vs *= kv_shape[nd + d]
-    dt = np.float32 if isz == 4 else np.float64
-    cdef bint packed = L > DIRECT_MAX_L
-    # few query rows and many keys: split the keys into fixed chunks of KEY_SPLIT (a rule of the
-    # shape alone, so results stay bitwise independent of the thread count)
-    cdef int n_sp = 1
-    if L <= _DIRECT_MAX_L and S > _KEY_SPLIT:
-        n_sp = (S + _KEY_SPLIT - 1) // _KEY_SPLIT
-    # One workspace for the call, carved into 64-byte aligned pieces: packed keys and values,
-    # their flags, per-thread scratch, key-split partials. Reused across calls of a Python thread.
-    cdef Py_ssize_t sstride = scratch_bytes(E, Ev, S, isz)
-    cdef Py_ssize_t[6] sizes
-    sizes[0] = n_ks * n_kt * E * _round_up(bk, pad) * isz if packed else 0       # kpack
-    sizes[1] = n_vs * n_kt * bk * _round_up(max(Ev, 1), pad) * isz if packed else 0  # vpack
-    sizes[2] = n_vs * n_kt if packed else 0                                       # v_bad
-    sizes[3] = sstride * n_threads                                                # scratch
-    sizes[4] = N * n_sp * L * Ev * isz if n_sp > 1 else 0                         # part
-    sizes[5] = N * n_sp * 2 * L * 8 if n_sp > 1 else 0                            # pml
-    cdef Py_ssize_t total = 64, offs[6]
-    for i in range(6):
-        offs[i] = total
-        total += ((sizes[i] + 63) // 64) * 64
-    cdef cnp.ndarray ws = _workspace(total)       # held until the kernel returns
-    cdef char *base = <char *> cnp.PyArray_DATA(ws)
-    base = base + ((64 - (<size_t> base) % 64) % 64)
-    cdef char *kpp = (base + offs[0]) if packed else NULL
-    cdef char *vpp = (base + offs[1]) if packed else NULL
-    cdef unsigned char *vb = <unsigned char *> (base + offs[2]) if packed else NULL
-    cdef char *scratch = base + offs[3]
-    cdef char *partp = (base + offs[4]) if n_sp > 1 else NULL
-    cdef double *pmlp = <double *> (base + offs[5]) if n_sp > 1 else NULL
+    cdef _Problem p
+    cdef _Work w
+    cdef cnp.ndarray m_arr = mask
+    _problem(&p, q, k, v, m_arr, lead, causal, scale, head_group)
+    cdef int nthr = <int>max(1, min(n_threads, _parallel_items(&p)))
+    _plan(&p, nthr, &w)
+    cdef _Workspace ws = _workspace(w.total)       # held until the kernel returns
+    w.base = ws.data
+    cdef bint is_bool = m_arr is not None and m_arr.dtype.kind == 'b'
     cdef double *stats = NULL
     cdef object stats_arr = None
     if weights is not None:
-        stats_arr = np.empty(2 * N * L, dtype=np.float64)
+        stats_arr = np.empty(2 * p.N * p.L, dtype=np.float64)
         stats = <double *> cnp.PyArray_DATA(<cnp.ndarray> stats_arr)
     cdef char *qp = <char *> cnp.PyArray_DATA(q)
     cdef char *kp = <char *> cnp.PyArray_DATA(k)
@@ -707,23 +865,17 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
     cdef char *op = <char *> cnp.PyArray_DATA(out)
     cdef char *mp = <char *> cnp.PyArray_DATA(m_arr) if m_arr is not None else NULL
     cdef char *wp = <char *> cnp.PyArray_DATA(<cnp.ndarray> weights) if weights is not None else NULL
-    cdef int nthr = n_threads
-    if isz == 4:
+    cdef const unsigned char *bm = <const unsigned char *>mp if is_bool else NULL
+    if p.itemsize == 4:
         with nogil:
-            _sdpa_run(<const float *>qp, <const float *>kp, <const float *>vp,
-                      <const unsigned char *>mp if is_bool else NULL,
+            _sdpa_run(&p, &w, <const float *>qp, <const float *>kp, <const float *>vp, bm,
                       <const float *>mp if (mp != NULL and not is_bool) else NULL,
-                      <float *>op, <float *>wp, stats, <float *>kpp, <float *>vpp, vb,
-                      nd, lead_c, lstr, kv_shape, rstr, N, L, S, E, Ev, causal, <float>scale,
-                      head_group, <float *>partp, pmlp, n_sp, _KEY_SPLIT, scratch, sstride, nthr)
+                      <float *>op, <float *>wp, stats, nthr)
     else:
         with nogil:
-            _sdpa_run(<const double *>qp, <const double *>kp, <const double *>vp,
-                      <const unsigned char *>mp if is_bool else NULL,
+            _sdpa_run(&p, &w, <const double *>qp, <const double *>kp, <const double *>vp, bm,
                       <const double *>mp if (mp != NULL and not is_bool) else NULL,
-                      <double *>op, <double *>wp, stats, <double *>kpp, <double *>vpp, vb,
-                      nd, lead_c, lstr, kv_shape, rstr, N, L, S, E, Ev, causal, scale,
-                      head_group, <double *>partp, pmlp, n_sp, _KEY_SPLIT, scratch, sstride, nthr)
+                      <double *>op, <double *>wp, stats, nthr)
 
 
 # ---------------------------------------------------------------- standalone softmax
