@@ -7,7 +7,7 @@ The same as `fastattn bench`; run from a checkout with fastattn installed or bui
 """
 import sys
 
-from fastattn._bench import main
+from fastattn.benchmark import main
 
 if __name__ == "__main__":
     sys.exit(main(prog="bench_attention.py"))

@@ -20,7 +20,7 @@ import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
 import fastattn
-from fastattn.layers import Transformer
+from fastattn import Transformer
 
 
 def _env_header(threads):

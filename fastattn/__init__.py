@@ -30,17 +30,22 @@ finally:
     if _set_spin:
         del _os.environ["GOMP_SPINCOUNT"]
 
-from . import layers
-from ._threads import get_num_threads, set_num_threads, show_config
-from .attention import scaled_dot_product_attention, softmax
-from .layers import *
+from . import functional, nn
+from ._config import show_config
+from ._threads import get_num_threads, set_num_threads
+from .functional import scaled_dot_product_attention, softmax
+from .nn import (FeedForward, LayerNorm, Linear, MultiHeadAttention, PositionalEncoding,
+                 Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
+                 TransformerEncoderLayer, sinusoidal_positions)
 
 __all__ = [
     "__version__",
+    "functional",
+    "nn",
     "get_num_threads",
-    "scaled_dot_product_attention",
     "set_num_threads",
     "show_config",
+    "scaled_dot_product_attention",
     "softmax",
 ]
-__all__ += layers.__all__
+__all__ += nn.__all__

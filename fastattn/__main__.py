@@ -9,7 +9,7 @@ import sys
 
 
 def build_parser():
-    from . import _bench
+    from . import benchmark
     from ._version import __version__
 
     parser = argparse.ArgumentParser(
@@ -28,7 +28,7 @@ def build_parser():
         epilog="Default shapes: 1x8xLxLx64 for L = 128 ... 8192 and the decode shape "
                "16x8x1x2048x64 (--quick: L <= 2048). For comparable numbers keep the machine "
                "otherwise idle and unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE.")
-    _bench.add_arguments(bench)
+    benchmark.add_arguments(bench)
     sub.add_parser("info", help="print the build configuration, threads, BLAS and CPU",
                    description="Print fastattn's build configuration (version, compiler, flags, "
                                "OpenMP, SIMD level), threads, the BLAS libraries loaded and the "
@@ -37,9 +37,9 @@ def build_parser():
 
 
 def info(out=None):
-    from . import _bench
+    from . import benchmark
     out = out or sys.stdout
-    for line in _bench.format_environment(_bench.environment()):
+    for line in benchmark.format_environment(benchmark.environment()):
         print(line, file=out)
     return 0
 
@@ -50,8 +50,8 @@ def main(argv=None):
     try:
         if args.command == "info":
             return info()
-        from . import _bench
-        _bench.run_bench(args, bench_parser.error)
+        from . import benchmark
+        benchmark.run_bench(args, bench_parser.error)
     except BrokenPipeError:  # `fastattn ... | head`: stop quietly (as the Python docs suggest)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -1,4 +1,4 @@
-"""Thread control: how many OpenMP threads a kernel call uses, and the build/run-time report.
+"""Thread control: how many OpenMP threads a kernel call uses (and only that).
 
 Precedence for a call: its `n_threads=` argument, then `set_num_threads()`, then what OpenMP
 itself would use now (`omp_get_max_threads()`, which follows OMP_NUM_THREADS and threadpoolctl's
@@ -8,13 +8,11 @@ every other library using the same OpenMP runtime.
 """
 import functools
 import os
-import platform
-import sys
-from numbers import Integral
 
 from ._kernels import _attention as _k
+from ._validation import check_n_threads
 
-__all__ = ["get_num_threads", "set_num_threads", "show_config"]
+__all__ = ["get_num_threads", "set_num_threads"]
 
 _override = None
 # GNU libgomp is not fork-safe: a child fork()ed after the parent ran a parallel region hangs in
@@ -43,18 +41,10 @@ def _cpu_count():
     return max(1, n or 1)
 
 
-def _check_n_threads(n, name="n_threads"):
-    if isinstance(n, bool) or not isinstance(n, Integral):
-        raise TypeError(f"{name} must be a positive integer or None, got {type(n).__name__} {n!r}")
-    if n < 1:
-        raise ValueError(f"{name} must be a positive integer or None, got {n}")
-    return int(n)
-
-
 def set_num_threads(n):
     """Set the default number of threads for fastattn's kernels (None: back to OpenMP's)."""
     global _override
-    _override = None if n is None else _check_n_threads(n, "n")
+    _override = None if n is None else check_n_threads(n, "n")
 
 
 def get_num_threads():
@@ -72,55 +62,7 @@ def _effective_n_threads(n_threads):
     that only add overhead, and a request like 10**6 would exhaust the process), and a fork()ed
     child runs serially (libgomp is not fork-safe); the result does not depend on the thread
     count, so neither changes an answer."""
-    n = get_num_threads() if n_threads is None else _check_n_threads(n_threads)
+    n = get_num_threads() if n_threads is None else check_n_threads(n_threads)
     if _in_forked_child:
         return 1
     return min(n, 4 * _cpu_count())
-
-
-def _blas_info():
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return "threadpoolctl not installed"
-    rows = []
-    for lib in threadpool_info():
-        if lib.get("user_api") == "blas":
-            rows.append(f"{lib.get('internal_api')} {lib.get('version')} "
-                        f"({lib.get('architecture')}, {lib.get('num_threads')} threads)")
-    return "; ".join(rows) or "none loaded"
-
-
-def config():
-    """The build and run-time configuration as a dict (what show_config prints)."""
-    from ._version import __version__
-    try:
-        from ._build_info import BUILD_INFO
-    except ImportError:
-        BUILD_INFO = {}
-    import numpy as np
-    return {
-        "version": __version__,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "numpy": np.__version__,
-        "compiler": BUILD_INFO.get("compiler", "unknown"),
-        "compile_flags": " ".join(BUILD_INFO.get("compile_flags", [])),
-        "openmp": _k.openmp_enabled(),
-        "threads": get_num_threads(),
-        "cpus": _cpu_count(),
-        "simd": _k.isa(),
-        "cpu_simd": _k.cpu_isa(),
-        "blas": _blas_info(),
-    }
-
-
-def show_config(file=None):
-    """Print version, compiler, flags, OpenMP on/off, threads, SIMD level and NumPy's BLAS."""
-    cfg = config()
-    width = max(len(k) for k in cfg)
-    print("fastattn configuration", file=file)
-    for key, val in cfg.items():
-        if key == "openmp":
-            val = "on" if val else "off (serial build)"
-        print(f"  {key:<{width}} : {val}", file=file)

@@ -17,9 +17,11 @@ complex, object, str, ...   TypeError
 ==========================  =====================
 """
 import math
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
+
+from ._kernels._attention import MAX_LEAD_DIMS as _MAX_LEAD
 
 _KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -99,8 +101,7 @@ def check_flag(value, name):
     raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
 
 
-_INT32_MAX = 2**31 - 1
-_MAX_LEAD = 32          # leading (batch, head, ...) dimensions the kernel driver takes
+INT32_MAX = 2**31 - 1     # sizes the kernels index with 32-bit ints (L, S, E, a softmax axis)
 
 
 def check_qkv(q, k, v, enable_gqa):
@@ -127,8 +128,8 @@ def check_qkv(q, k, v, enable_gqa):
             raise ValueError(f"{name} has {a.ndim - 2} leading dimensions; at most {_MAX_LEAD} are "
                              f"supported, got shape {a.shape}")
     for name, n in (("L", L), ("S", S), ("E", E), ("Ev", Ev)):
-        if n > _INT32_MAX:
-            raise ValueError(f"{name} = {n} is larger than the kernel's 32-bit limit {_INT32_MAX}")
+        if n > INT32_MAX:
+            raise ValueError(f"{name} = {n} is larger than the kernel's 32-bit limit {INT32_MAX}")
     q_lead, k_lead, v_lead = q.shape[:-2], k.shape[:-2], v.shape[:-2]
     head_group = 1
     if enable_gqa:
@@ -183,3 +184,100 @@ def check_mask(mask, L, S, lead):
         raise ValueError(f"attn_mask of shape {mask.shape} does not broadcast to the attention "
                          f"weights' shape {tuple(lead) + (L, S)}") from None
     return mask, lead
+
+
+# ---------------------------------------------------------------- threads
+
+def check_n_threads(n, name="n_threads"):
+    if isinstance(n, bool) or not isinstance(n, Integral):
+        raise TypeError(f"{name} must be a positive integer or None, got {type(n).__name__} {n!r}")
+    if n < 1:
+        raise ValueError(f"{name} must be a positive integer or None, got {n}")
+    return int(n)
+
+
+# ---------------------------------------------------------------- modules (fastattn.nn)
+
+_MODEL_DTYPES = {"float32": np.dtype(np.float32), "float64": np.dtype(np.float64)}
+
+
+def check_dtype(dtype, name="dtype"):
+    """A model's dtype: float32 or float64 (anything np.dtype takes that names one of them)."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{name} must be float32 or float64, got {dtype!r}") from None
+    if dt not in _MODEL_DTYPES.values():
+        raise TypeError(f"{name} must be float32 or float64, got {dt}")
+    return dt
+
+
+def check_positive_int(n, name):
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"{name} must be a positive integer, got {n!r}")
+    return int(n)
+
+
+def check_choice(value, name, choices):
+    """`value` if it is one of `choices`, else a ValueError listing them."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+    return value
+
+
+def to_numpy(x):
+    """np.asarray for arrays and anything array-like, torch tensors included (never imports torch)."""
+    if hasattr(x, "detach") and hasattr(x, "cpu") and hasattr(x, "numpy"):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def as_model_input(x, name, d, dtype, owned=False):
+    """(B, T, d) or unbatched (T, d) -> (C-contiguous (B*T, d) in `dtype`, B, T, batched).
+
+    owned=True: the result never shares memory with `x` (the caller may overwrite it)."""
+    arr = to_numpy(x)
+    if arr.dtype.kind not in "fiub":
+        raise TypeError(f"{name} must be a real numeric array, got dtype {arr.dtype}")
+    if arr.ndim not in (2, 3):
+        raise ValueError(f"{name} must have shape (batch, seq, {d}) or unbatched (seq, {d}), got {arr.shape}")
+    if arr.shape[-1] != d:
+        raise ValueError(f"{name} has feature size {arr.shape[-1]} (last dimension), expected {d}; "
+                         f"shape {arr.shape}")
+    batched = arr.ndim == 3
+    B, T = (arr.shape[0], arr.shape[1]) if batched else (1, arr.shape[0])
+    if owned:
+        flat = np.array(arr, dtype=dtype, order="C", copy=True).reshape(B * T, d)
+    else:
+        flat = np.ascontiguousarray(arr, dtype=dtype).reshape(B * T, d)
+    return flat, B, T, batched
+
+
+def check_last_dim(x, d, name="x"):
+    """x as an array whose last dimension is d."""
+    arr = to_numpy(x)
+    if arr.ndim < 1 or arr.shape[-1] != d:
+        raise ValueError(f"{name} must have last dimension {d}, got shape {arr.shape}")
+    return arr
+
+
+def check_batch_pair(a, b, Ba, Bb, ab, bb, na, nb):
+    """Two module inputs (e.g. src and tgt) must agree on being batched and on the batch size."""
+    if ab != bb or Ba != Bb:
+        raise ValueError(f"{na} and {nb} must both be batched with the same batch size or both "
+                         f"unbatched, got {na} {np.shape(a)}, {nb} {np.shape(b)}")
+
+
+def module_mask(m, name, dtype, padding=False):
+    """A mask in torch.nn's module convention: bool (True = not allowed, or True = padding for a
+    key-padding mask) or float (added to the scores, cast to `dtype`)."""
+    arr = to_numpy(m)
+    if arr.dtype.kind == "b":
+        return arr
+    if arr.dtype.kind == "f":
+        if arr.dtype.itemsize > 8:
+            raise TypeError(f"{name} has dtype {arr.dtype}, which fastattn does not support")
+        return arr.astype(dtype, copy=False)
+    meaning = "True = padding" if padding else "True = not allowed"
+    raise TypeError(f"{name} must be a bool array ({meaning}) or a float array "
+                    f"(added to the scores), got dtype {arr.dtype}")

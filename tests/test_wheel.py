@@ -30,7 +30,7 @@ CHECK_SCRIPT = r"""
 import json, os, sys
 import numpy as np
 import fastattn
-from fastattn._threads import config
+from fastattn._config import config
 
 rng = np.random.default_rng(0)
 q = rng.standard_normal((2, 3, 37, 16))

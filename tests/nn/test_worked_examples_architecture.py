@@ -1,4 +1,4 @@
-"""The seeds' architecture cells (worked examples) as tests of fastattn.layers.
+"""The seeds' architecture cells (worked examples) as tests of fastattn.nn.
 
 Ex 4 single token -> attention output = V_1; Ex 6 cross-attention 2 decoder x 3 encoder tokens;
 Ex 7 positional-encoding signs across the four quadrants; Ex 8 LayerNorm of a constant row;
@@ -11,8 +11,9 @@ import math
 import numpy as np
 import pytest
 
-from fastattn import layers as L
-from fastattn.layers import (LayerNorm, MultiHeadAttention, Transformer, TransformerEncoderLayer,
+from fastattn import nn as L
+from fastattn.nn import attention as mha_module
+from fastattn.nn import (LayerNorm, MultiHeadAttention, Transformer, TransformerEncoderLayer,
                              sinusoidal_positions)
 
 
@@ -84,16 +85,16 @@ def test_ex9_base_model_sizes():
     enc = L.TransformerEncoder(layer, 6)
     x = np.random.default_rng(1).standard_normal((3, 512)).astype(np.float32)
     seen = []
-    orig = L.scaled_dot_product_attention
+    orig = mha_module.scaled_dot_product_attention
 
     def spy(q, k, v, *a, **kw):
         seen.append((q.shape, k.shape))
         return orig(q, k, v, *a, **kw)
-    L.scaled_dot_product_attention = spy
+    mha_module.scaled_dot_product_attention = spy
     try:
         enc(x)
     finally:
-        L.scaled_dot_product_attention = orig
+        mha_module.scaled_dot_product_attention = orig
     assert len(seen) == 6
     assert all(qs == (1, 8, 3, 64) and ks == (1, 8, 3, 64) for qs, ks in seen)
     n_heads = sum(qs[1] for qs, _ in seen)

@@ -1,27 +1,33 @@
 """The `fastattn` command: argument errors, `info`, and small real `bench` runs (no timing asserts)."""
+import argparse
 import json
 import math
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import fastattn
-from fastattn import _bench
+from fastattn import benchmark
 from fastattn.__main__ import main
+from fastattn.benchmark import _measure
 
 TINY = "1x2x16x16x8"
+# the checkout: tests/cli/test_cli.py -> tests/ -> the root (where bench/ is)
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 @pytest.fixture(autouse=True)
 def fast_settings(monkeypatch):
-    # pauses, warm-up and sample lengths matter for timing, not for what these tests check
-    monkeypatch.setattr(_bench, "SLEEP_BETWEEN_SYSTEMS", 0.0)
+    # pauses, warm-up and sample lengths matter for timing, not for what these tests check;
+    # they live in _measure, which is where every reader (run_bench included) looks them up
+    monkeypatch.setattr(_measure, "SLEEP_BETWEEN_SYSTEMS", 0.0)
     tiny = dict(max_repeats=3, min_repeats=1, budget=0.0, sample=0.0, warmup=0.0, peak_n=128)
-    monkeypatch.setattr(_bench, "FULL", tiny)
-    monkeypatch.setattr(_bench, "QUICK", tiny)
+    monkeypatch.setattr(_measure, "FULL", tiny)
+    monkeypatch.setattr(_measure, "QUICK", tiny)
 
 
 def _exit_code(argv):
@@ -39,7 +45,7 @@ def _exit_code(argv):
     ("1×8×256×4096×64", (1, 8, 256, 4096, 64)),
 ])
 def test_parse_shape(text, dims):
-    shape = _bench.parse_shape(text)
+    shape = benchmark.parse_shape(text)
     assert tuple(shape) == dims
     assert (shape.B, shape.H, shape.L, shape.S, shape.E) == dims
     assert str(shape) == "x".join(map(str, dims))
@@ -48,7 +54,7 @@ def test_parse_shape(text, dims):
 @pytest.mark.parametrize("text", ["1x8x12", "1x8x0x4x4", "axbxcxdxe", "1x2x3x4x5x6", "", "1x-2x3x4"])
 def test_parse_shape_rejects(text):
     with pytest.raises(Exception, match="malformed shape"):
-        _bench.parse_shape(text)
+        benchmark.parse_shape(text)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -73,28 +79,29 @@ def test_refuses_shape_that_does_not_fit_before_allocating(capsys):
 
 
 def test_counts():
-    assert _bench.flop_count(_bench.Shape((1, 8, 2048, 2048, 64)), False) == 4 * 8 * 2048 ** 2 * 64
+    Shape = benchmark.Shape
+    assert benchmark.flop_count(Shape((1, 8, 2048, 2048, 64)), False) == 4 * 8 * 2048 ** 2 * 64
     # causal, top-left: query i sees keys 0..i
-    assert _bench.allowed_pairs(4, 4, True) == 10
-    assert _bench.allowed_pairs(2, 5, True) == 3
-    assert _bench.allowed_pairs(5, 2, True) == 3 + 3 * 2
+    assert benchmark.allowed_pairs(4, 4, True) == 10
+    assert benchmark.allowed_pairs(2, 5, True) == 3
+    assert benchmark.allowed_pairs(5, 2, True) == 3 + 3 * 2
     n = 2048
-    assert math.isclose(_bench.flop_count(_bench.Shape((1, 8, n, n, 64)), True),
-                        0.5 * _bench.flop_count(_bench.Shape((1, 8, n, n, 64)), False), rel_tol=1e-3)
+    assert math.isclose(benchmark.flop_count(Shape((1, 8, n, n, 64)), True),
+                        0.5 * benchmark.flop_count(Shape((1, 8, n, n, 64)), False), rel_tol=1e-3)
 
 
 def test_plan_skips_score_matrices(monkeypatch):
-    parser = _bench.add_arguments(__import__("argparse").ArgumentParser())
+    parser = benchmark.add_arguments(argparse.ArgumentParser())
     big = "1x8x8192x8192x64"  # 2 GiB of float32 scores
     args = parser.parse_args(["--quick", "--shapes", big])
-    _, skips = _bench._plan(args, parser.error)
-    shape = _bench.parse_shape(big)
+    _, skips = _measure._plan(args, parser.error)
+    shape = benchmark.parse_shape(big)
     assert "--quick" in skips[(shape, "numpy")] and "GiB" in skips[(shape, "numpy")]
     assert (shape, "fastattn") not in skips
     # with 2 GiB available the scores do not fit, the inputs do: NumPy is skipped, not the shape
-    monkeypatch.setattr(_bench, "available_memory", lambda: 2 << 30)
+    monkeypatch.setattr(_measure, "available_memory", lambda: 2 << 30)
     args = parser.parse_args(["--shapes", big])
-    _, skips = _bench._plan(args, parser.error)
+    _, skips = _measure._plan(args, parser.error)
     assert "available" in skips[(shape, "numpy")] and "ort-graph" in {s for _, s in skips}
 
 
@@ -103,7 +110,7 @@ def test_numpy_formula_matches_reference(causal):
     rng = np.random.default_rng(3)
     q, k, v = (rng.standard_normal((2, 3, n, 8)) for n in (9, 9, 9))
     forbid = np.triu(np.ones((9, 9), bool), 1) if causal else None
-    got = _bench.numpy_attention(q, k, v, 1 / np.sqrt(8), forbid)
+    got = benchmark.numpy_attention(q, k, v, 1 / np.sqrt(8), forbid)
     s = np.einsum("bhle,bhse->bhls", q, k) / np.sqrt(8)
     if causal:
         s = np.where(forbid, -np.inf, s)
@@ -165,7 +172,7 @@ def test_bench_peers(tmp_path, capsys):
     pytest.importorskip("onnx")
     data, out = _bench_json(tmp_path, capsys)
     systems = {r["system"] for r in data["rows"]}
-    assert systems == set(_bench.SYSTEMS), (systems, data["skipped"])
+    assert systems == set(benchmark.SYSTEMS), (systems, data["skipped"])
     for r in data["rows"]:
         assert r["check_ok"], r  # every peer computes the same attention
     assert "PyTorch SDPA" in out and "ORT MultiHeadAttention" in out
@@ -226,7 +233,7 @@ def test_console_script(tmp_path):
 
 
 def test_bench_script(tmp_path):
-    script = __import__("pathlib").Path(__file__).resolve().parent.parent / "bench" / "bench_attention.py"
+    script = ROOT / "bench" / "bench_attention.py"
     if not script.exists():
         pytest.skip("bench/ is not shipped with an installed wheel")
     r = subprocess.run([sys.executable, str(script), "--shapes", TINY, "--systems", "fastattn",

@@ -22,7 +22,8 @@ from fastattn._kernels import _attention as K
 
 # child interpreters run from here: `python -c` puts its working directory first on sys.path,
 # and from a source checkout that would import the uncompiled fastattn/ folder
-HERE = os.path.dirname(os.path.abspath(__file__))
+# the tests folder (child interpreters run there: see conftest.py)
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 f = fastattn.scaled_dot_product_attention
 N_CALLS = int(os.environ.get("FASTATTN_MEMORY_CALLS", "10000"))

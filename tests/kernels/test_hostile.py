@@ -25,7 +25,8 @@ f = fastattn.scaled_dot_product_attention
 DTYPES = [np.float32, np.float64]
 # child interpreters run from here: `python -c` puts its working directory first on sys.path,
 # and from a source checkout that would import the uncompiled fastattn/ folder
-HERE = os.path.dirname(os.path.abspath(__file__))
+# the tests folder (child interpreters run there: see conftest.py)
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _data(dtype, L=70, S=300, E=8, Ev=5, seed=0):

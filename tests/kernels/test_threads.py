@@ -13,7 +13,8 @@ from fastattn import scaled_dot_product_attention as sdpa
 
 # child interpreters run from here: `python -c` puts its working directory first on sys.path,
 # and from a source checkout that would import the uncompiled fastattn/ folder
-HERE = os.path.dirname(os.path.abspath(__file__))
+# the tests folder (child interpreters run there: see conftest.py)
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -4,7 +4,7 @@ import os
 import pytest
 
 import fastattn
-from fastattn import _threads
+from fastattn import _config
 from fastattn._kernels import _attention as _k
 
 
@@ -12,16 +12,16 @@ def test_openmp_enabled():
     if os.environ.get("FASTATTN_SKIP_OPENMP_TEST"):
         pytest.skip("FASTATTN_SKIP_OPENMP_TEST is set")
     assert _k.openmp_enabled(), "fastattn was built without OpenMP (see the build log)"
-    assert _threads.config()["openmp"] is True
+    assert _config.config()["openmp"] is True
 
 
 def test_no_unportable_flags():
-    flags = _threads.config()["compile_flags"]
+    flags = _config.config()["compile_flags"]
     assert "-march=native" not in flags and "-ffast-math" not in flags and "-Ofast" not in flags
 
 
 def test_simd_dispatch_reported():
-    cfg = _threads.config()
+    cfg = _config.config()
     assert cfg["simd"] in ("avx512", "avx2", "baseline", "scalar")
     assert cfg["simd"] == cfg["cpu_simd"]          # the best set the CPU has is in use
 

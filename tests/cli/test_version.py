@@ -28,7 +28,7 @@ def test_show_config_reports_version():
     buf = io.StringIO()
     fastattn.show_config(file=buf)
     assert re.search(rf"version\s+:\s+{re.escape(fastattn.__version__)}$", buf.getvalue(), re.M)
-    assert fastattn._threads.config()["version"] == fastattn.__version__
+    assert fastattn._config.config()["version"] == fastattn.__version__
 
 
 def test_cli_version(capsys):

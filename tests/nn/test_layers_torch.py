@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from fastattn.layers import (MultiHeadAttention, Transformer, TransformerDecoder,  # noqa: E402
+from fastattn.nn import (MultiHeadAttention, Transformer, TransformerDecoder,  # noqa: E402
                              TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer)
 
 TOL = {np.float32: 1e-4, np.float64: 1e-10}

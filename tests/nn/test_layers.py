@@ -1,4 +1,4 @@
-"""fastattn.layers against plain float64 NumPy references (no torch needed).
+"""fastattn.nn against plain float64 NumPy references (no torch needed).
 
 The references below loop over heads and build the full score matrix; they share no code with
 fastattn (masks in PyTorch's module convention: bool True = not allowed, padding True = ignore).
@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from fastattn import layers as L
-from fastattn.layers import (FeedForward, LayerNorm, MultiHeadAttention, PositionalEncoding,
+from fastattn import nn as L
+from fastattn.nn import _masks, _numerics
+from fastattn.nn import (FeedForward, LayerNorm, MultiHeadAttention, PositionalEncoding,
                              Transformer, TransformerDecoderLayer, TransformerEncoderLayer,
                              sinusoidal_positions)
 
@@ -126,9 +127,9 @@ def _randomise(model, seed):
 def test_gelu_matches_math_erf():
     x = np.concatenate([np.linspace(-12, 12, 4001), [0.0, -0.0, 1e-300, -1e-300, 40.0, -40.0, 7.5]])
     ref = gelu_ref(x)
-    got = L._gelu_(x.copy())
+    got = _numerics._gelu_(x.copy())
     np.testing.assert_allclose(got, ref, rtol=1e-13, atol=1e-300)   # relative, even in the tail
-    got32 = L._gelu_(x.astype(np.float32))
+    got32 = _numerics._gelu_(x.astype(np.float32))
     assert got32.dtype == np.float32
     assert np.max(np.abs(got32 - ref)) <= 2e-6
 
@@ -136,7 +137,7 @@ def test_gelu_matches_math_erf():
 def test_gelu_special_values():
     x = np.array([np.inf, -np.inf, np.nan, 0.0])
     with np.errstate(invalid="ignore"):
-        got = L._gelu_(x.copy())
+        got = _numerics._gelu_(x.copy())
     assert got[0] == np.inf and np.isnan(got[2]) and got[3] == 0.0
     # -inf * Phi(-inf) = -inf * 0: NaN, as in torch
     assert np.isnan(got[1]) or got[1] == 0.0
@@ -318,13 +319,13 @@ def test_causal_flag_with_a_non_causal_mask_applies_both():
 def test_kernel_mask_keeps_padding_broadcast():
     pad = np.zeros((3, 5), bool)
     pad[0, 4] = True
-    km = L._kernel_mask(None, pad, False, 3, 8, 5, 5, np.dtype(np.float32), True)
+    km = _masks._kernel_mask(None, pad, False, 3, 8, 5, 5, np.dtype(np.float32), True)
     assert km.mask.shape == (3, 1, 1, 5) and km.mask.dtype == bool and not km.causal
     assert km.mask[0, 0, 0, 4] == False and km.mask[1, 0, 0, 4] == True  # noqa: E712
     causal = Transformer.generate_square_subsequent_mask(5)
-    km = L._kernel_mask(causal, pad, False, 3, 8, 5, 5, np.dtype(np.float32), True)
+    km = _masks._kernel_mask(causal, pad, False, 3, 8, 5, 5, np.dtype(np.float32), True)
     assert km.causal and km.mask.shape == (3, 1, 1, 5)                     # no L x S array
-    km = L._kernel_mask(causal, None, False, 3, 8, 5, 5, np.dtype(np.float32), True)
+    km = _masks._kernel_mask(causal, None, False, 3, 8, 5, 5, np.dtype(np.float32), True)
     assert km.causal and km.mask is None
 
 

@@ -1,0 +1,56 @@
+"""The build and run-time configuration: `fastattn.show_config()` and `fastattn info`."""
+import platform
+import sys
+
+from ._kernels import _attention as _k
+from ._threads import _cpu_count, get_num_threads
+
+__all__ = ["config", "show_config"]
+
+
+def _blas_info():
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "threadpoolctl not installed"
+    rows = []
+    for lib in threadpool_info():
+        if lib.get("user_api") == "blas":
+            rows.append(f"{lib.get('internal_api')} {lib.get('version')} "
+                        f"({lib.get('architecture')}, {lib.get('num_threads')} threads)")
+    return "; ".join(rows) or "none loaded"
+
+
+def config():
+    """The build and run-time configuration as a dict (what show_config prints)."""
+    from ._version import __version__
+    try:
+        from ._build_info import BUILD_INFO
+    except ImportError:
+        BUILD_INFO = {}
+    import numpy as np
+    return {
+        "version": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "numpy": np.__version__,
+        "compiler": BUILD_INFO.get("compiler", "unknown"),
+        "compile_flags": " ".join(BUILD_INFO.get("compile_flags", [])),
+        "openmp": _k.openmp_enabled(),
+        "threads": get_num_threads(),
+        "cpus": _cpu_count(),
+        "simd": _k.isa(),
+        "cpu_simd": _k.cpu_isa(),
+        "blas": _blas_info(),
+    }
+
+
+def show_config(file=None):
+    """Print version, compiler, flags, OpenMP on/off, threads, SIMD level and NumPy's BLAS."""
+    cfg = config()
+    width = max(len(k) for k in cfg)
+    print("fastattn configuration", file=file)
+    for key, val in cfg.items():
+        if key == "openmp":
+            val = "on" if val else "off (serial build)"
+        print(f"  {key:<{width}} : {val}", file=file)

@@ -1,0 +1,125 @@
+"""The functional API over the compiled kernels: scaled dot-product attention and softmax.
+
+Stateless functions on NumPy arrays (torch.nn.functional's names and semantics); the modules of
+:mod:`fastattn.nn` are built from them.
+"""
+
+import numpy as np
+
+from . import _validation as _v
+from ._kernels import _attention as _k
+from ._threads import _effective_n_threads
+
+__all__ = ["scaled_dot_product_attention", "softmax"]
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, *, is_causal=False, scale=None,
+                                 enable_gqa=False, return_weights=False, n_threads=None):
+    """Fused scaled dot-product attention, ``softmax(query @ key.T * scale + mask) @ value``.
+
+    Computed tile by tile with an online (max-subtracted) softmax: the L x S score matrix is
+    never materialised, so the extra memory is a small scratch area per thread.
+
+    Parameters
+    ----------
+    query : array_like, shape (..., L, E)
+    key : array_like, shape (..., S, E)
+    value : array_like, shape (..., S, Ev)
+        Leading dimensions broadcast against each other (NumPy rules).
+    attn_mask : array_like, optional
+        Broadcastable to (..., L, S). **bool**: True means the query may attend to the key
+        (PyTorch's SDPA convention). **float**: added to the scaled scores; -inf forbids.
+    is_causal : bool
+        Query i attends to keys j <= i (top-left aligned when L != S). May be combined with
+        `attn_mask`; both then apply.
+    scale : float, optional
+        Multiplies ``query @ key.T``; default ``1 / sqrt(E)``.
+    enable_gqa : bool
+        Grouped-query attention: key and value carry fewer heads on dimension -3; query head h
+        uses key/value head ``h // (Hq // Hkv)``.
+    return_weights : bool
+        Also return the softmax weights, shape (..., L, S) (materialised: for inspection).
+    n_threads : int, optional
+        OpenMP threads for this call (default: :func:`fastattn.get_num_threads`). The result is
+        bitwise the same for any value.
+
+    Returns
+    -------
+    out : ndarray, shape (..., L, Ev)
+        float32 for float32 inputs, float64 for float64 (see the dtype table in the README).
+        A query row that may attend to no key (all masked, or S == 0) is zeros, never NaN.
+    weights : ndarray, shape (..., L, S)
+        Only with ``return_weights=True``; rows of fully masked queries are zeros.
+
+    Examples
+    --------
+    >>> import numpy as np, fastattn
+    >>> q = k = v = np.eye(2, dtype=np.float32)
+    >>> fastattn.scaled_dot_product_attention(q, k, v).round(4)
+    array([[0.6698, 0.3302],
+           [0.3302, 0.6698]], dtype=float32)
+    """
+    q = _v.as_array(query, "query")
+    k = _v.as_array(key, "key")
+    v = _v.as_array(value, "value")
+    mask = None if attn_mask is None else _v.as_array(attn_mask, "attn_mask")
+    causal = _v.check_flag(is_causal, "is_causal")
+    gqa = _v.check_flag(enable_gqa, "enable_gqa")
+    want_w = _v.check_flag(return_weights, "return_weights")
+    nthr = _effective_n_threads(n_threads)
+
+    dtype = _v.result_dtype(("query", q), ("key", k), ("value", v))
+    lead, L, S, E, Ev, group = _v.check_qkv(q, k, v, gqa)
+    scale = _v.check_scale(scale, E, dtype)
+    if mask is not None:
+        mask, lead = _v.check_mask(mask, L, S, lead)
+
+    out = np.empty(tuple(lead) + (L, Ev), dtype=dtype)
+    weights = np.zeros(tuple(lead) + (L, S), dtype=dtype) if want_w else None
+    if S == 0 or (out.size == 0 and (weights is None or weights.size == 0)):
+        out[...] = 0          # no key to attend to (S == 0): zeros, by the fully-masked rule
+        return (out, weights) if want_w else out
+
+    if E == 0:
+        # empty dot products: every score is 0 (uniform weights over the allowed keys)
+        q = np.zeros(q.shape[:-1] + (1,), dtype=dtype)
+        k = np.zeros(k.shape[:-1] + (1,), dtype=dtype)
+    q = _v.kernel_ready(q, dtype)
+    k = _v.kernel_ready(k, dtype)
+    v = _v.kernel_ready(v, dtype)
+    if mask is not None:
+        mask = _v.kernel_ready(mask, mask.dtype if mask.dtype.kind == "b" else dtype)
+    _k.sdpa(q, k, v, mask, out, weights, tuple(lead), causal, scale, group, nthr)
+    return (out, weights) if want_w else out
+
+
+def softmax(x, axis=-1, *, n_threads=None):
+    """Numerically stable softmax along `axis` (the row maximum is subtracted first).
+
+    Matches ``scipy.special.softmax(x, axis=axis)``, including NaN for a row that is all -inf
+    and NaN wherever the row holds a NaN. float32 stays float32, float64 stays float64 (dtype
+    table in the README).
+    """
+    arr = _v.as_array(x, "x")
+    dtype = _v.result_dtype(("x", arr))
+    nthr = _effective_n_threads(n_threads)
+    if arr.ndim == 0:
+        raise ValueError("softmax needs an array with at least one dimension, got a scalar")
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"axis must be an int, got {type(axis).__name__} {axis!r}")
+    if not -arr.ndim <= axis < arr.ndim:
+        raise ValueError(f"axis {axis} is out of bounds for x of shape {arr.shape}")
+    moved = np.moveaxis(arr, axis, -1)
+    rows = np.ascontiguousarray(moved, dtype=dtype).reshape(-1, moved.shape[-1]) \
+        if moved.size else None
+    if rows is not None and not rows.flags.aligned:
+        # np.ascontiguousarray hands back a C-contiguous view at an odd byte offset unchanged;
+        # the kernel's vector loads need element alignment
+        rows = rows.copy()
+    out = np.empty(moved.shape, dtype=dtype)
+    if rows is not None and rows.shape[1] > 0:
+        if rows.shape[1] > _v.INT32_MAX:
+            raise ValueError(f"softmax axis length {rows.shape[1]} exceeds the kernel's 32-bit limit")
+        flat = out.reshape(rows.shape)
+        _k.softmax_rows(rows, flat, max(1, min(nthr, rows.shape[0])))
+    return np.moveaxis(out, -1, axis)

@@ -1,0 +1,1 @@
+"""Reading and writing weights: safetensors files, PyTorch state dicts."""

@@ -1,0 +1,27 @@
+"""safetensors files of fastattn modules: the weights by PyTorch name, the config in the metadata."""
+import json
+
+import numpy as np
+
+__all__ = ["save_module", "read_module"]
+
+
+def save_module(path, class_name, config, state_dict):
+    """Write `state_dict` and (class_name, config) as the file's metadata."""
+    from safetensors.numpy import save_file
+    meta = {"fastattn_class": class_name, "fastattn_config": json.dumps(config)}
+    save_file({k: np.ascontiguousarray(v) for k, v in state_dict.items()}, str(path), metadata=meta)
+
+
+def read_module(path, class_name):
+    """(config, tensors) of a file written by save_module, checked to hold a `class_name`."""
+    from safetensors import safe_open
+    with safe_open(str(path), framework="numpy") as f:
+        meta = f.metadata() or {}
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    if "fastattn_config" not in meta:
+        raise ValueError(f"{path} has no fastattn config in its metadata (not written by "
+                         f"{class_name}.save(); a Hugging Face checkpoint is read by from_pretrained)")
+    if meta.get("fastattn_class") != class_name:
+        raise ValueError(f"{path} holds a {meta.get('fastattn_class')}, not a {class_name}")
+    return json.loads(meta["fastattn_config"]), tensors

@@ -1,0 +1,155 @@
+"""The module base: parameters by PyTorch name, child modules, state_dict, save / load.
+
+A module holds ``_params`` (name -> ndarray, its own parameters), ``_children`` (name -> module, in
+order) and ``_config`` (the constructor keywords that rebuild it, JSON-serialisable). Parameters are
+created through an :class:`_Init` handed down from the outermost constructor: one generator, one
+seed, or no random numbers at all when the weights are about to be loaded.
+"""
+import math
+
+import numpy as np
+
+from .._validation import to_numpy
+from ..io.safetensors import read_module, save_module
+from ..io.torch_state_dict import as_numpy_state_dict, state_dict_dtype
+
+__all__ = []
+
+
+class _Init:
+    """Random parameter initialisation shared down a model (one generator, one seed)."""
+
+    def __init__(self, seed, dtype, empty=False):
+        self.rng = None if empty else np.random.default_rng(seed)
+        self.dtype = np.dtype(dtype)
+
+    @classmethod
+    def empty(cls, dtype):
+        """Uninitialised parameters, for a module whose weights are about to be loaded."""
+        return cls(None, dtype, empty=True)
+
+    def xavier(self, shape):
+        """Glorot/Xavier uniform, U(-a, a) with a = sqrt(6 / (fan_in + fan_out)), like torch."""
+        if self.rng is None:
+            return np.empty(shape, self.dtype)
+        fan_out, fan_in = shape
+        a = math.sqrt(6.0 / (fan_in + fan_out))
+        return self.rng.uniform(-a, a, size=shape).astype(self.dtype)
+
+    def zeros(self, shape):
+        return np.zeros(shape, self.dtype)
+
+    def ones(self, shape):
+        return np.ones(shape, self.dtype)
+
+
+def _init_for(seed, dtype, init):
+    """The initialiser a constructor uses: the one handed down, else a new one from `seed`."""
+    return init if init is not None else _Init(seed, dtype)
+
+
+class _Module:
+    """Parameters by PyTorch name, child modules, state_dict / from_torch_state_dict / save / load.
+
+    Subclasses set ``self._params`` (name -> ndarray, own parameters), ``self._children``
+    (name -> _Module, in order) and ``self._config`` (constructor keywords, JSON-serialisable).
+    """
+
+    _params: dict
+    _children: dict
+    _config: dict
+
+    def _named_params(self, prefix=""):
+        for name, arr in self._params.items():
+            yield prefix + name, arr, self, name
+        for cname, child in self._children.items():
+            yield from child._named_params(f"{prefix}{cname}.")
+
+    def state_dict(self):
+        """A new dict of PyTorch parameter names -> copies of the arrays (the model's dtype)."""
+        return {name: arr.copy() for name, arr, _, _ in self._named_params()}
+
+    def load_state_dict(self, state_dict):
+        """Copy weights in by PyTorch name. Missing, unexpected or misshaped entries: ValueError
+        naming all of them (nothing is modified then)."""
+        if not hasattr(state_dict, "keys"):
+            raise TypeError(f"state_dict must be a mapping of names to arrays, got {type(state_dict).__name__}")
+        expected = {name: (arr, owner, key) for name, arr, owner, key in self._named_params()}
+        given = {}
+        problems = []
+        for name in state_dict.keys():
+            if name not in expected:
+                continue
+            try:
+                arr = to_numpy(state_dict[name])
+            except Exception as exc:
+                problems.append(f"{name!r} could not be converted to an array ({exc})")
+                continue
+            if arr.dtype.kind not in "fiu":
+                problems.append(f"{name!r} has dtype {arr.dtype}, expected a real float array")
+                continue
+            if arr.shape != expected[name][0].shape:
+                problems.append(f"{name!r} has shape {tuple(arr.shape)}, expected {expected[name][0].shape}")
+                continue
+            given[name] = arr
+        missing = [n for n in expected if n not in state_dict.keys()]
+        extra = [n for n in state_dict.keys() if n not in expected]
+        if missing:
+            problems.insert(0, f"missing {len(missing)}: {missing}")
+        if extra:
+            problems.insert(0, f"unexpected {len(extra)}: {extra}")
+        if problems:
+            raise ValueError(f"state_dict does not fit {type(self).__name__}: " + "; ".join(problems))
+        dtype = self.dtype
+        for name, arr in given.items():
+            _, owner, key = expected[name]
+            owner._params[key] = np.array(arr, dtype=dtype, order="C", copy=True)
+        return self
+
+    @property
+    def dtype(self):
+        return np.dtype(self._config["dtype"])
+
+    @property
+    def config(self):
+        """The constructor keywords that rebuild this module (dtype as a string)."""
+        return dict(self._config)
+
+    # -- construction ---------------------------------------------------------------------------
+    @classmethod
+    def _build(cls, _init=None, **config):
+        """The module described by `config` (its ``config`` property), parameters from `_init`."""
+        return cls(_init=_init, **config)
+
+    # -- PyTorch weights -----------------------------------------------------------------------
+    @classmethod
+    def from_torch_state_dict(cls, state_dict, **config):
+        """Build from a PyTorch ``state_dict`` (NumPy arrays, tensors, anything np.asarray takes).
+
+        Sizes are inferred from the shapes; what shapes cannot tell (number of heads,
+        activation, norm_first, layer_norm_eps) comes from `config`, defaulting like torch.
+        dtype defaults to the weights' dtype (float64 weights -> a float64 model, else float32).
+        """
+        sd = as_numpy_state_dict(state_dict)
+        if config.get("dtype") is None:
+            config["dtype"] = state_dict_dtype(sd)
+        kwargs = cls._config_from_state_dict(sd, "", config)
+        model = cls._build(_init=_Init.empty(kwargs["dtype"]), **kwargs)
+        return model.load_state_dict(sd)
+
+    @classmethod
+    def _config_from_state_dict(cls, sd, prefix, config):  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    # -- safetensors -----------------------------------------------------------------------------
+    def save(self, path):
+        """Write the weights (PyTorch names) and the config (JSON in the metadata) as safetensors."""
+        save_module(path, type(self).__name__, self._config, self.state_dict())
+
+    @classmethod
+    def load(cls, path):
+        """Rebuild a module written by :meth:`save`. Wrong class, missing, unexpected or misshaped
+        tensors: ValueError naming them."""
+        config, tensors = read_module(path, cls.__name__)
+        model = cls._build(_init=_Init.empty(config["dtype"]), **config)
+        return model.load_state_dict(tensors)

@@ -1,0 +1,165 @@
+"""Multi-head attention over the fused kernel, torch.nn.MultiheadAttention's parameters.
+
+Inside a block every activation is a C-contiguous (batch * seq, d_model) matrix. Self-attention
+projects q, k and v with ONE GEMM against the packed ``in_proj_weight``; the heads are strided
+views (B, H, T, Dh) of that product, passed to :func:`fastattn.scaled_dot_product_attention` as
+they are (the kernel takes any strides with a contiguous last axis). The kernel's (B, H, L, Dh)
+output is transposed to (B, L, H * Dh) once and goes through W_O. A query that may attend to no
+key at all (every key padded) gets zeros (PyTorch gives NaN there, or zeros on its nested-tensor
+fast path).
+"""
+import numpy as np
+
+from .._validation import as_model_input, check_dtype, check_positive_int
+from ..functional import scaled_dot_product_attention
+from ._masks import _kernel_mask
+from ._module import _init_for, _Module
+from ._numerics import _linear
+from .linear import Linear
+
+__all__ = ["MultiHeadAttention"]
+
+
+class MultiHeadAttention(_Module):
+    """Multi-head attention, ``concat(head_1..head_h) @ W_O.T`` with
+    ``head_i = softmax(q_i k_i^T / sqrt(d_k) + mask) v_i``; parameters as torch.nn.MultiheadAttention.
+
+    Parameters
+    ----------
+    embed_dim, num_heads : int
+        d_model and h; each head has d_k = embed_dim // num_heads features.
+    kdim, vdim : int, optional
+        Feature sizes of key and value inputs (default embed_dim). When both equal embed_dim
+        the projections are packed in ``in_proj_weight`` (3*embed_dim, embed_dim), else
+        ``q_proj_weight``, ``k_proj_weight``, ``v_proj_weight``.
+    bias : bool
+        ``in_proj_bias`` and ``out_proj.bias``.
+    dtype : float32 or float64
+    seed : int, optional
+        Random initialisation: Xavier-uniform matrices, zero biases.
+    dropout : float
+        Accepted for signature compatibility; ignored (inference only).
+
+    Call ``mha(query, key, value, *, key_padding_mask=None, attn_mask=None, is_causal=False,
+    need_weights=False, average_attn_weights=True)`` with (B, L, E) / (B, S, kdim) / (B, S, vdim)
+    or unbatched arrays; masks follow torch (bool True = not allowed / padding, float added).
+    Returns the output (B, L, E), or ``(output, weights)`` with weights (B, L, S) averaged over
+    heads or (B, H, L, S).
+    """
+
+    def __init__(self, embed_dim, num_heads, *, kdim=None, vdim=None, bias=True, dtype=np.float32,
+                 seed=None, dropout=0.0, _init=None):
+        embed_dim = check_positive_int(embed_dim, "embed_dim")
+        num_heads = check_positive_int(num_heads, "num_heads")
+        if embed_dim % num_heads:
+            raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
+        kdim = embed_dim if kdim is None else check_positive_int(kdim, "kdim")
+        vdim = embed_dim if vdim is None else check_positive_int(vdim, "vdim")
+        dtype = check_dtype(dtype)
+        init = _init_for(seed, dtype, _init)
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.kdim, self.vdim = kdim, vdim
+        self.packed = kdim == embed_dim and vdim == embed_dim
+        self._config = {"embed_dim": embed_dim, "num_heads": num_heads, "kdim": kdim, "vdim": vdim,
+                        "bias": bool(bias), "dtype": dtype.name}
+        E = embed_dim
+        if self.packed:
+            self._params = {"in_proj_weight": init.xavier((3 * E, E))}
+        else:
+            self._params = {"q_proj_weight": init.xavier((E, E)),
+                            "k_proj_weight": init.xavier((E, kdim)),
+                            "v_proj_weight": init.xavier((E, vdim))}
+        if bias:
+            self._params["in_proj_bias"] = init.zeros((3 * E,))
+        self.out_proj = Linear(E, E, bias, dtype=dtype, _init=init)
+        self._children = {"out_proj": self.out_proj}
+
+    @classmethod
+    def _config_from_state_dict(cls, sd, prefix, config):
+        config = dict(config)
+        if "num_heads" not in config:
+            raise TypeError("from_torch_state_dict needs num_heads= (the head count is not in the shapes)")
+        if prefix + "in_proj_weight" in sd:
+            E = sd[prefix + "in_proj_weight"].shape[1]
+            kdim = vdim = E
+        elif prefix + "q_proj_weight" in sd:
+            E = sd[prefix + "q_proj_weight"].shape[0]
+            kdim = sd[prefix + "k_proj_weight"].shape[1] if prefix + "k_proj_weight" in sd else E
+            vdim = sd[prefix + "v_proj_weight"].shape[1] if prefix + "v_proj_weight" in sd else E
+        else:
+            raise ValueError(f"state_dict has neither {prefix}in_proj_weight nor {prefix}q_proj_weight")
+        config.setdefault("embed_dim", E)
+        config.setdefault("kdim", kdim)
+        config.setdefault("vdim", vdim)
+        config.setdefault("bias", prefix + "in_proj_bias" in sd)
+        return config
+
+    # -- projections ---------------------------------------------------------------------------
+    def _w(self, which):
+        """(weight, bias) of the q (0), k (1) or v (2) projection (views, no copies)."""
+        E, p = self.embed_dim, self._params
+        b = p.get("in_proj_bias")
+        b = None if b is None else b[which * E:(which + 1) * E]
+        if self.packed:
+            return p["in_proj_weight"][which * E:(which + 1) * E], b
+        return p[("q_proj_weight", "k_proj_weight", "v_proj_weight")[which]], b
+
+    def _heads(self, x2d, B, T, col):
+        """Columns [col, col + E) of the projected (B*T, n*E) matrix as a (B, H, T, Dh) view."""
+        E, H, Dh = self.embed_dim, self.num_heads, self.head_dim
+        return x2d[:, col:col + E].reshape(B, T, H, Dh).swapaxes(1, 2)
+
+    def _forward(self, xq, xk, xv, B, L, S, kmask, need_weights=False, average=True):
+        """xq (B*L, E), xk (B*S, kdim), xv (B*S, vdim) C-contiguous -> (B*L, E) [, weights]."""
+        p = self._params
+        E = self.embed_dim
+        if self.packed and xq is xk and xk is xv:           # self-attention: one GEMM for q, k, v
+            qkv = _linear(xq, p["in_proj_weight"], p.get("in_proj_bias"))
+            q, k, v = self._heads(qkv, B, L, 0), self._heads(qkv, B, S, E), self._heads(qkv, B, S, 2 * E)
+        elif self.packed and xk is xv:                      # cross-attention: one GEMM for k, v
+            wq, bq = self._w(0)
+            q = self._heads(_linear(xq, wq, bq), B, L, 0)
+            bkv = p.get("in_proj_bias")
+            kv = _linear(xk, p["in_proj_weight"][E:], None if bkv is None else bkv[E:])
+            k, v = self._heads(kv, B, S, 0), self._heads(kv, B, S, E)
+        else:
+            q = self._heads(_linear(xq, *self._w(0)), B, L, 0)
+            k = self._heads(_linear(xk, *self._w(1)), B, S, 0)
+            v = self._heads(_linear(xv, *self._w(2)), B, S, 0)
+        res = scaled_dot_product_attention(q, k, v, kmask.mask, is_causal=kmask.causal,
+                                           return_weights=need_weights)
+        o, w = res if need_weights else (res, None)
+        # (B, H, L, Dh) -> (B, L, H, Dh) -> (B*L, E): the one copy that concatenates the heads
+        concat = np.ascontiguousarray(o.swapaxes(1, 2)).reshape(B * L, E)
+        out = self.out_proj._forward(concat)
+        if need_weights and average:
+            w = w.mean(axis=1)
+        return out, w
+
+    def __call__(self, query, key, value, *, key_padding_mask=None, attn_mask=None, is_causal=False,
+                 need_weights=False, average_attn_weights=True):
+        dt = self.dtype
+        xq, B, L, batched = as_model_input(query, "query", self.embed_dim, dt)
+        same_kv = key is value
+        self_attn = query is key and same_kv
+        xk, Bk, S, kb = as_model_input(key, "key", self.kdim, dt)
+        if self_attn:
+            xk = xv = xq
+            Bv, Sv, vb = B, S, batched
+        elif same_kv and self.kdim == self.vdim:
+            xv, Bv, Sv, vb = xk, Bk, S, kb
+        else:
+            xv, Bv, Sv, vb = as_model_input(value, "value", self.vdim, dt)
+        if not (batched == kb == vb):
+            raise ValueError("query, key and value must all be batched (3-D) or all unbatched (2-D), "
+                             f"got query {np.shape(query)}, key {np.shape(key)}, value {np.shape(value)}")
+        if not (B == Bk == Bv) or S != Sv:
+            raise ValueError("query, key and value must share the batch size and key and value the "
+                             f"sequence length, got query {np.shape(query)}, key {np.shape(key)}, "
+                             f"value {np.shape(value)}")
+        kmask = _kernel_mask(attn_mask, key_padding_mask, is_causal, B, self.num_heads, L, S, dt, batched)
+        out, w = self._forward(xq, xk, xv, B, L, S, kmask, bool(need_weights), bool(average_attn_weights))
+        out = out.reshape(B, L, self.embed_dim) if batched else out.reshape(L, self.embed_dim)
+        if not need_weights:
+            return out
+        return out, (w if batched else w[0])

@@ -1,0 +1,53 @@
+"""The position-wise feed-forward network, linear2(activation(linear1(x)))."""
+import numpy as np
+
+from .._validation import check_choice, check_dtype, check_last_dim, check_positive_int
+from ._module import _init_for, _Module
+from ._numerics import _ACTIVATIONS, ACTIVATION_NAMES
+from .linear import Linear
+
+__all__ = ["FeedForward"]
+
+
+class FeedForward(_Module):
+    """Position-wise feed-forward network, ``linear2(activation(linear1(x)))``.
+
+    Parameters ``linear1.weight`` (dim_feedforward, d_model), ``linear1.bias``,
+    ``linear2.weight`` (d_model, dim_feedforward), ``linear2.bias``. activation: 'relu' or
+    'gelu' (exact, erf-based, like torch's default).
+    """
+
+    def __init__(self, d_model, dim_feedforward=2048, activation="relu", *, bias=True,
+                 dtype=np.float32, seed=None, _init=None):
+        d_model = check_positive_int(d_model, "d_model")
+        dim_feedforward = check_positive_int(dim_feedforward, "dim_feedforward")
+        activation = check_choice(activation, "activation", ACTIVATION_NAMES)
+        dtype = check_dtype(dtype)
+        init = _init_for(seed, dtype, _init)
+        self.d_model, self.dim_feedforward, self.activation = d_model, dim_feedforward, activation
+        self._act = _ACTIVATIONS[activation]
+        self._config = {"d_model": d_model, "dim_feedforward": dim_feedforward,
+                        "activation": activation, "bias": bool(bias), "dtype": dtype.name}
+        self.linear1 = Linear(d_model, dim_feedforward, bias, dtype=dtype, _init=init)
+        self.linear2 = Linear(dim_feedforward, d_model, bias, dtype=dtype, _init=init)
+        self._params = {}
+        self._children = {"linear1": self.linear1, "linear2": self.linear2}
+
+    @classmethod
+    def _config_from_state_dict(cls, sd, prefix, config):
+        config = dict(config)
+        w1 = sd[prefix + "linear1.weight"]
+        config.setdefault("d_model", w1.shape[1])
+        config.setdefault("dim_feedforward", w1.shape[0])
+        config.setdefault("bias", prefix + "linear1.bias" in sd)
+        return config
+
+    def _forward(self, x2d):
+        h = self.linear1._forward(x2d)      # (N, d_ff), bias added in place
+        self._act(h)                         # in place
+        return self.linear2._forward(h)
+
+    def __call__(self, x):
+        arr = check_last_dim(x, self.d_model)
+        flat = np.ascontiguousarray(arr, dtype=self.dtype).reshape(-1, self.d_model)
+        return self._forward(flat).reshape(arr.shape)

@@ -1,0 +1,57 @@
+"""Linear: y = x @ weight.T + bias, torch.nn.Linear's parameters."""
+import numpy as np
+
+from .._validation import check_dtype, check_last_dim, check_positive_int
+from ._module import _init_for, _Module
+from ._numerics import _linear
+
+__all__ = ["Linear"]
+
+
+class Linear(_Module):
+    """y = x @ weight.T + bias; weight (out_features, in_features) as in torch.nn.Linear.
+
+    Random init: Xavier-uniform weight, zero bias. ``lin(x)`` takes (..., in_features) and
+    returns (..., out_features) in the module's dtype.
+    """
+
+    def __init__(self, in_features, out_features, bias=True, *, dtype=np.float32, seed=None,
+                 _init=None):
+        in_features = check_positive_int(in_features, "in_features")
+        out_features = check_positive_int(out_features, "out_features")
+        dtype = check_dtype(dtype)
+        init = _init_for(seed, dtype, _init)
+        self.in_features, self.out_features = in_features, out_features
+        self._config = {"in_features": in_features, "out_features": out_features,
+                        "bias": bool(bias), "dtype": dtype.name}
+        self._params = {"weight": init.xavier((out_features, in_features))}
+        if bias:
+            self._params["bias"] = init.zeros((out_features,))
+        self._children = {}
+
+    @classmethod
+    def _config_from_state_dict(cls, sd, prefix, config):
+        config = dict(config)
+        if prefix + "weight" not in sd:
+            raise ValueError(f"state_dict has no {prefix}weight (a Linear's weight)")
+        config.setdefault("out_features", sd[prefix + "weight"].shape[0])
+        config.setdefault("in_features", sd[prefix + "weight"].shape[1])
+        config.setdefault("bias", prefix + "bias" in sd)
+        return config
+
+    @property
+    def weight(self):
+        return self._params["weight"]
+
+    @property
+    def bias(self):
+        return self._params.get("bias")
+
+    def _forward(self, x2d, out=None):
+        """x2d (N, in_features) C-contiguous in the module's dtype -> (N, out_features)."""
+        return _linear(x2d, self._params["weight"], self._params.get("bias"), out)
+
+    def __call__(self, x):
+        arr = check_last_dim(x, self.in_features)
+        flat = np.ascontiguousarray(arr, dtype=self.dtype).reshape(-1, self.in_features)
+        return self._forward(flat).reshape(arr.shape[:-1] + (self.out_features,))

@@ -1,0 +1,45 @@
+"""Layer normalisation, torch.nn.LayerNorm's parameters."""
+import numpy as np
+
+from .._validation import check_dtype, check_last_dim, check_positive_int
+from ._module import _init_for, _Module
+from ._numerics import _layer_norm
+
+__all__ = ["LayerNorm"]
+
+
+class LayerNorm(_Module):
+    """Layer normalisation over the last axis: (x - mean) / sqrt(var + eps) * weight + bias.
+
+    A zero-variance row gives zeros (then + bias), never NaN. Parameters ``weight`` (ones) and
+    ``bias`` (zeros) as torch.nn.LayerNorm.
+    """
+
+    def __init__(self, normalized_shape, eps=1e-5, *, bias=True, dtype=np.float32, _init=None):
+        d = check_positive_int(normalized_shape, "normalized_shape")
+        eps = float(eps)
+        if not eps >= 0:
+            raise ValueError(f"eps must be >= 0, got {eps}")
+        dtype = check_dtype(dtype)
+        init = _init_for(None, dtype, _init)
+        self.normalized_shape, self.eps = d, eps
+        self._config = {"normalized_shape": d, "eps": eps, "bias": bool(bias), "dtype": dtype.name}
+        self._params = {"weight": init.ones((d,))}
+        if bias:
+            self._params["bias"] = init.zeros((d,))
+        self._children = {}
+
+    @classmethod
+    def _config_from_state_dict(cls, sd, prefix, config):
+        config = dict(config)
+        config.setdefault("normalized_shape", sd[prefix + "weight"].shape[0])
+        config.setdefault("bias", prefix + "bias" in sd)
+        return config
+
+    def _forward(self, x2d, out=None):
+        return _layer_norm(x2d, self._params["weight"], self._params.get("bias"), self.eps, out)
+
+    def __call__(self, x):
+        arr = check_last_dim(x, self.normalized_shape)
+        flat = np.ascontiguousarray(arr, dtype=self.dtype).reshape(-1, self.normalized_shape)
+        return self._forward(flat, out=np.empty_like(flat)).reshape(arr.shape)

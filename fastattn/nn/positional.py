@@ -1,0 +1,54 @@
+"""Positional encodings: the paper's sinusoids."""
+import math
+
+import numpy as np
+
+from .._validation import check_dtype, check_positive_int, to_numpy
+
+__all__ = ["sinusoidal_positions", "PositionalEncoding"]
+
+
+def sinusoidal_positions(length, d_model, dtype=np.float32):
+    """The paper's positional encodings, (length, d_model), position 0 first:
+    PE[pos, 2i] = sin(pos / 10000**(2i / d_model)), PE[pos, 2i + 1] = cos(same angle).
+
+    Computed in float64, then cast to `dtype`.
+    """
+    if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 0:
+        raise ValueError(f"length must be a non-negative integer, got {length!r}")
+    d_model = check_positive_int(d_model, "d_model")
+    dtype = check_dtype(dtype)
+    pos = np.arange(length, dtype=np.float64)[:, None]
+    inv_freq = np.exp(-math.log(10000.0) * np.arange(0, d_model, 2, dtype=np.float64) / d_model)
+    angle = pos * inv_freq                                   # (length, ceil(d/2))
+    pe = np.empty((length, d_model), dtype=np.float64)
+    pe[:, 0::2] = np.sin(angle)
+    pe[:, 1::2] = np.cos(angle[:, : d_model // 2])
+    return pe.astype(dtype)
+
+
+class PositionalEncoding:
+    """Adds :func:`sinusoidal_positions` to (batch, seq, d_model) or (seq, d_model) inputs.
+
+    ``scale`` optionally multiplies the input first (the paper scales embeddings by sqrt(d_model)).
+    Returns a new array in `dtype`.
+    """
+
+    def __init__(self, d_model, max_len=5000, *, scale=1.0, dtype=np.float32):
+        self.d_model = check_positive_int(d_model, "d_model")
+        self.dtype = check_dtype(dtype)
+        self.scale = float(scale)
+        self.pe = sinusoidal_positions(check_positive_int(max_len, "max_len"), self.d_model, self.dtype)
+
+    def __call__(self, x):
+        arr = to_numpy(x)
+        if arr.ndim < 2 or arr.shape[-1] != self.d_model:
+            raise ValueError(f"x must have shape (..., seq, {self.d_model}), got {arr.shape}")
+        T = arr.shape[-2]
+        if T > self.pe.shape[0]:
+            self.pe = sinusoidal_positions(T, self.d_model, self.dtype)
+        out = np.array(arr, dtype=self.dtype, copy=True)
+        if self.scale != 1.0:
+            out *= self.scale
+        out += self.pe[:T]
+        return out

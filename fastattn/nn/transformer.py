@@ -1,0 +1,330 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need": layers, stacks, the model.
+
+NumPy in, NumPy out, batch-first: activations are (batch, seq, d_model); unbatched (seq, d_model)
+is accepted too, as in PyTorch. Inference only (no dropout, no gradients). Parameters carry
+PyTorch's names and shapes (``torch.nn.Transformer(batch_first=True)``'s ``state_dict``), so
+weights move both ways by name. Masks follow torch.nn (see :mod:`fastattn.nn._masks`) and are
+converted once per stack, not once per layer.
+"""
+import copy
+
+import numpy as np
+
+from .._validation import as_model_input, check_batch_pair, check_dtype, check_positive_int
+from ..io.torch_state_dict import count_layers
+from ._masks import _kernel_mask
+from ._module import _init_for, _Module
+from .attention import MultiHeadAttention
+from .feedforward import FeedForward
+from .norm import LayerNorm
+
+__all__ = ["TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
+           "TransformerDecoder", "Transformer"]
+
+
+class _Layer(_Module):
+    """What the encoder and decoder layers share: self-attention, (the decoder's cross-attention,)
+    the feed-forward network, LayerNorms and one config. Parameters are drawn in this order."""
+
+    def _common(self, d_model, nhead, dim_feedforward, activation, layer_norm_eps, norm_first,
+                bias, dtype, seed, _init, cross):
+        dtype = check_dtype(dtype)
+        init = _init_for(seed, dtype, _init)
+        self.self_attn = MultiHeadAttention(d_model, nhead, bias=bias, dtype=dtype, _init=init)
+        if cross:
+            self.multihead_attn = MultiHeadAttention(d_model, nhead, bias=bias, dtype=dtype,
+                                                     _init=init)
+        n_norms = 3 if cross else 2
+        self.ff = FeedForward(d_model, dim_feedforward, activation, bias=bias, dtype=dtype, _init=init)
+        for i in range(1, n_norms + 1):
+            setattr(self, f"norm{i}", LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype,
+                                                _init=init))
+        self.d_model, self.nhead, self.norm_first = int(d_model), int(nhead), bool(norm_first)
+        self._config = {"d_model": int(d_model), "nhead": int(nhead),
+                        "dim_feedforward": int(dim_feedforward), "activation": activation,
+                        "layer_norm_eps": float(layer_norm_eps), "norm_first": bool(norm_first),
+                        "bias": bool(bias), "dtype": dtype.name}
+        self._params = {}
+        return init
+
+    def _sublayers(self, x, sublayers):
+        """Each (norm, f) in turn with a residual connection, f returning a new (B*T, d) array:
+        post-LN (the paper's) x = norm(x + f(x)); pre-LN (norm_first) x = x + f(norm(x))."""
+        if self.norm_first:
+            h = np.empty_like(x)
+            for norm, f in sublayers:
+                x += f(norm._forward(x, out=h))
+            return x
+        for norm, f in sublayers:
+            y = f(x)
+            y += x
+            x = norm._forward(y, out=y)
+        return x
+
+    @classmethod
+    def _config_from_state_dict(cls, sd, prefix, config):
+        config = dict(config)
+        if "nhead" not in config:
+            raise TypeError("from_torch_state_dict needs nhead= (the head count is not in the shapes)")
+        w1 = sd.get(prefix + "linear1.weight")
+        if w1 is None:
+            raise ValueError(f"state_dict has no {prefix}linear1.weight")
+        config.setdefault("d_model", w1.shape[1])
+        config.setdefault("dim_feedforward", w1.shape[0])
+        config.setdefault("bias", prefix + "linear1.bias" in sd)
+        return config
+
+
+
+class TransformerEncoderLayer(_Layer):
+    """Self-attention then feed-forward, each with a residual connection and LayerNorm.
+
+    ``norm_first=False`` (the paper's post-LN): x = norm1(x + sa(x)); x = norm2(x + ff(x)).
+    ``norm_first=True`` (pre-LN): x = x + sa(norm1(x)); x = x + ff(norm2(x)).
+    Parameter names as torch.nn.TransformerEncoderLayer: self_attn.*, linear1.*, linear2.*,
+    norm1.*, norm2.*. Call ``layer(src, src_mask=None, src_key_padding_mask=None, is_causal=False)``.
+    """
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.0, activation="relu",
+                 layer_norm_eps=1e-5, norm_first=False, bias=True, *, dtype=np.float32, seed=None,
+                 _init=None):
+        self._common(d_model, nhead, dim_feedforward, activation, layer_norm_eps, norm_first,
+                     bias, dtype, seed, _init, cross=False)
+        self._children = {"self_attn": self.self_attn, "linear1": self.ff.linear1,
+                          "linear2": self.ff.linear2, "norm1": self.norm1, "norm2": self.norm2}
+
+    def _forward(self, x, B, T, kmask):
+        """x: (B*T, d_model) C-contiguous, owned (may be overwritten) -> (B*T, d_model)."""
+        return self._sublayers(x, (
+            (self.norm1, lambda h: self.self_attn._forward(h, h, h, B, T, T, kmask)[0]),
+            (self.norm2, self.ff._forward)))
+
+    def __call__(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
+        x, B, T, batched = as_model_input(src, "src", self.d_model, self.dtype, owned=True)
+        kmask = _kernel_mask(src_mask, src_key_padding_mask, is_causal, B, self.nhead, T, T,
+                             self.dtype, batched, "src_mask", "src_key_padding_mask")
+        out = self._forward(x, B, T, kmask)
+        return out.reshape((B, T, self.d_model) if batched else (T, self.d_model))
+
+
+class TransformerDecoderLayer(_Layer):
+    """Masked self-attention, cross-attention over the encoder memory, feed-forward; each with a
+    residual connection and LayerNorm (post-LN by default, pre-LN with ``norm_first=True``).
+
+    Parameter names as torch.nn.TransformerDecoderLayer: self_attn.*, multihead_attn.*, linear1.*,
+    linear2.*, norm1.*, norm2.*, norm3.*. Call ``layer(tgt, memory, tgt_mask=None,
+    memory_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None,
+    tgt_is_causal=False, memory_is_causal=False)``.
+    """
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.0, activation="relu",
+                 layer_norm_eps=1e-5, norm_first=False, bias=True, *, dtype=np.float32, seed=None,
+                 _init=None):
+        self._common(d_model, nhead, dim_feedforward, activation, layer_norm_eps, norm_first,
+                     bias, dtype, seed, _init, cross=True)
+        self._children = {"self_attn": self.self_attn, "multihead_attn": self.multihead_attn,
+                          "linear1": self.ff.linear1, "linear2": self.ff.linear2,
+                          "norm1": self.norm1, "norm2": self.norm2, "norm3": self.norm3}
+
+    def _forward(self, x, mem, B, T, S, tmask, mmask):
+        """x: (B*T, d) owned; mem: (B*S, d) read only -> (B*T, d)."""
+        return self._sublayers(x, (
+            (self.norm1, lambda h: self.self_attn._forward(h, h, h, B, T, T, tmask)[0]),
+            (self.norm2, lambda h: self.multihead_attn._forward(h, mem, mem, B, T, S, mmask)[0]),
+            (self.norm3, self.ff._forward)))
+
+    def __call__(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                 memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
+        x, B, T, batched, mem, S, tmask, mmask = _decoder_inputs(
+            self, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+            memory_key_padding_mask, tgt_is_causal, memory_is_causal)
+        out = self._forward(x, mem, B, T, S, tmask, mmask)
+        return out.reshape((B, T, self.d_model) if batched else (T, self.d_model))
+
+
+class _Stack(_Module):
+    """``num_layers`` layers of `layer_class`, then an optional final LayerNorm. Names: layers.N.*,
+    norm.*. Subclasses name the layer class and their call's arguments."""
+
+    layer_class = None
+    _layer_arg = None          # the constructor argument's name, for error messages
+
+    def __init__(self, layer, num_layers, norm=None):
+        if not isinstance(layer, self.layer_class):
+            raise TypeError(f"{self._layer_arg} must be a {self.layer_class.__name__}")
+        num_layers = check_positive_int(num_layers, "num_layers")
+        if norm is not None and not isinstance(norm, LayerNorm):
+            raise TypeError("norm must be a LayerNorm or None")
+        self._init_common([layer] + [copy.deepcopy(layer) for _ in range(num_layers - 1)], norm)
+
+    def _init_common(self, layers, norm):
+        self.layers, self.norm = layers, norm
+        self.d_model, self.nhead = layers[0].d_model, layers[0].nhead
+        self._config = dict(layers[0]._config, num_layers=len(layers), final_norm=norm is not None)
+        self._params = {}
+        self._children = {f"layers.{i}": lyr for i, lyr in enumerate(layers)}
+        if norm is not None:
+            self._children["norm"] = norm
+
+    @classmethod
+    def _build(cls, _init=None, *, num_layers, final_norm, seed=None, **layer_cfg):
+        dtype = check_dtype(layer_cfg.pop("dtype"))
+        init = _init_for(seed, dtype, _init)
+        layers = [cls.layer_class(dtype=dtype, _init=init, **layer_cfg)
+                  for _ in range(check_positive_int(num_layers, "num_layers"))]
+        norm = (LayerNorm(layers[0].d_model, layer_cfg.get("layer_norm_eps", 1e-5),
+                          bias=layer_cfg.get("bias", True), dtype=dtype, _init=init)
+                if final_norm else None)
+        self = cls.__new__(cls)
+        self._init_common(layers, norm)
+        return self
+
+    @classmethod
+    def _config_from_state_dict(cls, sd, prefix, config):
+        config = dict(config)
+        config.setdefault("num_layers", count_layers(sd, prefix + "layers."))
+        config.setdefault("final_norm", prefix + "norm.weight" in sd)
+        return cls.layer_class._config_from_state_dict(sd, prefix + "layers.0.", config)
+
+    def _forward(self, x, *args):
+        """x (B*T, d_model) owned; args as the layers' _forward -> (B*T, d_model)."""
+        for layer in self.layers:
+            x = layer._forward(x, *args)
+        if self.norm is not None:
+            x = self.norm._forward(x, out=x)
+        return x
+
+
+class TransformerEncoder(_Stack):
+    """A stack of ``num_layers`` copies of `encoder_layer`, then an optional final LayerNorm.
+
+    Names: layers.N.*, norm.*. Call ``enc(src, mask=None, src_key_padding_mask=None,
+    is_causal=False)``. Masks are converted once for the whole stack.
+    """
+
+    layer_class = TransformerEncoderLayer
+    _layer_arg = "encoder_layer"
+
+    def __init__(self, encoder_layer, num_layers, norm=None):
+        super().__init__(encoder_layer, num_layers, norm)
+
+    def __call__(self, src, mask=None, src_key_padding_mask=None, is_causal=False):
+        x, B, T, batched = as_model_input(src, "src", self.d_model, self.dtype, owned=True)
+        kmask = _kernel_mask(mask, src_key_padding_mask, is_causal, B, self.nhead, T, T,
+                             self.dtype, batched, "mask", "src_key_padding_mask")
+        out = self._forward(x, B, T, kmask)
+        return out.reshape((B, T, self.d_model) if batched else (T, self.d_model))
+
+
+class TransformerDecoder(_Stack):
+    """A stack of ``num_layers`` copies of `decoder_layer`, then an optional final LayerNorm.
+
+    Names: layers.N.*, norm.*. Call ``dec(tgt, memory, tgt_mask=None, memory_mask=None,
+    tgt_key_padding_mask=None, memory_key_padding_mask=None, tgt_is_causal=False,
+    memory_is_causal=False)``.
+    """
+
+    layer_class = TransformerDecoderLayer
+    _layer_arg = "decoder_layer"
+
+    def __init__(self, decoder_layer, num_layers, norm=None):
+        super().__init__(decoder_layer, num_layers, norm)
+
+    def __call__(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                 memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
+        x, B, T, batched, mem, S, tmask, mmask = _decoder_inputs(
+            self, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+            memory_key_padding_mask, tgt_is_causal, memory_is_causal)
+        out = self._forward(x, mem, B, T, S, tmask, mmask)
+        return out.reshape((B, T, self.d_model) if batched else (T, self.d_model))
+
+
+def _decoder_inputs(module, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+                    memory_key_padding_mask, tgt_is_causal, memory_is_causal):
+    """A decoder (layer or stack) call's inputs, checked and converted: (x owned, B, T, batched,
+    memory, S, target mask, memory mask)."""
+    x, B, T, batched = as_model_input(tgt, "tgt", module.d_model, module.dtype, owned=True)
+    mem, Bm, S, mb = as_model_input(memory, "memory", module.d_model, module.dtype)
+    check_batch_pair(tgt, memory, B, Bm, batched, mb, "tgt", "memory")
+    tmask = _kernel_mask(tgt_mask, tgt_key_padding_mask, tgt_is_causal, B, module.nhead, T, T,
+                         module.dtype, batched, "tgt_mask", "tgt_key_padding_mask")
+    mmask = _kernel_mask(memory_mask, memory_key_padding_mask, memory_is_causal, B, module.nhead,
+                         T, S, module.dtype, batched, "memory_mask", "memory_key_padding_mask")
+    return x, B, T, batched, mem, S, tmask, mmask
+
+
+class Transformer(_Module):
+    """The encoder-decoder Transformer of "Attention Is All You Need" (batch-first, inference).
+
+    Same constructor defaults and parameter names as ``torch.nn.Transformer`` (encoder.layers.N.*,
+    encoder.norm.*, decoder.layers.N.*, decoder.norm.*); random init: Xavier-uniform matrices,
+    zero biases, LayerNorm 1 / 0. Call ``model(src, tgt, *, src_mask=None, tgt_mask=None,
+    memory_mask=None, src_key_padding_mask=None, tgt_key_padding_mask=None,
+    memory_key_padding_mask=None, src_is_causal=False, tgt_is_causal=False,
+    memory_is_causal=False)`` with src (B, S, d_model), tgt (B, T, d_model) (or unbatched);
+    returns (B, T, d_model). Masks follow torch (bool True = not allowed / padding).
+    """
+
+    def __init__(self, d_model=512, nhead=8, num_encoder_layers=6, num_decoder_layers=6,
+                 dim_feedforward=2048, dropout=0.0, activation="relu", layer_norm_eps=1e-5,
+                 norm_first=False, bias=True, *, dtype=np.float32, seed=None, _init=None):
+        dtype = check_dtype(dtype)
+        init = _init_for(seed, dtype, _init)
+        layer_cfg = dict(d_model=d_model, nhead=nhead, dim_feedforward=dim_feedforward,
+                         activation=activation, layer_norm_eps=layer_norm_eps,
+                         norm_first=norm_first, bias=bias, dtype=dtype)
+        self.encoder = TransformerEncoder._build(
+            init, num_layers=check_positive_int(num_encoder_layers, "num_encoder_layers"),
+            final_norm=True, **layer_cfg)
+        self.decoder = TransformerDecoder._build(
+            init, num_layers=check_positive_int(num_decoder_layers, "num_decoder_layers"),
+            final_norm=True, **layer_cfg)
+        self.d_model, self.nhead = int(d_model), int(nhead)
+        layer_config = {k: v for k, v in self.encoder.config.items()
+                        if k not in ("num_layers", "final_norm")}
+        self._config = dict(layer_config, num_encoder_layers=int(num_encoder_layers),
+                            num_decoder_layers=int(num_decoder_layers))
+        self._params = {}
+        self._children = {"encoder": self.encoder, "decoder": self.decoder}
+
+    @classmethod
+    def _config_from_state_dict(cls, sd, prefix, config):
+        config = dict(config)
+        config.setdefault("nhead", 8)
+        w1 = sd.get(prefix + "encoder.layers.0.linear1.weight")
+        if w1 is None:
+            w1 = sd.get(prefix + "decoder.layers.0.linear1.weight")
+        if w1 is None:
+            raise ValueError("state_dict has neither encoder.layers.0.linear1.weight nor "
+                             "decoder.layers.0.linear1.weight")
+        config.setdefault("d_model", w1.shape[1])
+        config.setdefault("dim_feedforward", w1.shape[0])
+        config.setdefault("bias", any(k.endswith("linear1.bias") for k in sd))
+        config.setdefault("num_encoder_layers", count_layers(sd, prefix + "encoder.layers."))
+        config.setdefault("num_decoder_layers", count_layers(sd, prefix + "decoder.layers."))
+        return config
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz, dtype=np.float32):
+        """(sz, sz) float mask like torch's: 0 on and below the diagonal, -inf above (future)."""
+        sz = int(sz)
+        return np.triu(np.full((sz, sz), -np.inf, dtype=check_dtype(dtype)), k=1)
+
+    def __call__(self, src, tgt, *, src_mask=None, tgt_mask=None, memory_mask=None,
+                 src_key_padding_mask=None, tgt_key_padding_mask=None,
+                 memory_key_padding_mask=None, src_is_causal=False, tgt_is_causal=False,
+                 memory_is_causal=False):
+        dt = self.dtype
+        x, B, S, batched = as_model_input(src, "src", self.d_model, dt, owned=True)
+        y, Bt, T, tb = as_model_input(tgt, "tgt", self.d_model, dt, owned=True)
+        check_batch_pair(src, tgt, B, Bt, batched, tb, "src", "tgt")
+        H = self.nhead
+        smask = _kernel_mask(src_mask, src_key_padding_mask, src_is_causal, B, H, S, S, dt, batched,
+                             "src_mask", "src_key_padding_mask")
+        tmask = _kernel_mask(tgt_mask, tgt_key_padding_mask, tgt_is_causal, B, H, T, T, dt, batched,
+                             "tgt_mask", "tgt_key_padding_mask")
+        mmask = _kernel_mask(memory_mask, memory_key_padding_mask, memory_is_causal, B, H, T, S, dt,
+                             batched, "memory_mask", "memory_key_padding_mask")
+        memory = self.encoder._forward(x, B, S, smask)
+        out = self.decoder._forward(y, memory, B, T, S, tmask, mmask)
+        return out.reshape((B, T, self.d_model) if batched else (T, self.d_model))
