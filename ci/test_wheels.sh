@@ -18,7 +18,7 @@ import os
 import sys
 
 import fastattn
-from fastattn._threads import config
+from fastattn._config import config
 
 project = os.path.realpath(sys.argv[1])
 where = os.path.realpath(fastattn.__file__)

@@ -14,7 +14,7 @@ from fastattn.nn import (FeedForward, LayerNorm, MultiHeadAttention, PositionalE
                              Transformer, TransformerDecoderLayer, TransformerEncoderLayer,
                              sinusoidal_positions)
 
-TOL = {np.float32: 2e-5, np.float64: 1e-12}
+from conftest import BLOCK_TOL as TOL  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 from fastattn.nn import (MultiHeadAttention, Transformer, TransformerDecoder,  # noqa: E402
                              TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer)
 
-TOL = {np.float32: 1e-4, np.float64: 1e-10}
+from conftest import TORCH_TOL as TOL  # noqa: E402
 TDT = {np.float32: torch.float32, np.float64: torch.float64}
 DTYPES = [np.float32, np.float64]
 
