@@ -40,8 +40,11 @@ def numpy_decode(q, k, v):
 
 
 def main():
-    print(f"CPU: {cpu_flags()}; fastattn {fastattn.__version__} ({fastattn.show_config.__module__}),"
-          f" float32, medians of {REPEATS}")
+    from fastattn._kernels import _attention as kernels
+    with open("/proc/loadavg") as fh:
+        load = fh.read().split()[:3]
+    print(f"CPU: {cpu_flags()}; fastattn {fastattn.__version__} (kernels: {kernels.isa()}); "
+          f"float32, medians of {REPEATS}; load average {' '.join(load)}")
     print("| B×H×L×S×E | fastattn 1 thread | fastattn 2 threads | NumPy | 2 threads vs NumPy |")
     print("|---|---|---|---|---|")
     rng = np.random.default_rng(0)
