@@ -137,13 +137,15 @@ def _extensions():
     debug = _env_flag("FASTATTN_DEBUG")
     ext = Extension(
         "fastattn._kernels._attention",
-        sources=["fastattn/_kernels/_attention.pyx", "fastattn/_kernels/fa_kernels.c"],
+        sources=["fastattn/_kernels/_attention.pyx", "fastattn/_kernels/fa_kernels.c",
+                 "fastattn/_kernels/fa_driver.c"],
         include_dirs=[numpy.get_include(), "fastattn/_kernels"],
         # FASTATTN_DEBUG: the kernels check that every workspace piece they touch is their own
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
         + ([("FASTATTN_DEBUG", "1")] if debug else []),
         depends=["fastattn/_kernels/fa_tile.h", "fastattn/_kernels/fa_kernels.h",
-                 "fastattn/_kernels/fa_workspace.h",
+                 "fastattn/_kernels/fa_workspace.h", "fastattn/_kernels/fa_driver.h",
+                 "fastattn/_kernels/fa_driver_impl.h",
                  "fastattn/_kernels/_openmp.pxd"],
     )
     return cythonize(

@@ -27,12 +27,10 @@
 #define FA_GNU_VECTORS 0
 #endif
 
-/* Each instance below defines the template's parameters and includes fa_tile.h, which
- * undefines them again at its end. */
+/* Each instance below defines the template's parameters (FA_IS_DOUBLE selects the dtype) and
+ * includes fa_tile.h, which undefines them again at its end. */
 
 /* ---- plain scalar C: any compiler, and the reference the vector versions are tested against */
-#define FA_T float
-#define FA_I int32_t
 #define FA_IS_DOUBLE 0
 #define FA_VW 1
 #define FA_MR 1
@@ -41,8 +39,6 @@
 #define FA_TARGET
 #include "fa_tile.h"
 
-#define FA_T double
-#define FA_I int64_t
 #define FA_IS_DOUBLE 1
 #define FA_VW 1
 #define FA_MR 1
@@ -53,8 +49,6 @@
 
 #if FA_GNU_VECTORS
 /* ---- generic vectors at the baseline ISA (SSE2 on x86-64, NEON on arm64) */
-#define FA_T float
-#define FA_I int32_t
 #define FA_IS_DOUBLE 0
 #define FA_VW 4
 #define FA_MR 4
@@ -63,8 +57,6 @@
 #define FA_TARGET
 #include "fa_tile.h"
 
-#define FA_T double
-#define FA_I int64_t
 #define FA_IS_DOUBLE 1
 #define FA_VW 2
 #define FA_MR 4
@@ -76,8 +68,6 @@
 
 #if FA_X86
 /* ---- AVX2 + FMA: 16 ymm registers; a 6 x 2-vector block keeps 12 accumulators live */
-#define FA_T float
-#define FA_I int32_t
 #define FA_IS_DOUBLE 0
 #define FA_VW 8
 #define FA_MR 6
@@ -87,8 +77,6 @@
 #define FA_TARGET __attribute__((target("avx2,fma")))
 #include "fa_tile.h"
 
-#define FA_T double
-#define FA_I int64_t
 #define FA_IS_DOUBLE 1
 #define FA_VW 4
 #define FA_MR 6
@@ -101,8 +89,6 @@
 /* ---- test-only: the AVX-512 shapes (16 floats / 8 doubles a vector, 6 x 4 blocks) compiled for
  * AVX2, so that the exact template instance the AVX-512 build uses is exercised by the test suite
  * on machines without AVX-512. Never selected automatically. */
-#define FA_T float
-#define FA_I int32_t
 #define FA_IS_DOUBLE 0
 #define FA_VW 16
 #define FA_MR 6
@@ -111,8 +97,6 @@
 #define FA_TARGET __attribute__((target("avx2,fma")))
 #include "fa_tile.h"
 
-#define FA_T double
-#define FA_I int64_t
 #define FA_IS_DOUBLE 1
 #define FA_VW 8
 #define FA_MR 6
@@ -122,8 +106,6 @@
 #include "fa_tile.h"
 
 /* ---- AVX-512F: 32 zmm registers; a 6 x 4-vector block keeps 24 accumulators live */
-#define FA_T float
-#define FA_I int32_t
 #define FA_IS_DOUBLE 0
 #define FA_VW 16
 #define FA_MR 6
@@ -133,8 +115,6 @@
 #define FA_TARGET __attribute__((target("avx512f,avx2,fma")))
 #include "fa_tile.h"
 
-#define FA_T double
-#define FA_I int64_t
 #define FA_IS_DOUBLE 1
 #define FA_VW 8
 #define FA_MR 6

@@ -14,7 +14,6 @@ enum {
 };
 
 /* pack_v's flags */
-#define FA_V_FLAGS
 #define FA_V_NONFINITE 1
 #define FA_V_BIG 2
 

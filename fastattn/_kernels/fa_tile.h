@@ -1,8 +1,8 @@
 /* fa_tile.h -- per-ISA tile micro-kernels, a template included once per (dtype, ISA).
  *
  * The includer defines:
- *   FA_T       element type (float or double)
- *   FA_I       integer type of the same width (int32_t or int64_t)
+ *   FA_IS_DOUBLE  1 for double, 0 for float; the element type FA_T and the integer type of the
+ *                 same width FA_I (int64_t / int32_t) follow from it
  *   FA_VW      elements per vector (1 means "plain scalar C")
  *   FA_MR      query rows per register block
  *   FA_NV      vectors per register block row; NR = FA_NV * FA_VW columns
@@ -20,6 +20,13 @@
  * the compiler lowers the same expressions for the ISA named in FA_TARGET.
  */
 
+#if FA_IS_DOUBLE
+#define FA_T double
+#define FA_I int64_t
+#else
+#define FA_T float
+#define FA_I int32_t
+#endif
 #define FA_NR (FA_NV * FA_VW)
 
 #if FA_VW > 1
@@ -50,12 +57,7 @@ FA_TARGET static void FA_NAME(pack_k)(const FA_T *k, ptrdiff_t k_rs, int nk, int
 
 /* Returns flags about the value tile: FA_V_NONFINITE when it holds inf or NaN (then P @ V must
  * skip zero probabilities), FA_V_BIG when some |v| is so large that a tile's sum of up to 512
- * unnormalised p * v could overflow (then P is normalised before P @ V). */
-#ifndef FA_V_FLAGS
-#define FA_V_FLAGS
-#define FA_V_NONFINITE 1
-#define FA_V_BIG 2
-#endif
+ * unnormalised p * v could overflow (then P is normalised before P @ V); both in fa_kernels.h. */
 FA_TARGET static int FA_NAME(pack_v)(const FA_T *v, ptrdiff_t v_rs, int nk, int Ev, int evp, FA_T *vp)
 {
 #if FA_IS_DOUBLE
@@ -658,7 +660,7 @@ FA_TARGET static void FA_NAME(exp_array)(const FA_T *x, ptrdiff_t n, FA_T *y)
 #undef VSTORE
 #endif
 
-/* the template's parameters, defined by the includer for this one instance */
+/* the element types, and the template's parameters the includer defined for this instance */
 #undef FA_T
 #undef FA_I
 #undef FA_IS_DOUBLE

@@ -1,0 +1,332 @@
+/* fa_driver_impl.h -- the parallel passes of fa_driver.c for one dtype (a template).
+ *
+ * The includer defines:
+ *   FA_T       element type (float or double)
+ *   FA_SFX(x)  name mangling, x##_f32 or x##_f64
+ *   FA_OPS     the micro-kernel table of that dtype (fa_f32 or fa_f64, fa_kernels.h)
+ * and includes this file once per dtype; it undefines them at its end.
+ */
+
+/* Whether the mask tile (rows of this block, keys of this tile) allows any key. */
+static int FA_SFX(tile_allows_any)(const unsigned char *bm, const FA_T *fm, ptrdiff_t m_rs,
+                                   ptrdiff_t m_cs, int nq, int nk)
+{
+    int rows = m_rs == 0 ? 1 : nq;
+    int cols = m_cs == 0 ? 1 : nk;
+    for (int r = 0; r < rows; r++)
+        for (int j = 0; j < cols; j++) {
+            if (bm != NULL) {
+                if (bm[r * m_rs + j * m_cs]) return 1;
+            } else if (fm[r * m_rs + j * m_cs] != -(FA_T)INFINITY) {
+                return 1;
+            }
+        }
+    return 0;
+}
+
+/* One work item: query rows [q0, q0 + nq) of one leading index against keys [kstart, kstop). */
+static void FA_SFX(sdpa_item)(
+    const fa_problem *p,
+    const FA_T *q,                          /* IN  (nq, E) this block's query rows, stride q_rs */
+    const FA_T *kp, const FA_T *vp,         /* IN  packed key / value tiles of this slab, or NULL */
+    const unsigned char *v_bad,             /* IN  (n_kt,) the value tiles' pack_v flags */
+    const FA_T *k, const FA_T *v,           /* IN  (S, E) keys and (S, Ev) values, read in place
+                                                   when kp / vp are NULL (decode) */
+    const unsigned char *bm, const FA_T *fm,/* IN  mask rows of this block, or NULL */
+    FA_T *out, ptrdiff_t out_rs,            /* OUT (nq, Ev) */
+    double *m_out, double *l_out,           /* OUT (nq,) row max and sum, or NULL */
+    int q0, int nq, int kstart, int kstop,  /* IN  key range (multiples of bk, or S) */
+    char *scratch, char *scratch_end)       /* this thread's scratch */
+{
+    const int S = p->S, E = p->E, Ev = p->Ev, bk = p->bk, pad = p->pad;
+    const int ncols_max = p->ncols_max, evp = p->evp, causal = p->causal;
+    const ptrdiff_t q_rs = p->q_rs, k_rs = p->k_rs, v_rs = p->v_rs, m_rs = p->m_rs, m_cs = p->m_cs;
+    const FA_T scale = (FA_T)p->scale;
+    const ptrdiff_t kp_tile = (ptrdiff_t)E * ncols_max;   /* packed key tile stride */
+    const ptrdiff_t vp_tile = (ptrdiff_t)bk * evp;        /* packed value tile stride */
+    /* scratch layout (sized by fa_scratch_bytes); 64-byte aligned by the caller */
+    FA_T *sc = (FA_T *)scratch;                           /* (BQ, ncols_max) scores, then P */
+    FA_T *acc = sc + (ptrdiff_t)FA_BQ * ncols_max;        /* (BQ, evp) normalised output */
+    double *m = (double *)(acc + (ptrdiff_t)FA_BQ * evp); /* (BQ,) running max */
+    double *l = m + FA_BQ;                                /* (BQ,) running sum */
+    double *ca = l + FA_BQ;                               /* (BQ,) accumulator factors */
+    double *cb = ca + FA_BQ;                              /* (BQ,) P @ V factors (1 / l) */
+    FA_T *rowmax = (FA_T *)(cb + FA_BQ);                  /* (BQ,) tile row maxima */
+    FA_ASSERT_IN(rowmax, FA_BQ * sizeof(FA_T), scratch, scratch_end, "item scratch");
+    (void)scratch_end;
+
+    memset(acc, 0, (size_t)nq * evp * sizeof(FA_T));
+    for (int r = 0; r < nq; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0;
+    }
+    /* causal (top-left): row q0 + r sees keys 0 .. q0 + r, so the block needs keys < q0 + nq */
+    int kend = kstop;
+    if (causal && q0 + nq < kend) kend = q0 + nq;
+    for (int kb = kstart / bk; kb < (kend + bk - 1) / bk; kb++) {
+        int k0 = kb * bk;
+        int nk = kend - k0 > bk ? bk : kend - k0;
+        if ((bm != NULL || fm != NULL)
+            && !FA_SFX(tile_allows_any)(bm != NULL ? bm + k0 * m_cs : NULL,
+                                        fm != NULL ? fm + k0 * m_cs : NULL, m_rs, m_cs, nq, nk))
+            continue;
+        int ncols = round_up(nk, pad);
+        /* 1. scores = q_block @ k_tile.T */
+        if (kp != NULL)
+            FA_OPS.qk_tile(q, q_rs, nq, E, kp + kb * kp_tile, ncols, nk, scale, sc, rowmax);
+        else
+            FA_OPS.qk_direct(q, q_rs, nq, E, k + k0 * k_rs, k_rs, nk, scale, sc, ncols, rowmax);
+        /* 2. per row: mask, online softmax; P overwrites the scores */
+        for (int r = 0; r < nq; r++) {
+            int lim = nk;
+            if (causal && q0 + r - k0 + 1 < nk) lim = q0 + r - k0 + 1;
+            const unsigned char *bmr = bm != NULL ? bm + r * m_rs + k0 * m_cs : NULL;
+            const FA_T *fmr = fm != NULL ? fm + r * m_rs + k0 * m_cs : NULL;
+            ca[r] = FA_OPS.row_update(sc + (ptrdiff_t)r * ncols, nk, ncols, lim, rowmax[r], bmr, fmr,
+                                      m_cs, &m[r], &l[r], &cb[r]);
+        }
+        /* 3. acc = diag(ca) acc + diag(cb) P @ v_tile, the rescale fused into the P @ V epilogue */
+        if (vp != NULL) {
+            int flags = v_bad[kb];
+            if (flags & FA_V_BIG) {
+                /* |v| near the float limit: normalise P first so no partial sum can overflow */
+                for (int r = 0; r < nq; r++) {
+                    FA_T a = (FA_T)cb[r];
+                    for (int c = 0; c < nk; c++) sc[(ptrdiff_t)r * ncols + c] *= a;
+                    cb[r] = 1.0;
+                }
+            }
+            FA_OPS.pv_tile(sc, ncols, nq, nk, vp + kb * vp_tile, S - k0 > bk ? bk : S - k0, evp,
+                           acc, flags & FA_V_NONFINITE, ca, cb);
+        } else {
+            /* in place (decode): normalise P, rescale acc, then accumulate row by row */
+            for (int r = 0; r < nq; r++) {
+                FA_T a = (FA_T)cb[r];
+                for (int c = 0; c < nk; c++) sc[(ptrdiff_t)r * ncols + c] *= a;
+            }
+            FA_OPS.scale_rows(acc, evp, nq, ca);
+            FA_OPS.pv_direct(sc, ncols, nq, nk, v + k0 * v_rs, v_rs, Ev, acc, evp);
+        }
+    }
+    /* acc is already normalised (row_update); a row that allowed no key (l == 0) is zeros. Key
+     * splits are merged through their (m, l) afterwards (merge_splits). */
+    for (int r = 0; r < nq; r++) {
+        FA_T a = l[r] == 0.0 ? 0 : 1;
+        for (int c = 0; c < Ev; c++) out[r * out_rs + c] = acc[(ptrdiff_t)r * evp + c] * a;
+        if (m_out != NULL) {
+            m_out[r] = m[r];
+            l_out[r] = l[r];
+        }
+    }
+}
+
+/* Softmax weights of one query block, recomputed tile by tile with the forward pass's final row
+ * max and sum: w = exp(s - m) / l (rows with l == 0 stay zero). */
+static void FA_SFX(weights_item)(
+    const fa_problem *p,
+    const FA_T *q, const FA_T *kp,          /* IN  query rows, packed key tiles or NULL */
+    const FA_T *k,                          /* IN  keys in place, when kp is NULL */
+    const unsigned char *bm, const FA_T *fm,/* IN  mask rows of this block, or NULL */
+    const double *m_in, const double *l_in, /* IN  (nq,) from the forward pass */
+    FA_T *w, ptrdiff_t w_rs,                /* OUT (nq, S), zero-initialised */
+    int q0, int nq, char *scratch, char *scratch_end)
+{
+    const int S = p->S, E = p->E, bk = p->bk, pad = p->pad, causal = p->causal;
+    const ptrdiff_t kp_tile = (ptrdiff_t)E * p->ncols_max;
+    const FA_T scale = (FA_T)p->scale;
+    FA_T *sc = (FA_T *)scratch;                             /* (BQ, ncols_max) */
+    FA_T *rowmax = sc + (ptrdiff_t)FA_BQ * p->ncols_max;    /* (BQ,), written, not read */
+    FA_ASSERT_IN(rowmax, FA_BQ * sizeof(FA_T), scratch, scratch_end, "weights scratch");
+    (void)scratch_end;
+    int kend = causal && q0 + nq < S ? q0 + nq : S;
+    for (int kb = 0; kb < (kend + bk - 1) / bk; kb++) {
+        int k0 = kb * bk;
+        int nk = kend - k0 > bk ? bk : kend - k0;
+        int ncols = round_up(nk, pad);
+        if (kp != NULL)
+            FA_OPS.qk_tile(q, p->q_rs, nq, E, kp + kb * kp_tile, ncols, nk, scale, sc, rowmax);
+        else
+            FA_OPS.qk_direct(q, p->q_rs, nq, E, k + k0 * p->k_rs, p->k_rs, nk, scale, sc, ncols,
+                             rowmax);
+        for (int r = 0; r < nq; r++) {
+            if (l_in[r] == 0.0) continue;
+            int lim = nk;
+            if (causal && q0 + r - k0 + 1 < nk) lim = q0 + r - k0 + 1;
+            const unsigned char *bmr = bm != NULL ? bm + r * p->m_rs + k0 * p->m_cs : NULL;
+            const FA_T *fmr = fm != NULL ? fm + r * p->m_rs + k0 * p->m_cs : NULL;
+            FA_OPS.row_weights(sc + (ptrdiff_t)r * ncols, nk, lim, bmr, fmr, p->m_cs, m_in[r],
+                               1.0 / l_in[r], w + r * w_rs + k0);
+        }
+    }
+}
+
+/* Combine n_sp partial results of one leading index over disjoint key ranges, in a fixed order:
+ * M = max_s m_s, l = sum_s l_s exp(m_s - M), out = sum_s out_s l_s exp(m_s - M) / l, where out_s
+ * is split s's normalised output. part (n_sp, L, Ev); pml (n_sp, 2, L) their (m, l); out (L, Ev);
+ * stats (2 L) receives (M, l) per row when not NULL (the weights pass needs them). */
+static void FA_SFX(merge_splits)(const FA_T *part, const double *pml, int n_sp, ptrdiff_t L, int Ev,
+                                 FA_T *out, double *stats)
+{
+    const double *pm = pml, *pl = pml + L;
+    for (ptrdiff_t r = 0; r < L; r++) {
+        double M = -INFINITY, l = 0.0;
+        for (int sp = 0; sp < n_sp; sp++) {
+            double mm = pm[2 * sp * L + r];
+            if (mm != mm || M != M)
+                M = mm != mm ? mm : M;          /* NaN wins */
+            else if (mm > M)
+                M = mm;
+        }
+        for (int c = 0; c < Ev; c++) out[r * Ev + c] = 0;
+        if (M != -INFINITY) {
+            /* each partial is already normalised by its own l_s: weight it by l_s e^(m_s - M) / l */
+            for (int sp = 0; sp < n_sp; sp++)
+                if (pm[2 * sp * L + r] != -INFINITY) l += pl[2 * sp * L + r] * exp(pm[2 * sp * L + r] - M);
+            for (int sp = 0; sp < n_sp; sp++) {
+                if (pm[2 * sp * L + r] == -INFINITY) continue;
+                double f = pl[2 * sp * L + r] * exp(pm[2 * sp * L + r] - M) / l;
+                for (int c = 0; c < Ev; c++) out[r * Ev + c] += (FA_T)(part[(sp * L + r) * Ev + c] * f);
+            }
+        }
+        if (stats != NULL) {
+            stats[r] = M;
+            stats[L + r] = l;
+        }
+    }
+}
+
+void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, const FA_T *k,
+                         const FA_T *v, const unsigned char *bm, const FA_T *fm, FA_T *out,
+                         FA_T *w, double *stats, int n_threads)
+{
+    const ptrdiff_t isz = sizeof(FA_T);
+    const int nd = p->nd, L = p->L, S = p->S, E = p->E, Ev = p->Ev, bk = p->bk, pad = p->pad;
+    const int evp = p->evp, ncols_max = p->ncols_max, n_sp = p->n_sp, hg = p->head_group;
+    const ptrdiff_t N = p->N, n_kt = p->n_kt, n_qb = p->n_qb;
+    const ptrdiff_t kp_slab = n_kt * E * ncols_max, vp_slab = n_kt * bk * evp;
+    const ptrdiff_t n_items = N * n_qb, n_kpack = p->n_ks * n_kt, n_vpack = p->n_vs * n_kt;
+    FA_T *kpack = (FA_T *)piece(ws, FA_W_KPACK);
+    FA_T *vpack = (FA_T *)piece(ws, FA_W_VPACK);
+    unsigned char *v_bad = (unsigned char *)piece(ws, FA_W_VBAD);
+    char *scratch = piece(ws, FA_W_SCRATCH);
+    FA_T *part = (FA_T *)piece(ws, FA_W_PART);
+    double *pml = (double *)piece(ws, FA_W_PML);
+    const ptrdiff_t sstride = ws->scratch_stride;
+
+    /* one parallel region for all passes (each `omp for` ends with a barrier): the threads are
+     * woken once per call, not once per pass */
+#pragma omp parallel num_threads(n_threads)
+    {
+        char *mine = scratch + omp_get_thread_num() * sstride;
+        FA_ASSERT_IN(mine, sstride, piece(ws, FA_W_SCRATCH), piece_end(ws, FA_W_SCRATCH),
+                     "thread scratch");
+
+        /* pass 1: pack every key and value tile once (panels the micro-kernels stream through);
+         * n_ks = n_vs = 0 for few query rows, where the items read K and V in place */
+#pragma omp for schedule(static)
+        for (ptrdiff_t item = 0; item < n_kpack; item++) {
+            ptrdiff_t slab = item / n_kt, t = item % n_kt;
+            int k0 = (int)(t * bk);
+            int nk = S - k0 > bk ? bk : S - k0;
+            FA_T *tile = kpack + slab * kp_slab + t * E * ncols_max;
+            FA_ASSERT_IN(tile, (ptrdiff_t)E * round_up(nk, pad) * isz, piece(ws, FA_W_KPACK),
+                         piece_end(ws, FA_W_KPACK), "packed key tile");
+            ptrdiff_t ko = lead_offset(slab, nd, p->k_shape, p->k_lead, 1);
+            FA_OPS.pack_k(k + ko + k0 * p->k_rs, p->k_rs, nk, E, round_up(nk, pad), tile);
+        }
+#pragma omp for schedule(static)
+        for (ptrdiff_t item = 0; item < n_vpack; item++) {
+            ptrdiff_t slab = item / n_kt, t = item % n_kt;
+            int k0 = (int)(t * bk);
+            int nk = S - k0 > bk ? bk : S - k0;
+            FA_T *tile = vpack + slab * vp_slab + t * bk * evp;
+            FA_ASSERT_IN(tile, (ptrdiff_t)nk * evp * isz, piece(ws, FA_W_VPACK),
+                         piece_end(ws, FA_W_VPACK), "packed value tile");
+            FA_ASSERT_IN(v_bad + item, 1, piece(ws, FA_W_VBAD), piece_end(ws, FA_W_VBAD),
+                         "value tile flag");
+            ptrdiff_t vo = lead_offset(slab, nd, p->v_shape, p->v_lead, 1);
+            v_bad[item] = (unsigned char)FA_OPS.pack_v(v + vo + k0 * p->v_rs, p->v_rs, nk, Ev, evp, tile);
+        }
+
+        /* pass 2: one work item per (leading index, query block, key split) */
+#pragma omp for schedule(dynamic)
+        for (ptrdiff_t item = 0; item < n_items * n_sp; item++) {
+            ptrdiff_t sp = item % n_sp, n = item / n_sp / n_qb, qb = (item / n_sp) % n_qb;
+            if (p->causal) qb = n_qb - 1 - qb;   /* longest items (last query blocks) first */
+            int q0 = (int)(qb * FA_BQ);
+            int nq = L - q0 > FA_BQ ? FA_BQ : L - q0;
+            ptrdiff_t qo = lead_offset(n, nd, p->lead, p->q_lead, 1);
+            ptrdiff_t ks = lead_offset(n, nd, p->lead, p->kslab_lead, hg);   /* k slab index */
+            ptrdiff_t vs = lead_offset(n, nd, p->lead, p->vslab_lead, hg);   /* v slab index */
+            ptrdiff_t ko = lead_offset(n, nd, p->lead, p->k_lead, hg);       /* k element offset */
+            ptrdiff_t vo = lead_offset(n, nd, p->lead, p->v_lead, hg);       /* v element offset */
+            ptrdiff_t mo = lead_offset(n, nd, p->lead, p->m_lead, 1);
+            const unsigned char *bmi = bm != NULL ? bm + mo + q0 * p->m_rs : NULL;
+            const FA_T *fmi = fm != NULL ? fm + mo + q0 * p->m_rs : NULL;
+            FA_T *dst = out + n * L * Ev + (ptrdiff_t)q0 * Ev;
+            double *mrow = NULL, *lrow = NULL;
+            int kstart = 0, kstop = S;
+            if (n_sp > 1) {
+                /* split sp covers keys [sp * KEY_SPLIT, min(S, (sp + 1) * KEY_SPLIT)); its partial
+                 * result goes to part (N, n_sp, L, Ev), its (m, l) to pml (N, n_sp, 2, L) */
+                kstart = (int)(sp * FA_KEY_SPLIT);
+                if ((sp + 1) * FA_KEY_SPLIT < S) kstop = (int)((sp + 1) * FA_KEY_SPLIT);
+                dst = part + (n * n_sp + sp) * L * Ev;
+                mrow = pml + (n * n_sp + sp) * 2 * L;
+                lrow = mrow + L;
+                FA_ASSERT_IN(dst, (ptrdiff_t)nq * Ev * isz, piece(ws, FA_W_PART),
+                             piece_end(ws, FA_W_PART), "key-split partial output");
+                FA_ASSERT_IN(mrow, 2 * L * (ptrdiff_t)sizeof(double), piece(ws, FA_W_PML),
+                             piece_end(ws, FA_W_PML), "key-split row max and sum");
+            } else if (stats != NULL) {
+                mrow = stats + 2 * (n * L + q0);
+                lrow = mrow + nq;
+            }
+            FA_SFX(sdpa_item)(p, q + qo + q0 * p->q_rs, kpack != NULL ? kpack + ks * kp_slab : NULL,
+                              vpack != NULL ? vpack + vs * vp_slab : NULL,
+                              v_bad != NULL ? v_bad + vs * n_kt : NULL, k + ko, v + vo, bmi, fmi,
+                              dst, Ev, mrow, lrow, q0, nq, kstart, kstop, mine, mine + sstride);
+        }
+
+        /* pass 3 (key splits only): merge the partial results of each leading index, in split order */
+        if (n_sp > 1) {
+#pragma omp for schedule(static)
+            for (ptrdiff_t n = 0; n < N; n++)
+                FA_SFX(merge_splits)(part + n * n_sp * L * Ev, pml + n * n_sp * 2 * L, n_sp, L, Ev,
+                                     out + n * L * Ev, stats != NULL ? stats + 2 * n * L : NULL);
+        }
+
+        /* pass 4 (weights only): the softmax weights, from the final row max and sum */
+        if (w != NULL) {
+#pragma omp for schedule(dynamic)
+            for (ptrdiff_t item = 0; item < n_items; item++) {
+                ptrdiff_t n = item / n_qb, qb = item % n_qb;
+                int q0 = (int)(qb * FA_BQ);
+                int nq = L - q0 > FA_BQ ? FA_BQ : L - q0;
+                ptrdiff_t qo = lead_offset(n, nd, p->lead, p->q_lead, 1);
+                ptrdiff_t ks = lead_offset(n, nd, p->lead, p->kslab_lead, hg);
+                ptrdiff_t ko = lead_offset(n, nd, p->lead, p->k_lead, hg);
+                ptrdiff_t mo = lead_offset(n, nd, p->lead, p->m_lead, 1);
+                double *mrow = stats + 2 * (n * L + q0);
+                FA_SFX(weights_item)(p, q + qo + q0 * p->q_rs,
+                                     kpack != NULL ? kpack + ks * kp_slab : NULL, k + ko,
+                                     bm != NULL ? bm + mo + q0 * p->m_rs : NULL,
+                                     fm != NULL ? fm + mo + q0 * p->m_rs : NULL, mrow, mrow + nq,
+                                     w + n * L * S + (ptrdiff_t)q0 * S, S, q0, nq, mine,
+                                     mine + sstride);
+            }
+        }
+    }
+}
+
+void FA_SFX(fa_softmax_rows)(const FA_T *x, FA_T *y, ptrdiff_t rows, int n, int n_threads)
+{
+#pragma omp parallel for schedule(static) num_threads(n_threads)
+    for (ptrdiff_t r = 0; r < rows; r++) FA_OPS.softmax_row(x + r * n, n, y + r * n);
+}
+
+void FA_SFX(fa_exp)(const FA_T *x, ptrdiff_t n, FA_T *y) { FA_OPS.exp_array(x, n, y); }
+
+#undef FA_T
+#undef FA_SFX
+#undef FA_OPS
