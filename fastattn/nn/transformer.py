@@ -100,11 +100,7 @@ class TransformerEncoderLayer(_Layer):
             (self.norm2, self.ff._forward)))
 
     def __call__(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
-        x, B, T, batched = as_model_input(src, "src", self.d_model, self.dtype, owned=True)
-        kmask = _kernel_mask(src_mask, src_key_padding_mask, is_causal, B, self.nhead, T, T,
-                             self.dtype, batched, "src_mask", "src_key_padding_mask")
-        out = self._forward(x, B, T, kmask)
-        return out.reshape((B, T, self.d_model) if batched else (T, self.d_model))
+        return _encoder_call(self, src, src_mask, "src_mask", src_key_padding_mask, is_causal)
 
 
 class TransformerDecoderLayer(_Layer):
@@ -209,11 +205,7 @@ class TransformerEncoder(_Stack):
         super().__init__(encoder_layer, num_layers, norm)
 
     def __call__(self, src, mask=None, src_key_padding_mask=None, is_causal=False):
-        x, B, T, batched = as_model_input(src, "src", self.d_model, self.dtype, owned=True)
-        kmask = _kernel_mask(mask, src_key_padding_mask, is_causal, B, self.nhead, T, T,
-                             self.dtype, batched, "mask", "src_key_padding_mask")
-        out = self._forward(x, B, T, kmask)
-        return out.reshape((B, T, self.d_model) if batched else (T, self.d_model))
+        return _encoder_call(self, src, mask, "mask", src_key_padding_mask, is_causal)
 
 
 class TransformerDecoder(_Stack):
@@ -237,6 +229,15 @@ class TransformerDecoder(_Stack):
             memory_key_padding_mask, tgt_is_causal, memory_is_causal)
         out = self._forward(x, mem, B, T, S, tmask, mmask)
         return out.reshape((B, T, self.d_model) if batched else (T, self.d_model))
+
+
+def _encoder_call(module, src, mask, mask_name, src_key_padding_mask, is_causal):
+    """An encoder (layer or stack) call: src (B, T, d) or (T, d) -> the same shape."""
+    x, B, T, batched = as_model_input(src, "src", module.d_model, module.dtype, owned=True)
+    kmask = _kernel_mask(mask, src_key_padding_mask, is_causal, B, module.nhead, T, T,
+                         module.dtype, batched, mask_name, "src_key_padding_mask")
+    out = module._forward(x, B, T, kmask)
+    return out.reshape((B, T, module.d_model) if batched else (T, module.d_model))
 
 
 def _decoder_inputs(module, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
