@@ -147,6 +147,7 @@ def _strip_trailing_pad(row, pad_id):
 
 def _run_partition(partition, part_index, kind, path, obj, dtype, batch_size, what, kwargs):
     from threadpoolctl import threadpool_limits
+    (part_index,) = part_index      # the matching partition of range(npartitions): one number
     model = _load(kind, path, obj, dtype)
     kwargs = dict(kwargs)           # shared by the partitions a worker runs: never modify it
     items = _items(partition, part_index, model)
