@@ -33,7 +33,7 @@ cnp.import_array()
 
 cdef extern from "gemm_kernels.h" nogil:
     int FA_ISA_SCALAR, FA_ISA_BASE, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX2_WIDE
-    int GM_ACT_NONE, GM_ACT_RELU, GM_ACT_GELU, GM_ACT_GELU_TANH, GM_ACT_SILU
+    int GM_ACT_NONE, GM_ACT_RELU, GM_ACT_GELU, GM_ACT_GELU_TANH, GM_ACT_SILU, GM_ACT_ERF
     int GM_NR_MAX
     ctypedef struct gm_ops_f32:
         int mr, nr, kc
@@ -70,6 +70,7 @@ ISA_NAMES = {FA_ISA_SCALAR: "scalar", FA_ISA_BASE: "baseline", FA_ISA_AVX2: "avx
              FA_ISA_AVX512: "avx512", FA_ISA_AVX2_WIDE: "avx2-wide"}
 ACTIVATIONS = {None: GM_ACT_NONE, "relu": GM_ACT_RELU, "gelu": GM_ACT_GELU,
                "gelu_tanh": GM_ACT_GELU_TANH, "silu": GM_ACT_SILU}
+ACT_ERF = GM_ACT_ERF      # erf itself, for the accuracy tests (activation(x, y, ACT_ERF, n))
 gm_init(-1)
 
 cdef enum:

@@ -16,7 +16,8 @@ enum {
     GM_ACT_RELU = 1,
     GM_ACT_GELU = 2,       /* exact: x Phi(x) with the normal CDF through erf */
     GM_ACT_GELU_TANH = 3,  /* torch's approximate='tanh' (HF gelu_new / gelu_pytorch_tanh) */
-    GM_ACT_SILU = 4        /* x sigmoid(x), a.k.a. swish */
+    GM_ACT_SILU = 4,       /* x sigmoid(x), a.k.a. swish */
+    GM_ACT_ERF = 5         /* erf itself: not an epilogue, exposed for the accuracy tests */
 };
 
 /* The widest panel of any ISA (AVX-512 floats: 4 vectors of 16): the column blocks of the

@@ -72,6 +72,8 @@ static inline double GM_NAME(act_scalar)(double x, int act)
     case GM_ACT_SILU:
         e = exp(-x);
         return e == INFINITY ? -0.0 : x / (1.0 + e);
+    case GM_ACT_ERF:
+        return erf(x);
     default:
         return x;
     }
@@ -204,6 +206,8 @@ GM_TARGET static inline V GM_NAME(act_vec)(V x, int act)
         e = GM_NAME(vexp)(-x);
         y = x / (1.0f + e);
         return VSEL(e == INFINITY, VSPLAT(-0.0f), y);
+    case GM_ACT_ERF:
+        return GM_NAME(verf)(x);
     default:
         return x;
     }
