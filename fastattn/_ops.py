@@ -54,10 +54,13 @@ def _common_dtype(named):
     if not floats:
         return dt
     first_name, first = floats[0]
-    want = np.dtype(np.float32) if first.dtype.itemsize < 4 else first.dtype
+
+    def native(dt):   # float16 computes as float32; byte order does not matter
+        return np.dtype(np.float32) if dt.itemsize < 4 else dt.newbyteorder("=")
+
+    want = native(first.dtype)
     for name, a in floats[1:]:
-        got = np.dtype(np.float32) if a.dtype.itemsize < 4 else a.dtype
-        if got != want:
+        if native(a.dtype) != want:
             raise TypeError(f"{name} has dtype {a.dtype} but {first_name} has dtype "
                             f"{first.dtype}; fastattn does not mix float precisions, convert "
                             f"one of them (e.g. {name}.astype({first_name}.dtype))")
