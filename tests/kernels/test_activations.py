@@ -5,6 +5,8 @@ erf: float32 <= 2 ulp against scipy.special.erf over a sweep of every 97th float
 against scipy (which is itself up to 3 ulp off; mpmath spot checks pin libm at <= 1 ulp).
 gelu / gelu_tanh / silu against float64 formulas, at +-0, +-inf, NaN and large |x|.
 """
+import os
+
 import numpy as np
 import pytest
 import scipy.special as sp
@@ -15,6 +17,9 @@ from fastattn._kernels import _gemm as _g
 ISAS = ["scalar", "baseline", "avx2", "avx2-wide", "avx512"]
 _ORDER = ["scalar", "baseline", "avx2", "avx512"]
 EPS32 = float(np.finfo(np.float32).eps)
+# ci/sanitize.sh runs an -O0 ASan build, 10-50x slower: sweep every 9973rd bit pattern there
+SWEEP_STEP = 9973 if os.environ.get("FASTATTN_SANITIZED") else 97
+DENSE = 14_001 if os.environ.get("FASTATTN_SANITIZED") else 1_400_001
 # relative tolerances per activation and dtype (float32 tails: see test_*_tails for the reason)
 RTOL = {
     ("gelu", np.float32): 1e-5, ("gelu_tanh", np.float32): 1.2e-5, ("silu", np.float32): 4 * EPS32,
@@ -54,8 +59,8 @@ def _ulp_error(y, ref, dtype):
 
 
 def _float32_sweep():
-    bits = np.arange(0, 0x7F800000, 97, dtype=np.uint32).view(np.float32)
-    dense = np.linspace(-7, 7, 1_400_001, dtype=np.float32)
+    bits = np.arange(0, 0x7F800000, SWEEP_STEP, dtype=np.uint32).view(np.float32)
+    dense = np.linspace(-7, 7, DENSE, dtype=np.float32)
     # every float32 around the kernel's interval switches at |x| = 1, 2, 6.5
     around = [np.arange(-4096, 4097, dtype=np.int64) + np.float32(c).view(np.int32)
               for c in (1.0, 2.0, 6.5)]
@@ -74,8 +79,8 @@ def test_erf_float32_within_2_ulp(isa):
 
 def test_erf_float64_against_scipy_and_mpmath(isa):
     mp = pytest.importorskip("mpmath")
-    x = np.concatenate([np.linspace(-7, 7, 700_001),
-                        np.arange(0, 0x7F800000, 997, dtype=np.uint32).view(np.float32)
+    x = np.concatenate([np.linspace(-7, 7, DENSE // 2),
+                        np.arange(0, 0x7F800000, 10 * SWEEP_STEP + 27, dtype=np.uint32).view(np.float32)
                         .astype(np.float64) * 1.0000001])
     y = _kernel(x, _g.ACT_ERF)
     err = _ulp_error(y, sp.erf(x), np.float64)
@@ -120,7 +125,7 @@ def _reference(name, x):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("name", ["gelu", "gelu_tanh", "silu"])
 def test_activation_values(isa, dtype, name):
-    x = np.concatenate([np.linspace(-9, 12, 400_001), np.linspace(-1e-3, 1e-3, 2001)]).astype(dtype)
+    x = np.concatenate([np.linspace(-9, 12, DENSE // 3), np.linspace(-1e-3, 1e-3, 2001)]).astype(dtype)
     y = _kernel(x, _g.ACTIVATIONS[name])
     ref = _reference(name, x)
     np.testing.assert_allclose(y, ref, rtol=RTOL[(name, dtype)], atol=ATOL[dtype])
@@ -157,14 +162,14 @@ def test_activation_extremes(isa, dtype, name):
 def test_gelu_tails_keep_relative_accuracy(isa):
     # 0.5 x (1 + erf(x / sqrt 2)) would lose every digit here (1 + erf cancels); the kernel
     # evaluates erfc directly, so the relative error stays at a few float32 ulps
-    x = np.linspace(-9, -3, 100_001).astype(np.float32)
+    x = np.linspace(-9, -3, DENSE // 10).astype(np.float32)
     y = _kernel(x, _g.ACTIVATIONS["gelu"])
     ref = _reference("gelu", x)
     assert np.max(np.abs(y - ref) / np.abs(ref)) < 1e-5
 
 
 def test_gelu_core_accuracy(isa):
-    x = np.linspace(-3, 12, 300_001).astype(np.float32)
+    x = np.linspace(-3, 12, DENSE // 5).astype(np.float32)
     y = _kernel(x, _g.ACTIVATIONS["gelu"])
     ref = _reference("gelu", x)
     nz = ref != 0
