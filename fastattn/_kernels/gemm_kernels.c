@@ -18,6 +18,10 @@
 #include "dispatch.h"
 #include "gemm_kernels.h"
 
+#if FA_X86
+#include <immintrin.h>     /* usable inside functions whose target attribute enables the ISA */
+#endif
+
 /* ---- plain scalar C */
 #define GM_T float
 #define GM_I int32_t
@@ -52,6 +56,9 @@
 #define GM_KC 256
 #define GM_NAME(x) gm_##x##_f32_base
 #define GM_TARGET
+#if FA_X86
+#define GM_ANY(m) _mm_movemask_ps((__m128)(m))
+#endif
 #include "gemm_tile.h"
 
 #define GM_T double
@@ -77,6 +84,7 @@
 #define GM_KC 256
 #define GM_NAME(x) gm_##x##_f32_avx2
 #define GM_TARGET __attribute__((target("avx2,fma")))
+#define GM_ANY(m) _mm256_movemask_ps((__m256)(m))
 #include "gemm_tile.h"
 
 #define GM_T double
@@ -123,6 +131,7 @@
 #define GM_KC 128
 #define GM_NAME(x) gm_##x##_f32_avx512
 #define GM_TARGET __attribute__((target("avx512f,avx2,fma")))
+#define GM_ANY(m) (_mm512_test_epi32_mask((__m512i)(m), (__m512i)(m)) != 0)
 #include "gemm_tile.h"
 
 #define GM_T double

@@ -44,6 +44,17 @@ typedef GM_I GM_NAME(ivec) __attribute__((vector_size(GM_VW * sizeof(GM_T)), ali
 #define VSPLAT(c) ((V){0} + (GM_T)(c))
 /* lane-wise m ? a : b, m a comparison result (all bits set where true) */
 #define VSEL(m, a, b) ((V)(((VI)(m) & (VI)(a)) | (~(VI)(m) & (VI)(b))))
+/* GM_ANY(m): is any lane of the comparison result m true? One movemask / test instruction
+ * where the includer names it, a lane loop otherwise */
+#ifndef GM_ANY
+#define GM_ANY(m) GM_NAME(any_lane)((VI)(m))
+static inline int GM_NAME(any_lane)(VI m)
+{
+    GM_I acc = 0;
+    for (int t = 0; t < GM_VW; t++) acc |= m[t];
+    return acc != 0;
+}
+#endif
 #endif
 
 /* ------------------------------------------------------------------ activations
@@ -119,8 +130,12 @@ GM_TARGET static inline V GM_NAME(vexp)(V x)
  * near a = 1, where erfc's error counts most in erf = 1 - erfc. */
 GM_TARGET static inline V GM_NAME(verfc_tail)(V a)
 {
+    /* most GELU inputs have |x| < 2.8: skip the second interval when no lane is in it (a
+     * NaN lane takes the second interval, the one that propagates it) */
+    V q1 = VSPLAT(0.0f), q2 = VSPLAT(0.0f);
+    int need2 = GM_ANY(~(VI)(a < 2.0f));
     V t1 = a - 1.5f;
-    V q1 = VSPLAT(2.514764163e-06f);
+    q1 = VSPLAT(2.514764163e-06f);
     q1 = q1 * t1 + -3.165455420e-06f;
     q1 = q1 * t1 + -2.251336396e-05f;
     q1 = q1 * t1 + 2.160772330e-04f;
@@ -130,20 +145,22 @@ GM_TARGET static inline V GM_NAME(verfc_tail)(V a)
     q1 = q1 * t1 + -8.926403303e-01f;
     q1 = q1 * t1 + -3.508800802e+00f;
     q1 = q1 * t1 + -3.384492090e+00f;
-    V ac = VSEL(a > 6.5f, VSPLAT(6.5f), a);            /* NaN stays NaN */
-    V t2 = ac - 4.25f;
-    V q2 = VSPLAT(-4.627353082e-10f);
-    q2 = q2 * t2 + 4.614634414e-09f;
-    q2 = q2 * t2 + -3.171049716e-08f;
-    q2 = q2 * t2 + 2.272791618e-07f;
-    q2 = q2 * t2 + -1.605983862e-06f;
-    q2 = q2 * t2 + 1.088644338e-05f;
-    q2 = q2 * t2 + -7.238122687e-05f;
-    q2 = q2 * t2 + 4.805206234e-04f;
-    q2 = q2 * t2 + -3.263743236e-03f;
-    q2 = q2 * t2 + -9.760845730e-01f;
-    q2 = q2 * t2 + -8.723775716e+00f;
-    q2 = q2 * t2 + -2.010776990e+01f;
+    if (need2) {
+        V ac = VSEL(a > 6.5f, VSPLAT(6.5f), a);            /* NaN stays NaN */
+        V t2 = ac - 4.25f;
+        q2 = VSPLAT(-4.627353082e-10f);
+        q2 = q2 * t2 + 4.614634414e-09f;
+        q2 = q2 * t2 + -3.171049716e-08f;
+        q2 = q2 * t2 + 2.272791618e-07f;
+        q2 = q2 * t2 + -1.605983862e-06f;
+        q2 = q2 * t2 + 1.088644338e-05f;
+        q2 = q2 * t2 + -7.238122687e-05f;
+        q2 = q2 * t2 + 4.805206234e-04f;
+        q2 = q2 * t2 + -3.263743236e-03f;
+        q2 = q2 * t2 + -9.760845730e-01f;
+        q2 = q2 * t2 + -8.723775716e+00f;
+        q2 = q2 * t2 + -2.010776990e+01f;
+    }
     V e = GM_NAME(vexp)(VSEL(a < 2.0f, q1, q2));
     return VSEL(a > 6.5f, VSPLAT(0.0f), e);
 }
@@ -172,7 +189,8 @@ GM_TARGET static inline V GM_NAME(verf)(V x)
 {
     const VI signbit = (VI){0} + (GM_I)(-2147483647 - 1);
     V a = (V)((VI)x & ~signbit);
-    V r = VSEL(a < 1.0f, GM_NAME(verf_small)(a), 1.0f - GM_NAME(verfc_tail)(a));
+    V tail = GM_ANY(~(VI)(a < 1.0f)) ? GM_NAME(verfc_tail)(a) : VSPLAT(0.0f);
+    V r = VSEL(a < 1.0f, GM_NAME(verf_small)(a), 1.0f - tail);
     return (V)((VI)r | ((VI)x & signbit));
 }
 
@@ -189,7 +207,7 @@ GM_TARGET static inline V GM_NAME(act_vec)(V x, int act)
         const VI signbit = (VI){0} + (GM_I)(-2147483647 - 1);
         V a = (V)((VI)x & ~signbit) * 0.707106781f;
         V small = GM_NAME(verf_small)(a);
-        V tail = GM_NAME(verfc_tail)(a);
+        V tail = GM_ANY(~(VI)(a < 1.0f)) ? GM_NAME(verfc_tail)(a) : VSPLAT(0.0f);
         V erf_a = VSEL(a < 1.0f, small, 1.0f - tail);
         V erfc_a = VSEL(a < 1.0f, 1.0f - small, tail);
         V phi = VSEL(x < 0.0f, erfc_a, 1.0f + erf_a) * 0.5f;
@@ -256,11 +274,23 @@ GM_TARGET static void GM_NAME(epilogue_row)(GM_T *y, ptrdiff_t n, const GM_T *bi
 #endif
 }
 
-/* y = act(x) elementwise over n elements (y may be x): the standalone activation kernel. */
+/* y = act(x) elementwise over n elements (y may be x): the standalone activation kernel, one
+ * pass over memory; the same element function as the epilogue, so the bits agree with it. */
 GM_TARGET static void GM_NAME(act_array)(const GM_T *x, ptrdiff_t n, GM_T *y, int act)
 {
-    if (x != y) memcpy(y, x, sizeof(GM_T) * (size_t)n);
-    GM_NAME(epilogue_row)(y, n, NULL, act, NULL);
+#ifdef GM_VEC_ACT
+    ptrdiff_t j = 0;
+    for (; j + GM_VW <= n; j += GM_VW) VSTORE(y + j, GM_NAME(act_vec)(VLOAD(x + j), act));
+    if (j < n) {
+        GM_T tmp[GM_VW];
+        ptrdiff_t w = n - j;
+        for (ptrdiff_t t = 0; t < GM_VW; t++) tmp[t] = t < w ? x[j + t] : 0;
+        VSTORE(tmp, GM_NAME(act_vec)(VLOAD(tmp), act));
+        for (ptrdiff_t t = 0; t < w; t++) y[j + t] = tmp[t];
+    }
+#else
+    for (ptrdiff_t j = 0; j < n; j++) y[j] = (GM_T)GM_NAME(act_scalar)((double)x[j], act);
+#endif
 }
 
 /* ------------------------------------------------------------------ packing
@@ -422,3 +452,6 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
 #undef GM_KC
 #undef GM_NAME
 #undef GM_TARGET
+#ifdef GM_ANY
+#undef GM_ANY
+#endif
