@@ -15,17 +15,14 @@
 #   whatever item or register-block position computes it; MC and NC depend on the shape only.
 #   So results are identical for any thread count (tests/kernels/test_gemm.py checks 1/2/3/8).
 #
-#   Memory: the packed weights (K * Npad elements, owned by the caller as a NumPy array) and,
-#   per call, one scratch block per thread for the item's x rows packed into MR-row panels
-#   (min(M, MC) rounded up to MR, times min(K, KC) elements), allocated at its exact size and
-#   never cached (so FASTATTN_NO_WORKSPACE_CACHE has nothing to switch off here). The
-#   micro-kernel's edge tiles are on the stack.
+#   Memory: the packed weights (K * Npad elements, owned by the caller as a NumPy array); no
+#   other workspace (the micro-kernel's edge tiles are on the stack).
 #
 # Kernels assume (fastattn/_ops.py checks all of it first): x, W, bias, res, y aligned to their
 # item size, native byte order, last dimension contiguous, one float dtype; y does not overlap
 # x, W, bias or res; the packed buffer was made by pack_weight with the ISA now selected.
 
-from cython.parallel cimport parallel, prange, threadid
+from cython.parallel cimport parallel, prange
 cimport numpy as cnp
 
 import numpy as np
@@ -45,7 +42,7 @@ cdef extern from "gemm_kernels.h" nogil:
         void (*item)(const float *x, Py_ssize_t x_rs, Py_ssize_t m, Py_ssize_t K,
                      const float *wp, Py_ssize_t npad, Py_ssize_t n0, Py_ssize_t nc,
                      const float *bias, int act, const float *res, Py_ssize_t res_rs,
-                     float *y, Py_ssize_t y_rs, float *ap) noexcept nogil
+                     float *y, Py_ssize_t y_rs) noexcept nogil
         void (*act)(const float *x, Py_ssize_t n, float *y, int act) noexcept nogil
     ctypedef struct gm_ops_f64:
         int mr, nr, kc
@@ -54,7 +51,7 @@ cdef extern from "gemm_kernels.h" nogil:
         void (*item)(const double *x, Py_ssize_t x_rs, Py_ssize_t m, Py_ssize_t K,
                      const double *wp, Py_ssize_t npad, Py_ssize_t n0, Py_ssize_t nc,
                      const double *bias, int act, const double *res, Py_ssize_t res_rs,
-                     double *y, Py_ssize_t y_rs, double *ap) noexcept nogil
+                     double *y, Py_ssize_t y_rs) noexcept nogil
         void (*act)(const double *x, Py_ssize_t n, double *y, int act) noexcept nogil
     gm_ops_f32 gm_f32
     gm_ops_f64 gm_f64
@@ -135,53 +132,39 @@ def pack_weight(cnp.ndarray w, cnp.ndarray wp):
 
 # ---------------------------------------------------------------- the GEMM driver
 
-cdef Py_ssize_t _n_items(Py_ssize_t M, Py_ssize_t N) noexcept nogil:
-    return _cdiv(M, _MC) * _cdiv(N, _col_block(M, N))
-
-
-cdef Py_ssize_t _scratch_elems(Py_ssize_t M, Py_ssize_t K, int isz) noexcept nogil:
-    """Elements of one thread's packed-x scratch: an item's rows rounded up to MR, times one
-    K block (item() in gemm_tile.h)."""
-    cdef Py_ssize_t mr = gm_f32.mr if isz == 4 else gm_f64.mr
-    cdef Py_ssize_t kc = gm_f32.kc if isz == 4 else gm_f64.kc
-    cdef Py_ssize_t m = M if M < _MC else _MC
-    return _cdiv(m, mr) * mr * (K if K < kc else kc)
-
-
 cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
                     const char *wp, Py_ssize_t N, const char *bias, int act,
                     const char *res, Py_ssize_t res_rs, char *y, Py_ssize_t y_rs,
-                    char *scratch, Py_ssize_t scratch_elems, int isz,
-                    int n_threads) noexcept nogil:
+                    int isz, int n_threads) noexcept nogil:
     # x (M, K) row stride x_rs; y (M, N) row stride y_rs; res (M, N) row stride res_rs or NULL;
-    # bias (N,) or NULL; strides in elements, pointers untyped (isz picks the dtype);
-    # scratch: n_threads blocks of scratch_elems elements, one per thread (packed x rows)
+    # bias (N,) or NULL; strides in elements, pointers untyped (isz picks the dtype)
     cdef Py_ssize_t nr = gm_f32.nr if isz == 4 else gm_f64.nr
     cdef Py_ssize_t npad = _cdiv(N, nr) * nr
     cdef Py_ssize_t nc = _col_block(M, N)
     cdef Py_ssize_t n_nb = _cdiv(N, nc)
     cdef Py_ssize_t n_items = _cdiv(M, _MC) * n_nb
     cdef Py_ssize_t item, i0, n0, m, w
-    cdef int tid
-    with parallel(num_threads=n_threads):
+    cdef int nthr = n_threads
+    if nthr > n_items:
+        nthr = <int>n_items
+    if nthr < 1:
+        nthr = 1
+    with parallel(num_threads=nthr):
         for item in prange(n_items, schedule='static'):
-            tid = threadid()
-            i0 = (item // n_nb) * _MC          # row blocks outer: consecutive items of a
-            n0 = (item % n_nb) * nc            # thread share their x rows
+            i0 = (item // n_nb) * _MC          # row blocks outer: an item's x rows stay in
+            n0 = (item % n_nb) * nc            # cache while its neighbour reuses them
             m = _MC if M - i0 > _MC else M - i0
             w = nc if N - n0 > nc else N - n0
             if isz == 4:
                 gm_f32.item(<const float *>x + i0 * x_rs, x_rs, m, K, <const float *>wp,
                             npad, n0, w, <const float *>bias, act,
                             (<const float *>res + i0 * res_rs) if res != NULL else NULL,
-                            res_rs, <float *>y + i0 * y_rs, y_rs,
-                            <float *>scratch + tid * scratch_elems)
+                            res_rs, <float *>y + i0 * y_rs, y_rs)
             else:
                 gm_f64.item(<const double *>x + i0 * x_rs, x_rs, m, K, <const double *>wp,
                             npad, n0, w, <const double *>bias, act,
                             (<const double *>res + i0 * res_rs) if res != NULL else NULL,
-                            res_rs, <double *>y + i0 * y_rs, y_rs,
-                            <double *>scratch + tid * scratch_elems)
+                            res_rs, <double *>y + i0 * y_rs, y_rs)
 
 
 def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, object res,
@@ -200,26 +183,11 @@ def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, obje
     if res is not None:
         rp = <const char *> cnp.PyArray_DATA(<cnp.ndarray> res)
         res_rs = cnp.PyArray_STRIDES(<cnp.ndarray> res)[0] // isz
-    cdef int nthr = n_threads
-    cdef Py_ssize_t n_items = _n_items(M, N)
-    if nthr > n_items:
-        nthr = <int>n_items
-    if nthr < 1:
-        nthr = 1
-    # per-call scratch of the exact size (never cached: an overrun would reach ASan's redzone)
-    cdef Py_ssize_t s_elems = _scratch_elems(M, K, isz)
-    cdef cnp.ndarray scratch = np.empty(max(1, nthr * s_elems), dtype=x.dtype)
-    cdef char *sp = <char *> cnp.PyArray_DATA(scratch)
     cdef const char *xp = <const char *> cnp.PyArray_DATA(x)
     cdef const char *wpp = <const char *> cnp.PyArray_DATA(wp)
     cdef char *yp = <char *> cnp.PyArray_DATA(y)
     with nogil:
-        _gemm_run(xp, x_rs, M, K, wpp, N, bp, act, rp, res_rs, yp, y_rs, sp, s_elems, isz, nthr)
-
-
-def scratch_elems(Py_ssize_t M, Py_ssize_t K, int itemsize):
-    """Elements of one thread's packed-x scratch for x (M, K) with the ISA now selected."""
-    return _scratch_elems(M, K, itemsize)
+        _gemm_run(xp, x_rs, M, K, wpp, N, bp, act, rp, res_rs, yp, y_rs, isz, n_threads)
 
 
 # ---------------------------------------------------------------- activations, LayerNorm

@@ -321,10 +321,7 @@ GM_TARGET static void GM_NAME(pack)(const GM_T *w, ptrdiff_t w_rs, ptrdiff_t N, 
  * One register block: `mr` rows (a compile-time constant after inlining) x one packed panel:
  *   acc[r, c] = (first ? 0 : y[r, c]) + sum_{k < kcb} x[r, k] * panel[k, c]
  * for c < nv (the panel's real columns; the padding columns are computed and dropped).
- * x comes packed (ap: kcb x MR, row r of step k at ap[k * MR + r]), so the broadcasts walk
- * one contiguous stream instead of MR rows K elements apart (rows 2-8 KiB apart fall into the
- * same few L1 sets). Each k step loads NV vectors of the panel and broadcasts one x element
- * per row: MR * NV
+ * Each k step loads NV vectors of the panel and broadcasts one x element per row: MR * NV
  * independent multiply-add chains (12 on AVX2 floats: 6 rows x 2 ymm), enough to hide the FMA
  * latency. Partial panels go through a stack tile so nothing outside y's nv columns is read or
  * written. */
@@ -339,12 +336,14 @@ GM_TARGET static void GM_NAME(pack)(const GM_T *w, ptrdiff_t w_rs, ptrdiff_t N, 
 #endif
 
 GM_TARGET static inline __attribute__((always_inline)) void
-GM_NAME(mk)(const GM_T *ap, const int mr, ptrdiff_t kcb, const GM_T *panel,
+GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM_T *panel,
             GM_T *y, ptrdiff_t y_rs, ptrdiff_t nv, int first)
 {
     GM_ACC acc[GM_MR][GM_NV];
     GM_T tmp[GM_MR][GM_NR];
+    const GM_T *xp[GM_MR];
     for (int r = 0; r < mr; r++) {
+        xp[r] = x + r * x_rs;
         if (first) {
             for (int v = 0; v < GM_NV; v++) acc[r][v] = GM_ZERO;
         } else if (nv == GM_NR) {
@@ -358,7 +357,7 @@ GM_NAME(mk)(const GM_T *ap, const int mr, ptrdiff_t kcb, const GM_T *panel,
         GM_ACC wv[GM_NV];
         for (int v = 0; v < GM_NV; v++) wv[v] = VLOAD(panel + k * GM_NR + v * GM_VW);
         for (int r = 0; r < mr; r++) {
-            GM_T xe = ap[k * GM_MR + r];               /* scalar * vector: a broadcast */
+            GM_T xe = xp[r][k];                        /* scalar * vector: a broadcast */
             for (int v = 0; v < GM_NV; v++) acc[r][v] += xe * wv[v];
         }
     }
@@ -376,40 +375,27 @@ GM_NAME(mk)(const GM_T *ap, const int mr, ptrdiff_t kcb, const GM_T *panel,
  *   x    (m, K)   the item's rows (already offset to its first row)
  *   y    (m, N)   the same rows of the output, column 0; res likewise (or NULL)
  *   wp   packed weights (K * npad); n0 and nc multiples of NR except nc at the right edge
- *   ap   the calling thread's scratch: ceil(m / MR) * MR * min(K, KC) elements
- * Per K block: the item's x rows are packed into MR-row micro-panels (ap[i0 * kcb + k * MR + r]
- * = x[i0 + r, k0 + k], zero for rows past m), then for each weight panel every MR-row block
- * runs over it, so the panel is read from L1 by each row block while ap stays in L2. After
- * the last K block each finished register block gets its epilogue while it is still in L1. */
+ * Loop order per K block: panel, then MR-row blocks, so a panel is read from L1 by every row
+ * block of the item while the item's x rows (m x KC) stay in L2. After the last K block each
+ * finished register block gets its epilogue while it is still in L1. */
 GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, ptrdiff_t K,
                                     const GM_T *wp, ptrdiff_t npad, ptrdiff_t n0, ptrdiff_t nc,
                                     const GM_T *bias, int act, const GM_T *res, ptrdiff_t res_rs,
-                                    GM_T *y, ptrdiff_t y_rs, GM_T *ap)
+                                    GM_T *y, ptrdiff_t y_rs)
 {
     ptrdiff_t k0 = 0;
     for (;;) {
         ptrdiff_t kcb = K - k0 < GM_KC ? K - k0 : GM_KC;
         int first = k0 == 0, last = k0 + kcb >= K;
         const GM_T *blk = wp + k0 * npad;
-        for (ptrdiff_t i0 = 0; i0 < m; i0 += GM_MR) {
-            GM_T *dst = ap + i0 * kcb;
-            for (int r = 0; r < GM_MR; r++) {
-                if (i0 + r < m) {
-                    const GM_T *xrow = x + (i0 + r) * x_rs + k0;
-                    for (ptrdiff_t k = 0; k < kcb; k++) dst[k * GM_MR + r] = xrow[k];
-                } else {
-                    for (ptrdiff_t k = 0; k < kcb; k++) dst[k * GM_MR + r] = 0;
-                }
-            }
-        }
         for (ptrdiff_t j0 = n0; j0 < n0 + nc; j0 += GM_NR) {
             ptrdiff_t nv = n0 + nc - j0 < GM_NR ? n0 + nc - j0 : GM_NR;
             const GM_T *panel = blk + j0 * kcb;
             for (ptrdiff_t i0 = 0; i0 < m; i0 += GM_MR) {
                 int mr = m - i0 < GM_MR ? (int)(m - i0) : GM_MR;
-                const GM_T *ab = ap + i0 * kcb;
+                const GM_T *xb = x + i0 * x_rs + k0;
                 GM_T *yb = y + i0 * y_rs + j0;
-#define GM_CALL(R) GM_NAME(mk)(ab, R, kcb, panel, yb, y_rs, nv, first)
+#define GM_CALL(R) GM_NAME(mk)(xb, x_rs, R, kcb, panel, yb, y_rs, nv, first)
                 switch (mr) {
                 case GM_MR: GM_CALL(GM_MR); break;
                 case 1: GM_CALL(1); break;
