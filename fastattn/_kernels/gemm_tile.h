@@ -122,47 +122,49 @@ GM_TARGET static inline V GM_NAME(vexp)(V x)
     return p * s1 * s2;
 }
 
-/* erfc(a) for a >= 1 (a may be NaN or +inf): exp of a polynomial fitted to log erfc(a)
- * (near-minimax, Chebyshev nodes with Lawson reweighting, computed for this file against
- * mpmath at 40 digits): on [1, 2] degree 9 in a - 1.5, on [2, 6.5] degree 11 in a - 4.25, fit
- * errors 2e-11 and 5e-9 (absolute, in the logarithm). Beyond 6.5 erfc < 4e-20 and the
- * result is 0. Two intervals with centred variables keep the Horner sums free of cancellation
- * near a = 1, where erfc's error counts most in erf = 1 - erfc. */
+/* erfc(a) for a >= 1 (a may be NaN or +inf), two near-minimax fits (Chebyshev nodes with
+ * Lawson reweighting, computed for this file against mpmath at 40 digits):
+ *   1 <= a < 2:    erfc itself, a polynomial of degree 10 in a - 1.5 (relative fit error
+ *                  3e-9): no exp, and it covers |x| < 2.83 of GELU's inputs with x / sqrt 2;
+ *   2 <= a <= 6.5: exp of a degree-11 polynomial in a - 4.25 fitted to log erfc(a) (absolute
+ *                  fit error 5e-9 in the logarithm); beyond 6.5 erfc < 4e-20 and the result
+ *                  is 0.
+ * The second interval, the expensive one, is evaluated only when some lane needs it (a NaN
+ * lane does: it takes that interval, which propagates it). Fitting erfc rather than erf keeps
+ * its relative accuracy (~8 float32 eps) where GELU's negative tail needs it. */
 GM_TARGET static inline V GM_NAME(verfc_tail)(V a)
 {
-    /* most GELU inputs have |x| < 2.8: skip the second interval when no lane is in it (a
-     * NaN lane takes the second interval, the one that propagates it) */
-    V q1 = VSPLAT(0.0f), q2 = VSPLAT(0.0f);
-    int need2 = GM_ANY(~(VI)(a < 2.0f));
     V t1 = a - 1.5f;
-    q1 = VSPLAT(2.514764163e-06f);
-    q1 = q1 * t1 + -3.165455420e-06f;
-    q1 = q1 * t1 + -2.251336396e-05f;
-    q1 = q1 * t1 + 2.160772330e-04f;
-    q1 = q1 * t1 + -1.257211824e-03f;
-    q1 = q1 * t1 + 6.006736195e-03f;
-    q1 = q1 * t1 + -2.582414088e-02f;
-    q1 = q1 * t1 + -8.926403303e-01f;
-    q1 = q1 * t1 + -3.508800802e+00f;
-    q1 = q1 * t1 + -3.384492090e+00f;
-    if (need2) {
-        V ac = VSEL(a > 6.5f, VSPLAT(6.5f), a);            /* NaN stays NaN */
-        V t2 = ac - 4.25f;
-        q2 = VSPLAT(-4.627353082e-10f);
-        q2 = q2 * t2 + 4.614634414e-09f;
-        q2 = q2 * t2 + -3.171049716e-08f;
-        q2 = q2 * t2 + 2.272791618e-07f;
-        q2 = q2 * t2 + -1.605983862e-06f;
-        q2 = q2 * t2 + 1.088644338e-05f;
-        q2 = q2 * t2 + -7.238122687e-05f;
-        q2 = q2 * t2 + 4.805206234e-04f;
-        q2 = q2 * t2 + -3.263743236e-03f;
-        q2 = q2 * t2 + -9.760845730e-01f;
-        q2 = q2 * t2 + -8.723775716e+00f;
-        q2 = q2 * t2 + -2.010776990e+01f;
-    }
-    V e = GM_NAME(vexp)(VSEL(a < 2.0f, q1, q2));
-    return VSEL(a > 6.5f, VSPLAT(0.0f), e);
+    V q1 = VSPLAT(1.331209019e-04f);
+    q1 = q1 * t1 + -1.558088806e-03f;
+    q1 = q1 * t1 + 2.320772957e-03f;
+    q1 = q1 * t1 + 4.710950396e-03f;
+    q1 = q1 * t1 + -1.931624308e-02f;
+    q1 = q1 * t1 + 1.486904639e-02f;
+    q1 = q1 * t1 + 4.459797990e-02f;
+    q1 = q1 * t1 + -1.387520858e-01f;
+    q1 = q1 * t1 + 1.783954596e-01f;
+    q1 = q1 * t1 + -1.189302889e-01f;
+    q1 = q1 * t1 + 3.389485341e-02f;
+    if (!GM_ANY(~(VI)(a < 2.0f)))
+        return q1;
+    V ac = VSEL(a > 6.5f, VSPLAT(6.5f), a);            /* NaN stays NaN */
+    V t2 = ac - 4.25f;
+    V q2 = VSPLAT(-4.627353082e-10f);
+    q2 = q2 * t2 + 4.614634414e-09f;
+    q2 = q2 * t2 + -3.171049716e-08f;
+    q2 = q2 * t2 + 2.272791618e-07f;
+    q2 = q2 * t2 + -1.605983862e-06f;
+    q2 = q2 * t2 + 1.088644338e-05f;
+    q2 = q2 * t2 + -7.238122687e-05f;
+    q2 = q2 * t2 + 4.805206234e-04f;
+    q2 = q2 * t2 + -3.263743236e-03f;
+    q2 = q2 * t2 + -9.760845730e-01f;
+    q2 = q2 * t2 + -8.723775716e+00f;
+    q2 = q2 * t2 + -2.010776990e+01f;
+    V e = GM_NAME(vexp)(q2);
+    e = VSEL(a > 6.5f, VSPLAT(0.0f), e);
+    return VSEL(a < 2.0f, q1, e);
 }
 
 /* erf(a) - a = a * S(a^2) for 0 <= a < 1: S of degree 8 (near-minimax as above, relative fit
