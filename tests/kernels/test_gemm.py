@@ -458,3 +458,23 @@ def test_first_call_in_fresh_process(case, dtype):
                           timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("ok")
+
+
+# ------------------------------------------------------------------ concurrency
+def test_concurrent_calls_from_python_threads(rng):
+    # the GIL is released around the kernels; one PackedLinear shared by several Python
+    # threads (each call its own OpenMP team) gives every caller the single-threaded bits
+    from concurrent.futures import ThreadPoolExecutor
+    x, w, b = _data(rng, 150, 300, 260, np.float32)
+    layer = _ops.PackedLinear(w, b, "gelu_tanh")
+    expect = layer(x, n_threads=1)
+    with ThreadPoolExecutor(4) as pool:
+        outs = list(pool.map(lambda i: layer(x, n_threads=1 + i % 3), range(12)))
+    for y in outs:
+        np.testing.assert_array_equal(y, expect)
+
+
+def test_built_with_openmp():
+    if os.environ.get("FASTATTN_SKIP_OPENMP_TEST"):
+        pytest.skip("FASTATTN_SKIP_OPENMP_TEST is set")
+    assert _g.openmp_enabled()
