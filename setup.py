@@ -135,21 +135,33 @@ class BuildExt(build_ext):
 
 def _extensions():
     debug = _env_flag("FASTATTN_DEBUG")
-    ext = Extension(
-        "fastattn._kernels._attention",
-        sources=["fastattn/_kernels/_attention.pyx", "fastattn/_kernels/fa_kernels.c",
-                 "fastattn/_kernels/fa_driver.c"],
+    common = dict(
         include_dirs=[numpy.get_include(), "fastattn/_kernels"],
         # FASTATTN_DEBUG: the kernels check that every workspace piece they touch is their own
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
         + ([("FASTATTN_DEBUG", "1")] if debug else []),
+    )
+    ext = Extension(
+        "fastattn._kernels._attention",
+        sources=["fastattn/_kernels/_attention.pyx", "fastattn/_kernels/fa_kernels.c",
+                 "fastattn/_kernels/fa_driver.c", "fastattn/_kernels/dispatch.c"],
         depends=["fastattn/_kernels/fa_tile.h", "fastattn/_kernels/fa_kernels.h",
                  "fastattn/_kernels/fa_workspace.h", "fastattn/_kernels/fa_driver.h",
-                 "fastattn/_kernels/fa_driver_impl.h",
+                 "fastattn/_kernels/fa_driver_impl.h", "fastattn/_kernels/dispatch.h",
                  "fastattn/_kernels/_openmp.pxd"],
+        **common,
+    )
+    # the linear layers: packed-weight GEMM with fused epilogues, activations, LayerNorm
+    gemm = Extension(
+        "fastattn._kernels._gemm",
+        sources=["fastattn/_kernels/_gemm.pyx", "fastattn/_kernels/gemm_kernels.c",
+                 "fastattn/_kernels/dispatch.c"],
+        depends=["fastattn/_kernels/gemm_tile.h", "fastattn/_kernels/gemm_kernels.h",
+                 "fastattn/_kernels/dispatch.h", "fastattn/_kernels/_openmp.pxd"],
+        **common,
     )
     return cythonize(
-        [ext],
+        [ext, gemm],
         compiler_directives={
             "language_level": 3,
             "boundscheck": debug,

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dispatch.h"
 #include "fa_kernels.h"
 
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
@@ -16,16 +17,7 @@
 #include <immintrin.h>
 #endif
 
-#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
-#define FA_X86 1
-#else
-#define FA_X86 0
-#endif
-#if defined(__GNUC__) || defined(__clang__)
-#define FA_GNU_VECTORS 1
-#else
-#define FA_GNU_VECTORS 0
-#endif
+/* FA_X86, FA_GNU_VECTORS and fa_cpu_level() come from dispatch.h / dispatch.c */
 
 /* Each instance below defines the template's parameters (FA_IS_DOUBLE selects the dtype) and
  * includes fa_tile.h, which undefines them again at its end. */
@@ -144,22 +136,6 @@
 fa_ops_f32 fa_f32;
 fa_ops_f64 fa_f64;
 static int fa_isa_level = -1;
-
-int fa_cpu_level(void)
-{
-#if FA_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return FA_ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return FA_ISA_AVX2;
-    return FA_ISA_BASE;
-#elif FA_GNU_VECTORS
-    return FA_ISA_BASE;
-#else
-    return FA_ISA_SCALAR;
-#endif
-}
 
 /* Select the kernels for `level` (clamped to what the CPU supports). Returns the level used. */
 int fa_init(int level)

@@ -5,13 +5,7 @@
 
 #include <stddef.h>
 
-enum {
-    FA_ISA_SCALAR = 0,   /* plain C, any compiler */
-    FA_ISA_BASE = 1,     /* generic vectors at the baseline ISA (SSE2 on x86-64) */
-    FA_ISA_AVX2 = 2,     /* AVX2 + FMA */
-    FA_ISA_AVX512 = 3,   /* AVX-512F */
-    FA_ISA_AVX2_WIDE = 4 /* tests only: the AVX-512 kernel shapes compiled for AVX2 */
-};
+#include "dispatch.h"   /* FA_ISA_* levels and fa_cpu_level() */
 
 /* pack_v's flags */
 #define FA_V_NONFINITE 1
@@ -50,7 +44,6 @@ FA_DECLARE_OPS(double, f64)
 extern fa_ops_f32 fa_f32;
 extern fa_ops_f64 fa_f64;
 
-int fa_cpu_level(void);
 int fa_init(int level);
 int fa_current_level(void);
 

@@ -1,0 +1,164 @@
+"""fastattn's packed-weight GEMM vs NumPy's ``@`` (OpenBLAS), float32, side by side in one process.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_gemm.py [--threads 2]
+
+For each shape: y = x @ W.T with x (M, K), W (N, K) (the linear layer; fastattn packs W once,
+outside the timed region, as PackedLinear does). Warm-up first, then REPEATS interleaved rounds
+(fastattn, sleep, NumPy, sleep) so that both see the same machine state; medians (and minimums)
+reported. The sleep lets the other library's spinning worker threads go idle first (on 2
+cores they steal the core the next call needs). For small M the work is reading the weights:
+GB/s of weight reading is shown beside a bandwidth measured here (a large np.copyto, counted as
+read + write). Also: exact GELU on 4096 x 1536 float32 vs torch.nn.functional.gelu.
+"""
+import argparse
+import os
+import platform
+import time
+
+import numpy as np
+
+SHAPES = [(M, N, K) for M in (8, 32, 1024, 2048)
+          for (N, K) in ((512, 512), (1536, 512), (2048, 512), (512, 2048))]
+SHAPES += [(8, 32000, 512), (32, 32000, 512)]
+REPEATS = 9
+PAUSE = 0.15
+
+
+def _cpu_header():
+    flags = ""
+    model = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and not model:
+                    model = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    flags = " ".join(sorted(t for t in line.split(":", 1)[1].split()
+                                            if t.startswith(("avx", "fma", "f16c", "amx"))))
+                    break
+    except OSError:
+        pass
+    try:
+        load = open("/proc/loadavg").read().strip()
+    except OSError:
+        load = "n/a"
+    return model, flags, load
+
+
+def _timed(fn, n=1):
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n
+
+
+def _inner_count(fn, target=0.02):
+    """Calls per timed sample so that one sample lasts ~target seconds (small shapes)."""
+    t = _timed(fn)
+    return max(1, int(target / max(t, 1e-7)))
+
+
+def measure_bandwidth(nbytes=512 << 20):
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    ts = [_timed(lambda: np.copyto(dst, src)) for _ in range(5)]
+    return 2 * nbytes / min(ts) / 1e9     # read + write
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=REPEATS)
+    ap.add_argument("--isa", default=None, help="force a kernel set (scalar/baseline/avx2/...)")
+    args = ap.parse_args()
+
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    import fastattn
+    from fastattn import _ops
+    from fastattn._kernels import _gemm
+
+    if args.isa:
+        _gemm.set_isa(args.isa)
+    model, flags, load = _cpu_header()
+    blas = [f"{d.get('internal_api')} {d.get('version')} ({d.get('architecture')})"
+            for d in threadpool_info() if d.get("user_api") == "blas"]
+    print(f"# CPU: {model}; {os.cpu_count()} CPUs")
+    print(f"# flags: {flags}")
+    print(f"# loadavg before: {load}")
+    print(f"# fastattn {fastattn.__version__}, GEMM kernels {_gemm.isa()} (MR, NR, KC) = "
+          f"{_gemm.blocking(4)}; NumPy {np.__version__}, BLAS {'; '.join(blas)}")
+    print(f"# threads: {args.threads} for both; medians of {args.repeats} interleaved rounds")
+    bw = measure_bandwidth()
+    print(f"# memory bandwidth (np.copyto of 512 MiB, read + write): {bw:.1f} GB/s\n")
+
+    rng = np.random.default_rng(0)
+    rows = []
+    print("| M | N | K | fastattn ms | NumPy ms | fastattn GFLOP/s | NumPy GFLOP/s | ratio | "
+          "weights GB/s (fastattn / NumPy) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    with threadpool_limits(limits=args.threads, user_api="blas"):
+        for M, N, K in SHAPES:
+            x = rng.standard_normal((M, K), dtype=np.float32)
+            w = rng.standard_normal((N, K), dtype=np.float32)
+            layer = _ops.PackedLinear(w)
+            out_fa = np.empty((M, N), np.float32)
+            out_np = np.empty((M, N), np.float32)
+            f_fa = lambda: layer(x, n_threads=args.threads, out=out_fa)   # noqa: E731
+            f_np = lambda: np.matmul(x, w.T, out=out_np)                  # noqa: E731
+            f_fa()
+            f_np()
+            n_fa, n_np = _inner_count(f_fa), _inner_count(f_np)
+            t_fa, t_np = [], []
+            for _ in range(args.repeats):
+                t_fa.append(_timed(f_fa, n_fa))
+                time.sleep(PAUSE)
+                t_np.append(_timed(f_np, n_np))
+                time.sleep(PAUSE)
+            err = np.abs(out_fa - out_np).max()
+            a, b = np.median(t_fa), np.median(t_np)
+            flop = 2.0 * M * N * K
+            wgb = ""
+            if M <= 32:
+                wbytes = 4.0 * N * K
+                wgb = f"{wbytes / a / 1e9:.1f} / {wbytes / b / 1e9:.1f} (of {bw:.0f})"
+            rows.append((M, N, K, a, b))
+            print(f"| {M} | {N} | {K} | {a * 1e3:.3f} | {b * 1e3:.3f} | {flop / a / 1e9:.1f} | "
+                  f"{flop / b / 1e9:.1f} | {b / a:.2f} | {wgb} |  <!-- max|diff| {err:.2g} -->",
+                  flush=True)
+    ratios = np.array([b / a for *_, a, b in rows])
+    print(f"\n# geometric mean ratio (NumPy time / fastattn time): "
+          f"{np.exp(np.log(ratios).mean()):.2f}; min {ratios.min():.2f}")
+
+    # exact GELU on a BERT-sized activation
+    x = rng.standard_normal((4096, 1536), dtype=np.float32)
+    f_fa = lambda: _ops.gelu(x, n_threads=args.threads)   # noqa: E731
+    line = "| gelu 4096 x 1536 float32 | fastattn "
+    f_fa()
+    t_fa = []
+    try:
+        import torch
+        torch.set_num_threads(args.threads)
+        xt = torch.from_numpy(x)
+        f_t = lambda: torch.nn.functional.gelu(xt)        # noqa: E731
+        f_t()
+        t_t = []
+    except ImportError:
+        torch = None
+    for _ in range(args.repeats):
+        t_fa.append(_timed(f_fa))
+        time.sleep(PAUSE)
+        if torch is not None:
+            t_t.append(_timed(f_t))
+            time.sleep(PAUSE)
+    line += f"{np.median(t_fa) * 1e3:.2f} ms"
+    if torch is not None:
+        line += (f" | torch {np.median(t_t) * 1e3:.2f} ms | ratio "
+                 f"{np.median(t_t) / np.median(t_fa):.2f} |")
+    print("\n" + line)
+    print(f"# loadavg after: {open('/proc/loadavg').read().strip()}")
+
+
+if __name__ == "__main__":
+    main()

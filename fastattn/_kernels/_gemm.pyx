@@ -1,0 +1,290 @@
+# cython: language_level=3
+# Design:
+#   The linear layer y = act(x @ W.T + bias) + res on the CPU, with W (N, K) packed once into
+#   panels (gemm_tile.h: layout, micro-kernel, epilogue). No BLAS call.
+#
+#   Work items: y (M, N) is cut into row blocks of MC = 96 rows and column blocks of NC
+#   columns; one item = one (row block, column block), computed over the whole K by one thread
+#   (K is never split between threads). NC is 256 columns, or less when that leaves fewer than
+#   16 items (few rows, e.g. a decode step: the work is then spread over N, and each thread
+#   streams its own slice of the packed weights). Items are independent, so one
+#   `prange(schedule='static')` inside `with nogil, parallel(num_threads=n)` runs them on the
+#   same libgomp team as the attention kernels.
+#
+#   Bitwise reproducibility: an element's sum runs over k in order, in K blocks of the ISA's KC,
+#   whatever item or register-block position computes it; MC and NC depend on the shape only.
+#   So results are identical for any thread count (tests/kernels/test_gemm.py checks 1/2/3/8).
+#
+#   Memory: the packed weights (K * Npad elements, owned by the caller as a NumPy array); no
+#   other workspace (the micro-kernel's edge tiles are on the stack).
+#
+# Kernels assume (fastattn/_ops.py checks all of it first): x, W, bias, res, y aligned to their
+# item size, native byte order, last dimension contiguous, one float dtype; y does not overlap
+# x, W, bias or res; the packed buffer was made by pack_weight with the ISA now selected.
+
+from cython.parallel cimport parallel, prange
+cimport numpy as cnp
+
+import numpy as np
+
+from fastattn._kernels._openmp cimport FASTATTN_OPENMP_ENABLED
+
+cnp.import_array()
+
+cdef extern from "gemm_kernels.h" nogil:
+    int FA_ISA_SCALAR, FA_ISA_BASE, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX2_WIDE
+    int GM_ACT_NONE, GM_ACT_RELU, GM_ACT_GELU, GM_ACT_GELU_TANH, GM_ACT_SILU, GM_ACT_ERF
+    int GM_NR_MAX
+    ctypedef struct gm_ops_f32:
+        int mr, nr, kc
+        void (*pack)(const float *w, Py_ssize_t w_rs, Py_ssize_t N, Py_ssize_t K,
+                     float *wp) noexcept nogil
+        void (*item)(const float *x, Py_ssize_t x_rs, Py_ssize_t m, Py_ssize_t K,
+                     const float *wp, Py_ssize_t npad, Py_ssize_t n0, Py_ssize_t nc,
+                     const float *bias, int act, const float *res, Py_ssize_t res_rs,
+                     float *y, Py_ssize_t y_rs) noexcept nogil
+        void (*act)(const float *x, Py_ssize_t n, float *y, int act) noexcept nogil
+    ctypedef struct gm_ops_f64:
+        int mr, nr, kc
+        void (*pack)(const double *w, Py_ssize_t w_rs, Py_ssize_t N, Py_ssize_t K,
+                     double *wp) noexcept nogil
+        void (*item)(const double *x, Py_ssize_t x_rs, Py_ssize_t m, Py_ssize_t K,
+                     const double *wp, Py_ssize_t npad, Py_ssize_t n0, Py_ssize_t nc,
+                     const double *bias, int act, const double *res, Py_ssize_t res_rs,
+                     double *y, Py_ssize_t y_rs) noexcept nogil
+        void (*act)(const double *x, Py_ssize_t n, double *y, int act) noexcept nogil
+    gm_ops_f32 gm_f32
+    gm_ops_f64 gm_f64
+    void gm_layer_norm_row_f32(const float *x, const float *res, Py_ssize_t n,
+                               const float *gamma, const float *beta, double eps,
+                               float *y) noexcept nogil
+    void gm_layer_norm_row_f64(const double *x, const double *res, Py_ssize_t n,
+                               const double *gamma, const double *beta, double eps,
+                               double *y) noexcept nogil
+    int fa_cpu_level()
+    int gm_init(int level)
+    int gm_current_level()
+
+
+ISA_NAMES = {FA_ISA_SCALAR: "scalar", FA_ISA_BASE: "baseline", FA_ISA_AVX2: "avx2",
+             FA_ISA_AVX512: "avx512", FA_ISA_AVX2_WIDE: "avx2-wide"}
+ACTIVATIONS = {None: GM_ACT_NONE, "relu": GM_ACT_RELU, "gelu": GM_ACT_GELU,
+               "gelu_tanh": GM_ACT_GELU_TANH, "silu": GM_ACT_SILU}
+ACT_ERF = GM_ACT_ERF      # erf itself, for the accuracy tests (activation(x, y, ACT_ERF, n))
+gm_init(-1)
+
+cdef enum:
+    _MC = 96               # rows per work item: a multiple of every ISA's MR (4 or 6)
+    _NC = 256              # columns per work item, a multiple of GM_NR_MAX ...
+    _MIN_ITEMS = 16        # ... lowered (to a multiple of GM_NR_MAX) to get at least this many
+    _ACT_CHUNK = 16384     # elements per work item of the standalone activations
+MC = _MC
+
+
+cdef inline Py_ssize_t _cdiv(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    return (a + b - 1) // b
+
+
+cdef Py_ssize_t _col_block(Py_ssize_t M, Py_ssize_t N) noexcept nogil:
+    """Columns per work item: depends on the shape only (never on the thread count)."""
+    cdef Py_ssize_t n_mb = _cdiv(M, _MC)
+    cdef Py_ssize_t nc = _NC
+    if n_mb * _cdiv(N, nc) < _MIN_ITEMS:
+        nc = _cdiv(_cdiv(N, _MIN_ITEMS), GM_NR_MAX) * GM_NR_MAX
+        if nc < GM_NR_MAX:
+            nc = GM_NR_MAX
+    return nc
+
+
+def col_block(Py_ssize_t M, Py_ssize_t N):
+    """Columns per work item for an (M, N) output (for tests and the benchmark)."""
+    return _col_block(M, N)
+
+
+# ---------------------------------------------------------------- packing
+
+def panel_width(int itemsize):
+    """NR, the panel width of the ISA now selected, for float32 (4) or float64 (8)."""
+    return gm_f32.nr if itemsize == 4 else gm_f64.nr
+
+
+def packed_size(Py_ssize_t N, Py_ssize_t K, int itemsize):
+    """Elements of the packed buffer for an (N, K) weight with the ISA now selected."""
+    cdef Py_ssize_t nr = gm_f32.nr if itemsize == 4 else gm_f64.nr
+    return K * _cdiv(N, nr) * nr
+
+
+def pack_weight(cnp.ndarray w, cnp.ndarray wp):
+    """wp <- W (N, K) in panels. w: 2-D, last axis contiguous, aligned; wp: 1-D contiguous of
+    packed_size(N, K) elements, same dtype."""
+    cdef Py_ssize_t N = cnp.PyArray_DIMS(w)[0], K = cnp.PyArray_DIMS(w)[1]
+    cdef Py_ssize_t isz = cnp.PyArray_ITEMSIZE(w)
+    cdef Py_ssize_t w_rs = cnp.PyArray_STRIDES(w)[0] // isz
+    cdef char *src = <char *> cnp.PyArray_DATA(w)
+    cdef char *dst = <char *> cnp.PyArray_DATA(wp)
+    if isz == 4:
+        with nogil:
+            gm_f32.pack(<const float *>src, w_rs, N, K, <float *>dst)
+    else:
+        with nogil:
+            gm_f64.pack(<const double *>src, w_rs, N, K, <double *>dst)
+
+
+# ---------------------------------------------------------------- the GEMM driver
+
+cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
+                    const char *wp, Py_ssize_t N, const char *bias, int act,
+                    const char *res, Py_ssize_t res_rs, char *y, Py_ssize_t y_rs,
+                    int isz, int n_threads) noexcept nogil:
+    # x (M, K) row stride x_rs; y (M, N) row stride y_rs; res (M, N) row stride res_rs or NULL;
+    # bias (N,) or NULL; strides in elements, pointers untyped (isz picks the dtype)
+    cdef Py_ssize_t nr = gm_f32.nr if isz == 4 else gm_f64.nr
+    cdef Py_ssize_t npad = _cdiv(N, nr) * nr
+    cdef Py_ssize_t nc = _col_block(M, N)
+    cdef Py_ssize_t n_nb = _cdiv(N, nc)
+    cdef Py_ssize_t n_items = _cdiv(M, _MC) * n_nb
+    cdef Py_ssize_t item, i0, n0, m, w
+    cdef int nthr = n_threads
+    if nthr > n_items:
+        nthr = <int>n_items
+    if nthr < 1:
+        nthr = 1
+    with parallel(num_threads=nthr):
+        for item in prange(n_items, schedule='static'):
+            i0 = (item // n_nb) * _MC          # row blocks outer: an item's x rows stay in
+            n0 = (item % n_nb) * nc            # cache while its neighbour reuses them
+            m = _MC if M - i0 > _MC else M - i0
+            w = nc if N - n0 > nc else N - n0
+            if isz == 4:
+                gm_f32.item(<const float *>x + i0 * x_rs, x_rs, m, K, <const float *>wp,
+                            npad, n0, w, <const float *>bias, act,
+                            (<const float *>res + i0 * res_rs) if res != NULL else NULL,
+                            res_rs, <float *>y + i0 * y_rs, y_rs)
+            else:
+                gm_f64.item(<const double *>x + i0 * x_rs, x_rs, m, K, <const double *>wp,
+                            npad, n0, w, <const double *>bias, act,
+                            (<const double *>res + i0 * res_rs) if res != NULL else NULL,
+                            res_rs, <double *>y + i0 * y_rs, y_rs)
+
+
+def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, object res,
+         cnp.ndarray y, int n_threads):
+    """y = act(x @ W.T + bias) + res with W packed in wp. x (M, K), res and y (M, N): 2-D,
+    last axis contiguous, aligned; bias (N,) contiguous or None; M, N >= 1."""
+    cdef Py_ssize_t M = cnp.PyArray_DIMS(x)[0], K = cnp.PyArray_DIMS(x)[1]
+    cdef int isz = <int>cnp.PyArray_ITEMSIZE(x)
+    cdef Py_ssize_t x_rs = cnp.PyArray_STRIDES(x)[0] // isz
+    cdef Py_ssize_t y_rs = cnp.PyArray_STRIDES(y)[0] // isz
+    cdef Py_ssize_t res_rs = 0
+    cdef const char *bp = NULL
+    cdef const char *rp = NULL
+    if bias is not None:
+        bp = <const char *> cnp.PyArray_DATA(<cnp.ndarray> bias)
+    if res is not None:
+        rp = <const char *> cnp.PyArray_DATA(<cnp.ndarray> res)
+        res_rs = cnp.PyArray_STRIDES(<cnp.ndarray> res)[0] // isz
+    cdef const char *xp = <const char *> cnp.PyArray_DATA(x)
+    cdef const char *wpp = <const char *> cnp.PyArray_DATA(wp)
+    cdef char *yp = <char *> cnp.PyArray_DATA(y)
+    with nogil:
+        _gemm_run(xp, x_rs, M, K, wpp, N, bp, act, rp, res_rs, yp, y_rs, isz, n_threads)
+
+
+# ---------------------------------------------------------------- activations, LayerNorm
+
+def activation(cnp.ndarray x, cnp.ndarray y, int act, int n_threads):
+    """y = act(x) elementwise; x, y contiguous, same float dtype, same size (y may be x)."""
+    cdef Py_ssize_t n = cnp.PyArray_SIZE(x)
+    cdef Py_ssize_t n_chunks = _cdiv(n, _ACT_CHUNK)
+    cdef Py_ssize_t c, c0, w
+    cdef int isz = <int>cnp.PyArray_ITEMSIZE(x)
+    cdef char *xp = <char *> cnp.PyArray_DATA(x)
+    cdef char *yp = <char *> cnp.PyArray_DATA(y)
+    cdef int nthr = n_threads
+    if nthr > n_chunks:
+        nthr = <int>n_chunks
+    if nthr < 1:
+        nthr = 1
+    with nogil, parallel(num_threads=nthr):
+        for c in prange(n_chunks, schedule='static'):
+            c0 = c * _ACT_CHUNK
+            w = _ACT_CHUNK if n - c0 > _ACT_CHUNK else n - c0
+            if isz == 4:
+                gm_f32.act(<const float *>xp + c0, w, <float *>yp + c0, act)
+            else:
+                gm_f64.act(<const double *>xp + c0, w, <double *>yp + c0, act)
+
+
+def layer_norm(cnp.ndarray x, object res, object gamma, object beta, double eps,
+               cnp.ndarray y, int n_threads):
+    """y = LayerNorm(x + res) * gamma + beta over the last axis. x, res, y (rows, n) C-contiguous;
+    gamma, beta (n,) contiguous or None; rows >= 1, n >= 1; y may be x."""
+    cdef Py_ssize_t rows = cnp.PyArray_DIMS(x)[0], n = cnp.PyArray_DIMS(x)[1]
+    cdef int isz = <int>cnp.PyArray_ITEMSIZE(x)
+    cdef char *xp = <char *> cnp.PyArray_DATA(x)
+    cdef char *yp = <char *> cnp.PyArray_DATA(y)
+    cdef char *rp = NULL
+    cdef char *gp = NULL
+    cdef char *bp = NULL
+    cdef Py_ssize_t r
+    if res is not None:
+        rp = <char *> cnp.PyArray_DATA(<cnp.ndarray> res)
+    if gamma is not None:
+        gp = <char *> cnp.PyArray_DATA(<cnp.ndarray> gamma)
+    if beta is not None:
+        bp = <char *> cnp.PyArray_DATA(<cnp.ndarray> beta)
+    cdef int nthr = n_threads
+    if nthr > rows:
+        nthr = <int>rows
+    if nthr < 1:
+        nthr = 1
+    with nogil, parallel(num_threads=nthr):
+        for r in prange(rows, schedule='static'):
+            if isz == 4:
+                gm_layer_norm_row_f32(<const float *>xp + r * n,
+                                      (<const float *>rp + r * n) if rp != NULL else NULL, n,
+                                      <const float *>gp, <const float *>bp, eps,
+                                      <float *>yp + r * n)
+            else:
+                gm_layer_norm_row_f64(<const double *>xp + r * n,
+                                      (<const double *>rp + r * n) if rp != NULL else NULL, n,
+                                      <const double *>gp, <const double *>bp, eps,
+                                      <double *>yp + r * n)
+
+
+# ---------------------------------------------------------------- run-time facts, testing hook
+
+def openmp_enabled():
+    return bool(FASTATTN_OPENMP_ENABLED)
+
+
+def isa():
+    """Name of the GEMM kernel set in use ('avx512', 'avx2', 'baseline', 'scalar')."""
+    return ISA_NAMES[gm_current_level()]
+
+
+def isa_level():
+    return gm_current_level()
+
+
+def cpu_isa():
+    """Best kernel set the running CPU supports."""
+    return ISA_NAMES[fa_cpu_level()]
+
+
+def set_isa(name):
+    """Select the GEMM kernel set by name (testing aid: clamped to what the CPU supports;
+    'avx2-wide' is the AVX-512 shapes compiled for AVX2). Returns the name selected. Weights
+    packed under another set are repacked by their owner on next use. Not thread-safe against
+    running kernels."""
+    levels = {v: k for k, v in ISA_NAMES.items()}
+    if name not in levels:
+        raise ValueError(f"isa must be one of {sorted(levels)}, got {name!r}")
+    return ISA_NAMES[gm_init(levels[name])]
+
+
+def blocking(int itemsize):
+    """(MR, NR, KC) of the kernel set now selected for this item size."""
+    if itemsize == 4:
+        return (gm_f32.mr, gm_f32.nr, gm_f32.kc)
+    return (gm_f64.mr, gm_f64.nr, gm_f64.kc)

@@ -1,0 +1,20 @@
+/* dispatch.c -- run-time CPU feature detection shared by every kernel family (see dispatch.h).
+ * The extensions are built for the baseline ISA; the AVX2 / AVX-512 kernels are compiled with
+ * function-level target attributes and chosen from fa_cpu_level() at import. */
+#include "dispatch.h"
+
+int fa_cpu_level(void)
+{
+#if FA_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return FA_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return FA_ISA_AVX2;
+    return FA_ISA_BASE;
+#elif FA_GNU_VECTORS
+    return FA_ISA_BASE;
+#else
+    return FA_ISA_SCALAR;
+#endif
+}

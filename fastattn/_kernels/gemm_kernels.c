@@ -1,0 +1,239 @@
+/* gemm_kernels.c -- instantiates gemm_tile.h per dtype and ISA and selects the best set the
+ * running CPU supports (gm_init, called at import of _gemm; fa_cpu_level from dispatch.c).
+ * Built for the baseline ISA; AVX2 / AVX-512 versions carry function-level target attributes.
+ *
+ * Register blocks and K blocks per instance (NR = NV * VW columns):
+ *   scalar     MR 4, NR 4,   KC 256   the reference: plain C, libm activations
+ *   baseline   MR 4, NR 8/4 (2 SSE vectors), KC 256
+ *   AVX2+FMA   MR 6, NR 16 floats / 8 doubles (12 ymm accumulators, 2 for the panel, 1 for the
+ *              broadcast), KC 256: a 256 x 16 float panel is 16 KiB, half of L1d
+ *   AVX-512F   MR 6, NR 64 floats / 32 doubles (24 zmm accumulators), KC 128 (32 KiB panel)
+ *   avx2-wide  tests only: the AVX-512 shapes compiled for AVX2
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "dispatch.h"
+#include "gemm_kernels.h"
+
+#if FA_X86
+#include <immintrin.h>     /* usable inside functions whose target attribute enables the ISA */
+#endif
+
+/* ---- plain scalar C */
+#define GM_T float
+#define GM_I int32_t
+#define GM_IS_DOUBLE 0
+#define GM_VW 1
+#define GM_MR 4
+#define GM_NV 4
+#define GM_KC 256
+#define GM_NAME(x) gm_##x##_f32_scalar
+#define GM_TARGET
+#include "gemm_tile.h"
+
+#define GM_T double
+#define GM_I int64_t
+#define GM_IS_DOUBLE 1
+#define GM_VW 1
+#define GM_MR 4
+#define GM_NV 4
+#define GM_KC 256
+#define GM_NAME(x) gm_##x##_f64_scalar
+#define GM_TARGET
+#include "gemm_tile.h"
+
+#if FA_GNU_VECTORS
+/* ---- generic vectors at the baseline ISA (SSE2 on x86-64, NEON on arm64) */
+#define GM_T float
+#define GM_I int32_t
+#define GM_IS_DOUBLE 0
+#define GM_VW 4
+#define GM_MR 4
+#define GM_NV 2
+#define GM_KC 256
+#define GM_NAME(x) gm_##x##_f32_base
+#define GM_TARGET
+#if FA_X86
+#define GM_ANY(m) _mm_movemask_ps((__m128)(m))
+#endif
+#include "gemm_tile.h"
+
+#define GM_T double
+#define GM_I int64_t
+#define GM_IS_DOUBLE 1
+#define GM_VW 2
+#define GM_MR 4
+#define GM_NV 2
+#define GM_KC 256
+#define GM_NAME(x) gm_##x##_f64_base
+#define GM_TARGET
+#include "gemm_tile.h"
+#endif
+
+#if FA_X86
+/* ---- AVX2 + FMA */
+#define GM_T float
+#define GM_I int32_t
+#define GM_IS_DOUBLE 0
+#define GM_VW 8
+#define GM_MR 6
+#define GM_NV 2
+#define GM_KC 256
+#define GM_NAME(x) gm_##x##_f32_avx2
+#define GM_TARGET __attribute__((target("avx2,fma")))
+#define GM_ANY(m) _mm256_movemask_ps((__m256)(m))
+#include "gemm_tile.h"
+
+#define GM_T double
+#define GM_I int64_t
+#define GM_IS_DOUBLE 1
+#define GM_VW 4
+#define GM_MR 6
+#define GM_NV 2
+#define GM_KC 256
+#define GM_NAME(x) gm_##x##_f64_avx2
+#define GM_TARGET __attribute__((target("avx2,fma")))
+#include "gemm_tile.h"
+
+/* ---- test-only: the AVX-512 shapes compiled for AVX2 (never selected automatically) */
+#define GM_T float
+#define GM_I int32_t
+#define GM_IS_DOUBLE 0
+#define GM_VW 16
+#define GM_MR 6
+#define GM_NV 4
+#define GM_KC 128
+#define GM_NAME(x) gm_##x##_f32_avx2wide
+#define GM_TARGET __attribute__((target("avx2,fma")))
+#include "gemm_tile.h"
+
+#define GM_T double
+#define GM_I int64_t
+#define GM_IS_DOUBLE 1
+#define GM_VW 8
+#define GM_MR 6
+#define GM_NV 4
+#define GM_KC 128
+#define GM_NAME(x) gm_##x##_f64_avx2wide
+#define GM_TARGET __attribute__((target("avx2,fma")))
+#include "gemm_tile.h"
+
+/* ---- AVX-512F */
+#define GM_T float
+#define GM_I int32_t
+#define GM_IS_DOUBLE 0
+#define GM_VW 16
+#define GM_MR 6
+#define GM_NV 4
+#define GM_KC 128
+#define GM_NAME(x) gm_##x##_f32_avx512
+#define GM_TARGET __attribute__((target("avx512f,avx2,fma")))
+#define GM_ANY(m) (_mm512_test_epi32_mask((__m512i)(m), (__m512i)(m)) != 0)
+#include "gemm_tile.h"
+
+#define GM_T double
+#define GM_I int64_t
+#define GM_IS_DOUBLE 1
+#define GM_VW 8
+#define GM_MR 6
+#define GM_NV 4
+#define GM_KC 128
+#define GM_NAME(x) gm_##x##_f64_avx512
+#define GM_TARGET __attribute__((target("avx512f,avx2,fma")))
+#include "gemm_tile.h"
+#endif
+
+/* ---- residual + LayerNorm over one row of n elements (n >= 1):
+ *   s = x + res (rounded to T, as the unfused x + res would be), mean and biased variance of s
+ *   in double over two passes (no cancellation from sum(s^2) - n mean^2), then
+ *   y = (s - mean) / sqrt(var + eps) * gamma + beta. res, gamma, beta may be NULL (0, 1, 0);
+ *   y may be x (each element is read before it is written). */
+#define GM_LN_ROW(T, sfx)                                                                      \
+    void gm_layer_norm_row_##sfx(const T *x, const T *res, ptrdiff_t n, const T *gamma,       \
+                                 const T *beta, double eps, T *y)                             \
+    {                                                                                          \
+        double sum = 0.0, ss = 0.0;                                                            \
+        for (ptrdiff_t j = 0; j < n; j++) {                                                    \
+            T s = res ? (T)(x[j] + res[j]) : x[j];                                             \
+            sum += (double)s;                                                                  \
+        }                                                                                      \
+        double mean = sum / (double)n;                                                         \
+        for (ptrdiff_t j = 0; j < n; j++) {                                                    \
+            T s = res ? (T)(x[j] + res[j]) : x[j];                                             \
+            double d = (double)s - mean;                                                       \
+            ss += d * d;                                                                       \
+        }                                                                                      \
+        double rstd = 1.0 / sqrt(ss / (double)n + eps);                                        \
+        for (ptrdiff_t j = 0; j < n; j++) {                                                    \
+            T s = res ? (T)(x[j] + res[j]) : x[j];                                             \
+            double v = ((double)s - mean) * rstd;                                              \
+            if (gamma) v *= (double)gamma[j];                                                  \
+            if (beta) v += (double)beta[j];                                                    \
+            y[j] = (T)v;                                                                       \
+        }                                                                                      \
+    }
+GM_LN_ROW(float, f32)
+GM_LN_ROW(double, f64)
+
+/* ---- dispatch tables */
+#define GM_FILL(tab, T, sfx, MR, NR, KC)          \
+    do {                                          \
+        (tab).mr = (MR);                          \
+        (tab).nr = (NR);                          \
+        (tab).kc = (KC);                          \
+        (tab).pack = gm_pack_##sfx;               \
+        (tab).item = gm_item_##sfx;               \
+        (tab).act = gm_act_array_##sfx;           \
+    } while (0)
+
+gm_ops_f32 gm_f32;
+gm_ops_f64 gm_f64;
+static int gm_isa_level = -1;
+
+/* Select the kernels for `level` (clamped to what the CPU supports). Returns the level used. */
+int gm_init(int level)
+{
+    int cpu = fa_cpu_level();
+#if FA_X86
+    if (level == FA_ISA_AVX2_WIDE && cpu >= FA_ISA_AVX2) {
+        GM_FILL(gm_f32, float, f32_avx2wide, 6, 64, 128);
+        GM_FILL(gm_f64, double, f64_avx2wide, 6, 32, 128);
+        gm_isa_level = level;
+        return level;
+    }
+#endif
+    if (level < 0 || level > cpu) level = cpu;
+#if !FA_GNU_VECTORS
+    level = FA_ISA_SCALAR;
+#endif
+    switch (level) {
+#if FA_X86
+    case FA_ISA_AVX512:
+        GM_FILL(gm_f32, float, f32_avx512, 6, 64, 128);
+        GM_FILL(gm_f64, double, f64_avx512, 6, 32, 128);
+        break;
+    case FA_ISA_AVX2:
+        GM_FILL(gm_f32, float, f32_avx2, 6, 16, 256);
+        GM_FILL(gm_f64, double, f64_avx2, 6, 8, 256);
+        break;
+#endif
+#if FA_GNU_VECTORS
+    case FA_ISA_BASE:
+        GM_FILL(gm_f32, float, f32_base, 4, 8, 256);
+        GM_FILL(gm_f64, double, f64_base, 4, 4, 256);
+        break;
+#endif
+    default:
+        level = FA_ISA_SCALAR;
+        GM_FILL(gm_f32, float, f32_scalar, 4, 4, 256);
+        GM_FILL(gm_f64, double, f64_scalar, 4, 4, 256);
+        break;
+    }
+    gm_isa_level = level;
+    return level;
+}
+
+int gm_current_level(void) { return gm_isa_level; }

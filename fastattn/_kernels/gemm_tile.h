@@ -1,0 +1,459 @@
+/* gemm_tile.h -- packed-weight GEMM with a fused epilogue, and elementwise activations; a
+ * template included once per (dtype, ISA) by gemm_kernels.c, like fa_tile.h.
+ *
+ * The linear layer, row-major, torch's convention (W is Linear.weight):
+ *   x    (M, K)     activations, row stride x_rs, last dimension contiguous
+ *   W    (N, K)     weights, packed once by pack() into wp
+ *   bias (N,)       optional
+ *   res  (M, N)     optional residual, row stride res_rs
+ *   y    (M, N)     y = act(x @ W.T + bias) + res, row stride y_rs
+ *
+ * Packed layout (wp, K * Npad elements, Npad = N rounded up to NR): the K axis is cut into blocks
+ * of KC (the last one shorter, kcb = min(KC, K - K0)); the block starting at K0 occupies
+ * wp[K0 * Npad .. (K0 + kcb) * Npad) and holds Npad / NR panels, panel p at offset p * NR * kcb:
+ *   wp[K0 * Npad + n0 * kcb + k * NR + j] = W[n0 + j, K0 + k]     (zero for n0 + j >= N)
+ * so the micro-kernel streams one contiguous kcb x NR panel per register block, and a panel
+ * (KC x NR: 16 KiB on AVX2) stays in L1 while every MR-row block of the item passes over it.
+ *
+ * The includer defines:
+ *   GM_T        element type (float or double)
+ *   GM_I        integer type of the same width
+ *   GM_IS_DOUBLE
+ *   GM_VW       elements per vector (1: plain scalar C, the reference)
+ *   GM_MR       rows per register block
+ *   GM_NV       vectors per register block row; NR = GM_NV * GM_VW columns
+ *   GM_KC       K block length (the only blocking parameter that changes the rounding)
+ *   GM_NAME(x)  name mangling, e.g. x##_f32_avx2
+ *   GM_TARGET   function attribute selecting the ISA (may be empty)
+ *
+ * Summation order: each y element is sum_k x[m, k] * W[n, k] accumulated in k order, block by
+ * block, in one accumulator (the block's partial sum goes through y between K blocks). The
+ * order depends on K and KC only, never on which thread or which register-block position
+ * computes the element, so results are bitwise identical for any thread count.
+ */
+
+#define GM_NR (GM_NV * GM_VW)
+
+#if GM_VW > 1
+typedef GM_T GM_NAME(vec) __attribute__((vector_size(GM_VW * sizeof(GM_T)), aligned(sizeof(GM_T))));
+typedef GM_I GM_NAME(ivec) __attribute__((vector_size(GM_VW * sizeof(GM_T)), aligned(sizeof(GM_T))));
+#define V GM_NAME(vec)
+#define VI GM_NAME(ivec)
+#define VLOAD(p) (*(const V *)(p))
+#define VSTORE(p, x) (*(V *)(p) = (x))
+#define VSPLAT(c) ((V){0} + (GM_T)(c))
+/* lane-wise m ? a : b, m a comparison result (all bits set where true) */
+#define VSEL(m, a, b) ((V)(((VI)(m) & (VI)(a)) | (~(VI)(m) & (VI)(b))))
+/* GM_ANY(m): is any lane of the comparison result m true? One movemask / test instruction
+ * where the includer names it, a lane loop otherwise */
+#ifndef GM_ANY
+#define GM_ANY(m) GM_NAME(any_lane)((VI)(m))
+static inline int GM_NAME(any_lane)(VI m)
+{
+    GM_I acc = 0;
+    for (int t = 0; t < GM_VW; t++) acc |= m[t];
+    return acc != 0;
+}
+#endif
+#endif
+
+/* ------------------------------------------------------------------ activations
+ * act codes (gemm_kernels.h): GM_ACT_NONE, GM_ACT_RELU, GM_ACT_GELU (exact, erf),
+ * GM_ACT_GELU_TANH (torch's approximate='tanh'), GM_ACT_SILU.
+ * Limits: gelu(+inf) = +inf, gelu(-inf) = -0 (the limits, where torch returns NaN), the same for
+ * gelu_tanh and silu; NaN stays NaN; relu(NaN) = NaN.
+ *
+ * The scalar element function: double arithmetic through libm, used by the scalar ISA for both
+ * dtypes and by every ISA for float64 (libm's erf/erfc/exp are correctly rounded or within 1
+ * ulp; a float64 vector erf is not implemented). gelu uses erfc(-x / sqrt 2) rather than
+ * 1 + erf(x / sqrt 2): no cancellation for negative x, so the tail keeps its relative accuracy. */
+static inline double GM_NAME(act_scalar)(double x, int act)
+{
+    double e;
+    switch (act) {
+    case GM_ACT_RELU:
+        return x < 0 ? 0.0 : x;                        /* NaN < 0 is false: NaN passes */
+    case GM_ACT_GELU:
+        if (x == -INFINITY) return -0.0;
+        return 0.5 * x * erfc(-x * 0.70710678118654752440);
+    case GM_ACT_GELU_TANH:
+        /* 0.5 x (1 + tanh u) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3) */
+        e = exp(-2.0 * 0.79788456080286535588 * (x + 0.044715 * x * x * x));
+        return e == INFINITY ? -0.0 : x / (1.0 + e);
+    case GM_ACT_SILU:
+        e = exp(-x);
+        return e == INFINITY ? -0.0 : x / (1.0 + e);
+    case GM_ACT_ERF:
+        return erf(x);
+    default:
+        return x;
+    }
+}
+
+#if GM_VW > 1 && !GM_IS_DOUBLE
+/* exp for float vectors over the whole range. exp(x) = 2^n e^r, n = round(x log2 e),
+ * r = x - n ln 2 in Cody and Waite's two steps (ln2_hi has 11 significant bits, so n * ln2_hi
+ * is exact for |n| <= 2^13 and the step is exact whether or not the compiler fuses it);
+ * e^r for |r| <= 0.347 by its Taylor series to degree 7 (truncation < 6e-9, under a tenth of
+ * an ulp); 2^n applied in two halves, 2^(n/2) 2^(n - n/2), so that n from -150 to 128 gives
+ * subnormal results and overflow to +inf with one rounding each. x is clamped to
+ * [-104, 89] first: below, the result is 0; above, +inf. NaN propagates (the clamps compare
+ * false and keep it). */
+GM_TARGET static inline V GM_NAME(vexp)(V x)
+{
+    const V lo = VSPLAT(-104.0f), hi = VSPLAT(89.0f);
+    x = VSEL(x < lo, lo, x);
+    x = VSEL(x > hi, hi, x);
+    const GM_T shift = 12582912.0f;                    /* 1.5 * 2^23: rounds to an integer */
+    V n = (x * 1.44269504f + shift) - shift;
+    V r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    V p = VSPLAT(1.0f / 5040.0f);
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    VI ni = __builtin_convertvector(n, VI);
+    VI n1 = ni >> 1, n2 = ni - (ni >> 1);
+    V s1 = (V)((n1 + 127) << 23), s2 = (V)((n2 + 127) << 23);
+    return p * s1 * s2;
+}
+
+/* erfc(a) for a >= 1 (a may be NaN or +inf), two near-minimax fits (Chebyshev nodes with
+ * Lawson reweighting, computed for this file against mpmath at 40 digits):
+ *   1 <= a < 2:    erfc itself, a polynomial of degree 10 in a - 1.5 (relative fit error
+ *                  3e-9): no exp, and it covers |x| < 2.83 of GELU's inputs with x / sqrt 2;
+ *   2 <= a <= 6.5: exp of a degree-11 polynomial in a - 4.25 fitted to log erfc(a) (absolute
+ *                  fit error 5e-9 in the logarithm); beyond 6.5 erfc < 4e-20 and the result
+ *                  is 0.
+ * The second interval, the expensive one, is evaluated only when some lane needs it (a NaN
+ * lane does: it takes that interval, which propagates it). Fitting erfc rather than erf keeps
+ * its relative accuracy (~8 float32 eps) where GELU's negative tail needs it. */
+GM_TARGET static inline V GM_NAME(verfc_tail)(V a)
+{
+    V t1 = a - 1.5f;
+    V q1 = VSPLAT(1.331209019e-04f);
+    q1 = q1 * t1 + -1.558088806e-03f;
+    q1 = q1 * t1 + 2.320772957e-03f;
+    q1 = q1 * t1 + 4.710950396e-03f;
+    q1 = q1 * t1 + -1.931624308e-02f;
+    q1 = q1 * t1 + 1.486904639e-02f;
+    q1 = q1 * t1 + 4.459797990e-02f;
+    q1 = q1 * t1 + -1.387520858e-01f;
+    q1 = q1 * t1 + 1.783954596e-01f;
+    q1 = q1 * t1 + -1.189302889e-01f;
+    q1 = q1 * t1 + 3.389485341e-02f;
+    if (!GM_ANY(~(VI)(a < 2.0f)))
+        return q1;
+    V ac = VSEL(a > 6.5f, VSPLAT(6.5f), a);            /* NaN stays NaN */
+    V t2 = ac - 4.25f;
+    V q2 = VSPLAT(-4.627353082e-10f);
+    q2 = q2 * t2 + 4.614634414e-09f;
+    q2 = q2 * t2 + -3.171049716e-08f;
+    q2 = q2 * t2 + 2.272791618e-07f;
+    q2 = q2 * t2 + -1.605983862e-06f;
+    q2 = q2 * t2 + 1.088644338e-05f;
+    q2 = q2 * t2 + -7.238122687e-05f;
+    q2 = q2 * t2 + 4.805206234e-04f;
+    q2 = q2 * t2 + -3.263743236e-03f;
+    q2 = q2 * t2 + -9.760845730e-01f;
+    q2 = q2 * t2 + -8.723775716e+00f;
+    q2 = q2 * t2 + -2.010776990e+01f;
+    V e = GM_NAME(vexp)(q2);
+    e = VSEL(a > 6.5f, VSPLAT(0.0f), e);
+    return VSEL(a < 2.0f, q1, e);
+}
+
+/* erf(a) - a = a * S(a^2) for 0 <= a < 1: S of degree 8 (near-minimax as above, relative fit
+ * error 4e-11). Writing erf = a + a S keeps the leading term exact: 2/sqrt(pi) itself would
+ * be rounded to float. */
+GM_TARGET static inline V GM_NAME(verf_small)(V a)
+{
+    V t = a * a;
+    V s = VSPLAT(1.056302159e-06f);
+    s = s * t + -1.389871761e-05f;
+    s = s * t + 1.195482155e-04f;
+    s = s * t + -8.542489198e-04f;
+    s = s * t + 5.223776419e-03f;
+    s = s * t + -2.686613141e-02f;
+    s = s * t + 1.128379129e-01f;
+    s = s * t + -3.761263889e-01f;
+    s = s * t + 1.283791671e-01f;
+    return a + a * s;
+}
+
+/* erf(x), <= 2 ulp (tests/kernels/test_activations.py sweeps it against scipy.special.erf):
+ * odd, so computed on |x| and the sign copied back (erf(-0) = -0, erf(NaN) = NaN). */
+GM_TARGET static inline V GM_NAME(verf)(V x)
+{
+    const VI signbit = (VI){0} + (GM_I)(-2147483647 - 1);
+    V a = (V)((VI)x & ~signbit);
+    V tail = GM_ANY(~(VI)(a < 1.0f)) ? GM_NAME(verfc_tail)(a) : VSPLAT(0.0f);
+    V r = VSEL(a < 1.0f, GM_NAME(verf_small)(a), 1.0f - tail);
+    return (V)((VI)r | ((VI)x & signbit));
+}
+
+GM_TARGET static inline V GM_NAME(act_vec)(V x, int act)
+{
+    V e, y;
+    switch (act) {
+    case GM_ACT_RELU:
+        return VSEL(x < 0.0f, VSPLAT(0.0f), x);
+    case GM_ACT_GELU: {
+        /* x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2 for x >= 0 and erfc(|x| / sqrt 2) / 2
+         * for x < 0 (no cancellation in the negative tail: relative accuracy kept down to
+         * x = -9.2, beyond which gelu is -0) */
+        const VI signbit = (VI){0} + (GM_I)(-2147483647 - 1);
+        V a = (V)((VI)x & ~signbit) * 0.707106781f;
+        V small = GM_NAME(verf_small)(a);
+        V tail = GM_ANY(~(VI)(a < 1.0f)) ? GM_NAME(verfc_tail)(a) : VSPLAT(0.0f);
+        V erf_a = VSEL(a < 1.0f, small, 1.0f - tail);
+        V erfc_a = VSEL(a < 1.0f, 1.0f - small, tail);
+        V phi = VSEL(x < 0.0f, erfc_a, 1.0f + erf_a) * 0.5f;
+        y = x * phi;
+        return VSEL(phi == 0.0f, VSPLAT(-0.0f), y);     /* -inf * 0 would be NaN */
+    }
+    case GM_ACT_GELU_TANH: {
+        V u = x * (0.797884561f + (0.797884561f * 0.044715f) * (x * x));
+        e = GM_NAME(vexp)(-2.0f * u);
+        y = x / (1.0f + e);
+        return VSEL(e == INFINITY, VSPLAT(-0.0f), y);   /* x -> -inf: the limit, not NaN */
+    }
+    case GM_ACT_SILU:
+        e = GM_NAME(vexp)(-x);
+        y = x / (1.0f + e);
+        return VSEL(e == INFINITY, VSPLAT(-0.0f), y);
+    case GM_ACT_ERF:
+        return GM_NAME(verf)(x);
+    default:
+        return x;
+    }
+}
+#define GM_VEC_ACT 1
+#endif
+
+/* y[j] = act(y[j] + bias[j]) + res[j] for j < n (bias, res optional). Every element takes the
+ * same path wherever it sits: a tail shorter than a vector is padded into one vector, so an
+ * element's result does not depend on n or on its position. */
+GM_TARGET static void GM_NAME(epilogue_row)(GM_T *y, ptrdiff_t n, const GM_T *bias, int act,
+                                           const GM_T *res)
+{
+#ifdef GM_VEC_ACT
+    ptrdiff_t j = 0;
+    for (; j + GM_VW <= n; j += GM_VW) {
+        V v = VLOAD(y + j);
+        if (bias) v = v + VLOAD(bias + j);
+        if (act) v = GM_NAME(act_vec)(v, act);
+        if (res) v = v + VLOAD(res + j);
+        VSTORE(y + j, v);
+    }
+    if (j < n) {
+        GM_T tmp[3][GM_VW];
+        ptrdiff_t w = n - j;
+        for (ptrdiff_t t = 0; t < GM_VW; t++) {
+            tmp[0][t] = t < w ? y[j + t] : 0;
+            tmp[1][t] = (t < w && bias) ? bias[j + t] : 0;
+            tmp[2][t] = (t < w && res) ? res[j + t] : 0;
+        }
+        V v = VLOAD(tmp[0]);
+        if (bias) v = v + VLOAD(tmp[1]);
+        if (act) v = GM_NAME(act_vec)(v, act);
+        if (res) v = v + VLOAD(tmp[2]);
+        VSTORE(tmp[0], v);
+        for (ptrdiff_t t = 0; t < w; t++) y[j + t] = tmp[0][t];
+    }
+#else
+    for (ptrdiff_t j = 0; j < n; j++) {
+        GM_T v = y[j];
+        if (bias) v = v + bias[j];
+        if (act) v = (GM_T)GM_NAME(act_scalar)((double)v, act);
+        if (res) v = v + res[j];
+        y[j] = v;
+    }
+#endif
+}
+
+/* y = act(x) elementwise over n elements (y may be x): the standalone activation kernel, one
+ * pass over memory; the same element function as the epilogue, so the bits agree with it. */
+GM_TARGET static void GM_NAME(act_array)(const GM_T *x, ptrdiff_t n, GM_T *y, int act)
+{
+#ifdef GM_VEC_ACT
+    ptrdiff_t j = 0;
+    for (; j + GM_VW <= n; j += GM_VW) VSTORE(y + j, GM_NAME(act_vec)(VLOAD(x + j), act));
+    if (j < n) {
+        GM_T tmp[GM_VW];
+        ptrdiff_t w = n - j;
+        for (ptrdiff_t t = 0; t < GM_VW; t++) tmp[t] = t < w ? x[j + t] : 0;
+        VSTORE(tmp, GM_NAME(act_vec)(VLOAD(tmp), act));
+        for (ptrdiff_t t = 0; t < w; t++) y[j + t] = tmp[t];
+    }
+#else
+    for (ptrdiff_t j = 0; j < n; j++) y[j] = (GM_T)GM_NAME(act_scalar)((double)x[j], act);
+#endif
+}
+
+/* ------------------------------------------------------------------ packing
+ * W (N, K) with row stride w_rs -> wp (K * Npad), the layout in the header comment. */
+GM_TARGET static void GM_NAME(pack)(const GM_T *w, ptrdiff_t w_rs, ptrdiff_t N, ptrdiff_t K,
+                                    GM_T *wp)
+{
+    ptrdiff_t npad = (N + GM_NR - 1) / GM_NR * GM_NR;
+    for (ptrdiff_t k0 = 0; k0 < K; k0 += GM_KC) {
+        ptrdiff_t kcb = K - k0 < GM_KC ? K - k0 : GM_KC;
+        GM_T *blk = wp + k0 * npad;
+        for (ptrdiff_t n0 = 0; n0 < npad; n0 += GM_NR) {
+            GM_T *panel = blk + n0 * kcb;              /* (kcb, NR) */
+            ptrdiff_t w_cols = N - n0 < GM_NR ? N - n0 : GM_NR;
+            for (ptrdiff_t j = 0; j < GM_NR; j++) {
+                if (j < w_cols) {
+                    const GM_T *wrow = w + (n0 + j) * w_rs + k0;
+                    for (ptrdiff_t k = 0; k < kcb; k++) panel[k * GM_NR + j] = wrow[k];
+                } else {
+                    for (ptrdiff_t k = 0; k < kcb; k++) panel[k * GM_NR + j] = 0;
+                }
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ the micro-kernel
+ * One register block: `mr` rows (a compile-time constant after inlining) x one packed panel:
+ *   acc[r, c] = (first ? 0 : y[r, c]) + sum_{k < kcb} x[r, k] * panel[k, c]
+ * for c < nv (the panel's real columns; the padding columns are computed and dropped).
+ * Each k step loads NV vectors of the panel and broadcasts one x element per row: MR * NV
+ * independent multiply-add chains (12 on AVX2 floats: 6 rows x 2 ymm), enough to hide the FMA
+ * latency. Partial panels go through a stack tile so nothing outside y's nv columns is read or
+ * written. */
+#if GM_VW > 1
+#define GM_ACC V
+#define GM_ZERO ((V){0})
+#else
+#define GM_ACC GM_T
+#define GM_ZERO ((GM_T)0)
+#define VLOAD(p) (*(p))
+#define VSTORE(p, x) (*(p) = (x))
+#endif
+
+GM_TARGET static inline __attribute__((always_inline)) void
+GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM_T *panel,
+            GM_T *y, ptrdiff_t y_rs, ptrdiff_t nv, int first)
+{
+    GM_ACC acc[GM_MR][GM_NV];
+    GM_T tmp[GM_MR][GM_NR];
+    const GM_T *xp[GM_MR];
+    for (int r = 0; r < mr; r++) {
+        xp[r] = x + r * x_rs;
+        if (first) {
+            for (int v = 0; v < GM_NV; v++) acc[r][v] = GM_ZERO;
+        } else if (nv == GM_NR) {
+            for (int v = 0; v < GM_NV; v++) acc[r][v] = VLOAD(y + r * y_rs + v * GM_VW);
+        } else {
+            for (int c = 0; c < GM_NR; c++) tmp[r][c] = c < nv ? y[r * y_rs + c] : 0;
+            for (int v = 0; v < GM_NV; v++) acc[r][v] = VLOAD(&tmp[r][v * GM_VW]);
+        }
+    }
+    for (ptrdiff_t k = 0; k < kcb; k++) {
+        GM_ACC wv[GM_NV];
+        for (int v = 0; v < GM_NV; v++) wv[v] = VLOAD(panel + k * GM_NR + v * GM_VW);
+        for (int r = 0; r < mr; r++) {
+            GM_T xe = xp[r][k];                        /* scalar * vector: a broadcast */
+            for (int v = 0; v < GM_NV; v++) acc[r][v] += xe * wv[v];
+        }
+    }
+    for (int r = 0; r < mr; r++) {
+        if (nv == GM_NR) {
+            for (int v = 0; v < GM_NV; v++) VSTORE(y + r * y_rs + v * GM_VW, acc[r][v]);
+        } else {
+            for (int v = 0; v < GM_NV; v++) VSTORE(&tmp[r][v * GM_VW], acc[r][v]);
+            for (ptrdiff_t c = 0; c < nv; c++) y[r * y_rs + c] = tmp[r][c];
+        }
+    }
+}
+
+/* One work item: y[0:m, n0:n0+nc] over the whole K (never split between threads).
+ *   x    (m, K)   the item's rows (already offset to its first row)
+ *   y    (m, N)   the same rows of the output, column 0; res likewise (or NULL)
+ *   wp   packed weights (K * npad); n0 and nc multiples of NR except nc at the right edge
+ * Loop order per K block: panel, then MR-row blocks, so a panel is read from L1 by every row
+ * block of the item while the item's x rows (m x KC) stay in L2. After the last K block each
+ * finished register block gets its epilogue while it is still in L1. */
+GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, ptrdiff_t K,
+                                    const GM_T *wp, ptrdiff_t npad, ptrdiff_t n0, ptrdiff_t nc,
+                                    const GM_T *bias, int act, const GM_T *res, ptrdiff_t res_rs,
+                                    GM_T *y, ptrdiff_t y_rs)
+{
+    ptrdiff_t k0 = 0;
+    for (;;) {
+        ptrdiff_t kcb = K - k0 < GM_KC ? K - k0 : GM_KC;
+        int first = k0 == 0, last = k0 + kcb >= K;
+        const GM_T *blk = wp + k0 * npad;
+        for (ptrdiff_t j0 = n0; j0 < n0 + nc; j0 += GM_NR) {
+            ptrdiff_t nv = n0 + nc - j0 < GM_NR ? n0 + nc - j0 : GM_NR;
+            const GM_T *panel = blk + j0 * kcb;
+            for (ptrdiff_t i0 = 0; i0 < m; i0 += GM_MR) {
+                int mr = m - i0 < GM_MR ? (int)(m - i0) : GM_MR;
+                const GM_T *xb = x + i0 * x_rs + k0;
+                GM_T *yb = y + i0 * y_rs + j0;
+#define GM_CALL(R) GM_NAME(mk)(xb, x_rs, R, kcb, panel, yb, y_rs, nv, first)
+                switch (mr) {
+                case GM_MR: GM_CALL(GM_MR); break;
+                case 1: GM_CALL(1); break;
+#if GM_MR > 2
+                case 2: GM_CALL(2); break;
+#endif
+#if GM_MR > 3
+                case 3: GM_CALL(3); break;
+#endif
+#if GM_MR > 4
+                case 4: GM_CALL(4); break;
+#endif
+#if GM_MR > 5
+                case 5: GM_CALL(5); break;
+#endif
+#if GM_MR > 6
+#error "GM_MR > 6: extend the remainder switch"
+#endif
+                default: break;
+                }
+#undef GM_CALL
+                if (last && (bias || act || res)) {
+                    for (int r = 0; r < mr; r++)
+                        GM_NAME(epilogue_row)(yb + r * y_rs, nv, bias ? bias + j0 : NULL, act,
+                                              res ? res + (i0 + r) * res_rs + j0 : NULL);
+                }
+            }
+        }
+        k0 += kcb;
+        if (k0 >= K) break;
+    }
+}
+
+#undef GM_NR
+#undef GM_ACC
+#undef GM_ZERO
+#undef VLOAD
+#undef VSTORE
+#ifdef V
+#undef V
+#undef VI
+#undef VSPLAT
+#undef VSEL
+#endif
+#ifdef GM_VEC_ACT
+#undef GM_VEC_ACT
+#endif
+#undef GM_T
+#undef GM_I
+#undef GM_IS_DOUBLE
+#undef GM_VW
+#undef GM_MR
+#undef GM_NV
+#undef GM_KC
+#undef GM_NAME
+#undef GM_TARGET
+#ifdef GM_ANY
+#undef GM_ANY
+#endif

@@ -1,0 +1,375 @@
+"""Linear layers, activations and LayerNorm on fastattn's own kernels (no BLAS call).
+
+``linear`` and ``PackedLinear`` compute ``act(x @ weight.T + bias) + residual`` with the
+weight packed into the micro-kernel's panel layout (``fastattn/_kernels/gemm_tile.h``) and the
+bias, activation and residual applied while each output tile is still in cache. They run on
+the same OpenMP threads as the attention kernels, and their results are bitwise identical for
+any thread count.
+
+dtype rules: float32 stays float32, float64 stays float64. The floating-point arguments must
+share one dtype (a float32 ``x`` with a float64 ``weight`` is a TypeError naming the argument;
+convert explicitly). Integer and bool inputs are converted: to the dtype of the floating-point
+arguments if there are any, to float64 (``_validation.result_dtype``) if there are none;
+float16 counts as float32.
+
+Activations: ``None``, ``"relu"``, ``"gelu"`` (exact, through erf), ``"gelu_tanh"``
+(torch's ``approximate='tanh'``; aliases ``"gelu_new"``, ``"gelu_pytorch_tanh"``), ``"silu"``
+(alias ``"swish"``). At the infinities they return their limits (``gelu(-inf) = -0``, where
+torch returns NaN); NaN stays NaN.
+"""
+import numpy as np
+
+from ._kernels import _gemm as _g
+from ._threads import _effective_n_threads
+from ._validation import as_array, kernel_ready, result_dtype
+
+__all__ = ["linear", "PackedLinear", "gelu", "silu", "relu", "layer_norm"]
+
+_ACT_ALIASES = {
+    None: None, "none": None, "identity": None, "linear": None,
+    "relu": "relu",
+    "gelu": "gelu",
+    "gelu_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+    "silu": "silu", "swish": "silu",
+}
+
+
+def _activation_code(activation):
+    if activation is not None and not isinstance(activation, str):
+        raise TypeError(f"activation must be a string or None, got {type(activation).__name__} "
+                        f"{activation!r}")
+    key = activation.lower() if isinstance(activation, str) else None
+    if key not in _ACT_ALIASES:
+        raise ValueError(f"activation must be one of None, 'relu', 'gelu', 'gelu_tanh', 'silu' "
+                         f"(or an alias: {sorted(k for k in _ACT_ALIASES if k)}), "
+                         f"got {activation!r}")
+    return _g.ACTIVATIONS[_ACT_ALIASES[key]]
+
+
+def _common_dtype(named):
+    """The compute dtype of (name, array) pairs (None entries skipped), per the module rules."""
+    named = [(n, a) for n, a in named if a is not None]
+    dt = result_dtype(*named)             # also rejects complex, object, longdouble, ...
+    floats = [(n, a) for n, a in named if a.dtype.kind == "f"]
+    if not floats:
+        return dt
+    first_name, first = floats[0]
+
+    def native(dt):   # float16 computes as float32; byte order does not matter
+        return np.dtype(np.float32) if dt.itemsize < 4 else dt.newbyteorder("=")
+
+    want = native(first.dtype)
+    for name, a in floats[1:]:
+        if native(a.dtype) != want:
+            raise TypeError(f"{name} has dtype {a.dtype} but {first_name} has dtype "
+                            f"{first.dtype}; fastattn does not mix float precisions, convert "
+                            f"one of them (e.g. {name}.astype({first_name}.dtype))")
+    return want
+
+
+def _check_weight(weight, bias):
+    if weight.ndim != 2:
+        raise ValueError(f"weight must be 2-D (out_features N, in_features K), got shape "
+                         f"{weight.shape}")
+    if bias is not None and bias.shape != (weight.shape[0],):
+        raise ValueError(f"bias must have shape (N,) = ({weight.shape[0]},) to match "
+                         f"weight.shape={weight.shape}, got bias.shape={bias.shape}")
+
+
+def _vector(arr, dtype):
+    """1-D, contiguous, aligned, native, in dtype."""
+    arr = kernel_ready(arr, dtype)
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    return arr
+
+
+class _Packed:
+    """A weight (N, K) packed for the kernel set selected when it was packed."""
+
+    __slots__ = ("weight", "buf", "N", "K", "level", "dtype")
+
+    def __init__(self, weight):
+        # weight: 2-D, kernel-ready (last axis contiguous, aligned, native), float32/float64
+        self.weight = weight
+        self.N, self.K = weight.shape
+        self.dtype = weight.dtype
+        self.level = None
+        self.buf = None
+        self.repack()
+
+    def repack(self):
+        level = _g.isa_level()
+        # exact size: an overrun would hit the allocator's redzone under ASan
+        buf = np.empty(_g.packed_size(self.N, self.K, self.dtype.itemsize), dtype=self.dtype)
+        if buf.size:
+            _g.pack_weight(self.weight, buf)
+        self.buf, self.level = buf, level
+
+    def current(self):
+        if self.level != _g.isa_level():   # the kernel set changed (tests): panel width differs
+            self.repack()
+        return self.buf
+
+
+def _linear_packed(x, packed, bias, act, residual, n_threads, out, x_name="x"):
+    """Shared body of linear() and PackedLinear.__call__: x already an array, dtype checked."""
+    N, K = packed.N, packed.K
+    dtype = packed.dtype
+    if x.ndim < 1:
+        raise ValueError(f"{x_name} must have at least 1 dimension (..., K), got shape {x.shape}")
+    if x.shape[-1] != K:
+        raise ValueError(f"{x_name}'s last dimension must equal weight's in_features K={K}, got "
+                         f"{x_name}.shape={x.shape}, weight.shape={(N, K)}")
+    lead = x.shape[:-1]
+    out_shape = lead + (N,)
+    M = int(np.prod(lead, dtype=np.int64)) if lead else 1
+    nthr = _effective_n_threads(n_threads)
+    if residual is not None and residual.shape != out_shape:
+        raise ValueError(f"residual must have the output's shape {out_shape}, got "
+                         f"residual.shape={residual.shape}")
+    if out is not None:
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"out must be a NumPy array or None, got {type(out).__name__}")
+        if out.shape != out_shape:
+            raise ValueError(f"out must have shape {out_shape}, got out.shape={out.shape}")
+        if out.dtype != dtype:
+            raise TypeError(f"out must have dtype {dtype}, got {out.dtype}")
+        if not (out.flags.c_contiguous and out.flags.aligned and out.flags.writeable
+                and out.dtype.isnative):
+            raise ValueError("out must be a writeable, aligned, C-contiguous array in native "
+                             "byte order")
+        for name, a in ((x_name, x), ("weight", packed.weight), ("bias", bias)):
+            if a is not None and np.may_share_memory(out, a):
+                raise ValueError(f"out must not overlap {name}")
+        y = out
+    else:
+        y = np.empty(out_shape, dtype=dtype)
+    if M == 0 or N == 0:
+        return y
+    x2 = kernel_ready(x, dtype).reshape(M, K)
+    x2 = kernel_ready(x2, dtype)               # a reshape of a strided array may copy or not
+    y2 = y.reshape(M, N)
+    r2 = None
+    if residual is not None:
+        r2 = kernel_ready(residual, dtype)
+        if np.may_share_memory(r2, y2):
+            # the kernel keeps partial sums in y between K blocks: read the residual from a copy
+            r2 = r2.copy()
+        r2 = kernel_ready(r2.reshape(M, N), dtype)
+    if K == 0:
+        x2 = np.zeros((M, 1), dtype=dtype)[:, :0]   # never read; a valid pointer and stride
+    _g.gemm(x2, packed.current(), N, bias, act, r2, y2, nthr)
+    return y
+
+
+def linear(x, weight, bias=None, activation=None, residual=None, *, n_threads=None, out=None):
+    """``act(x @ weight.T + bias) + residual``, torch's ``Linear`` convention, no BLAS.
+
+    Parameters
+    ----------
+    x : array_like, shape (..., K)
+        Any layout (strided and transposed views are fine; the last axis is copied to
+        contiguous only if it is not).
+    weight : array_like, shape (N, K)
+        Packed for this call only; reuse a ``PackedLinear`` to pack once.
+    bias : array_like, shape (N,), optional
+    activation : {None, 'relu', 'gelu', 'gelu_tanh', 'silu'}, optional
+        Applied after the bias, before the residual.
+    residual : array_like, shape (..., N), optional
+        Added last (a transformer's skip connection).
+    n_threads : int, optional
+        Default ``fastattn.get_num_threads()``. The result does not depend on it.
+    out : ndarray, shape (..., N), optional
+        C-contiguous, the compute dtype; may be the residual array itself.
+
+    Returns
+    -------
+    ndarray, shape (..., N)
+
+    Examples
+    --------
+    >>> import numpy as np, fastattn._ops as ops
+    >>> x = np.ones((2, 3), np.float32); w = np.full((4, 3), 0.5, np.float32)
+    >>> ops.linear(x, w, activation="relu")[0]
+    array([1.5, 1.5, 1.5, 1.5], dtype=float32)
+    """
+    x = as_array(x, "x")
+    weight = as_array(weight, "weight")
+    bias = None if bias is None else as_array(bias, "bias")
+    residual = None if residual is None else as_array(residual, "residual")
+    dtype = _common_dtype([("x", x), ("weight", weight), ("bias", bias), ("residual", residual)])
+    act = _activation_code(activation)
+    _check_weight(weight, bias)
+    packed = _Packed(kernel_ready(weight, dtype))
+    if bias is not None:
+        bias = _vector(bias, dtype)
+    return _linear_packed(x, packed, bias, act, residual, n_threads, out)
+
+
+class PackedLinear:
+    """A linear layer whose weight is packed once: ``act(x @ weight.T + bias) + residual``.
+
+    Assigning ``.weight`` (a new array, or the same one after editing it in place) repacks;
+    editing the array in place alone is not seen. ``.bias`` can be reassigned too.
+
+    Parameters
+    ----------
+    weight : array_like, shape (N, K), float32 or float64 (integers become float64)
+    bias : array_like, shape (N,), optional
+    activation : {None, 'relu', 'gelu', 'gelu_tanh', 'silu'}, optional
+
+    Examples
+    --------
+    >>> import numpy as np, fastattn._ops as ops
+    >>> layer = ops.PackedLinear(np.eye(3, dtype=np.float32), activation="relu")
+    >>> layer(np.array([[-1.0, 2.0, 3.0]], np.float32))
+    array([[0., 2., 3.]], dtype=float32)
+    """
+
+    def __init__(self, weight, bias=None, activation=None):
+        self._act = _activation_code(activation)
+        self._activation = activation
+        self._bias = None
+        self._packed = None
+        self.weight = weight
+        self.bias = bias
+
+    @property
+    def weight(self):
+        """The (N, K) weight as packed (the array given, or its conversion)."""
+        return self._packed.weight
+
+    @weight.setter
+    def weight(self, value):
+        w = as_array(value, "weight")
+        dtype = _common_dtype([("weight", w)])
+        if w.ndim != 2:
+            raise ValueError(f"weight must be 2-D (out_features N, in_features K), got shape "
+                             f"{w.shape}")
+        if self._bias is not None:
+            if self._bias.dtype != dtype:
+                raise TypeError(f"weight has dtype {w.dtype} but bias has dtype "
+                                f"{self._bias.dtype}; set a bias of the new dtype first or "
+                                f"convert the weight")
+            if self._bias.shape != (w.shape[0],):
+                raise ValueError(f"weight.shape={w.shape} does not match the bias's "
+                                 f"{self._bias.shape}; set bias=None first to change N")
+        self._packed = _Packed(kernel_ready(w, dtype))
+
+    @property
+    def bias(self):
+        return self._bias
+
+    @bias.setter
+    def bias(self, value):
+        if value is None:
+            self._bias = None
+            return
+        b = as_array(value, "bias")
+        w = self._packed.weight
+        if b.dtype.kind == "f":
+            _common_dtype([("weight", w), ("bias", b)])
+        _check_weight(w, b)
+        self._bias = _vector(b, w.dtype)
+
+    @property
+    def activation(self):
+        return self._activation
+
+    @property
+    def in_features(self):
+        return self._packed.K
+
+    @property
+    def out_features(self):
+        return self._packed.N
+
+    @property
+    def dtype(self):
+        return self._packed.dtype
+
+    def __call__(self, x, residual=None, n_threads=None, *, out=None):
+        """``act(x @ weight.T + bias) + residual`` for x (..., K) -> (..., N)."""
+        x = as_array(x, "x")
+        residual = None if residual is None else as_array(residual, "residual")
+        w = self._packed.weight
+        _common_dtype([("weight", w), ("x", x), ("residual", residual)])
+        return _linear_packed(x, self._packed, self._bias, self._act, residual, n_threads, out)
+
+    def __repr__(self):
+        return (f"PackedLinear(in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self._bias is not None}, activation={self._activation!r}, "
+                f"dtype={self.dtype})")
+
+
+def _elementwise(x, act, n_threads, name="x"):
+    x = as_array(x, name)
+    dtype = _common_dtype([(name, x)])
+    nthr = _effective_n_threads(n_threads)
+    src = np.ascontiguousarray(kernel_ready(x, dtype))
+    y = np.empty(x.shape, dtype=dtype)
+    if y.size:
+        _g.activation(src.reshape(-1), y.reshape(-1), act, nthr)
+    return y
+
+
+def gelu(x, approximate="none", *, n_threads=None):
+    """GELU, x Phi(x): exact through erf (``approximate='none'``) or torch's tanh form
+    (``approximate='tanh'``). Float32 uses a vectorised erf (<= 2 ulp); float64 libm's erfc."""
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _elementwise(x, _g.ACTIVATIONS["gelu" if approximate == "none" else "gelu_tanh"],
+                        n_threads)
+
+
+def silu(x, *, n_threads=None):
+    """SiLU (swish), x / (1 + exp(-x))."""
+    return _elementwise(x, _g.ACTIVATIONS["silu"], n_threads)
+
+
+def relu(x, *, n_threads=None):
+    """ReLU, max(x, 0), NaN kept."""
+    return _elementwise(x, _g.ACTIVATIONS["relu"], n_threads)
+
+
+def layer_norm(x, weight=None, bias=None, eps=1e-5, residual=None, *, n_threads=None):
+    """``LayerNorm(x + residual) * weight + bias`` over the last axis (torch's biased variance).
+
+    x (..., C); weight, bias (C,) or None (1 and 0); residual x's shape or None. Mean and
+    variance are accumulated in float64 for both dtypes.
+    """
+    x = as_array(x, "x")
+    weight = None if weight is None else as_array(weight, "weight")
+    bias = None if bias is None else as_array(bias, "bias")
+    residual = None if residual is None else as_array(residual, "residual")
+    dtype = _common_dtype([("x", x), ("weight", weight), ("bias", bias), ("residual", residual)])
+    if x.ndim < 1:
+        raise ValueError(f"x must have at least 1 dimension (..., C), got shape {x.shape}")
+    C = x.shape[-1]
+    for name, a in (("weight", weight), ("bias", bias)):
+        if a is not None and a.shape != (C,):
+            raise ValueError(f"{name} must have shape (C,) = ({C},) to match x.shape={x.shape}, "
+                             f"got {name}.shape={a.shape}")
+    if residual is not None and residual.shape != x.shape:
+        raise ValueError(f"residual must have x's shape {x.shape}, got residual.shape="
+                         f"{residual.shape}")
+    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, (int, float, np.integer,
+                                                                 np.floating)):
+        raise TypeError(f"eps must be a real number, got {type(eps).__name__} {eps!r}")
+    eps = float(eps)
+    if not (eps >= 0 and np.isfinite(eps)):
+        raise ValueError(f"eps must be finite and >= 0, got {eps}")
+    nthr = _effective_n_threads(n_threads)
+    y = np.empty(x.shape, dtype=dtype)
+    if y.size == 0:
+        return y
+    rows = y.size // C
+    x2 = np.ascontiguousarray(kernel_ready(x, dtype)).reshape(rows, C)
+    r2 = None
+    if residual is not None:
+        r2 = np.ascontiguousarray(kernel_ready(residual, dtype)).reshape(rows, C)
+    g = None if weight is None else _vector(weight, dtype)
+    b = None if bias is None else _vector(bias, dtype)
+    _g.layer_norm(x2, r2, g, b, eps, y.reshape(rows, C), nthr)
+    return y
