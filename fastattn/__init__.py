@@ -33,7 +33,8 @@ finally:
 from . import functional, nn
 from ._config import show_config
 from ._threads import get_num_threads, set_num_threads
-from .functional import scaled_dot_product_attention, softmax
+from .functional import (PackedLinear, gelu, layer_norm, linear, relu, scaled_dot_product_attention,
+                         silu, softmax)
 from .nn import (FeedForward, LayerNorm, Linear, MultiHeadAttention, PositionalEncoding,
                  Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
                  TransformerEncoderLayer, sinusoidal_positions)
@@ -47,5 +48,11 @@ __all__ = [
     "show_config",
     "scaled_dot_product_attention",
     "softmax",
+    "linear",
+    "PackedLinear",
+    "gelu",
+    "silu",
+    "relu",
+    "layer_norm",
 ]
 __all__ += nn.__all__

@@ -1,7 +1,9 @@
-"""The functional API over the compiled kernels: scaled dot-product attention and softmax.
+"""The functional API over the compiled kernels: attention, softmax, linear, activations, LayerNorm.
 
 Stateless functions on NumPy arrays (torch.nn.functional's names and semantics); the modules of
-:mod:`fastattn.nn` are built from them.
+:mod:`fastattn.nn` are built from them. ``linear``, ``PackedLinear``, ``gelu``, ``silu``, ``relu``
+and ``layer_norm`` live in :mod:`fastattn._ops` (fastattn's own GEMM, no BLAS) and are re-exported
+here.
 """
 
 import numpy as np
@@ -10,7 +12,10 @@ from . import _validation as _v
 from ._kernels import _attention as _k
 from ._threads import _effective_n_threads
 
-__all__ = ["scaled_dot_product_attention", "softmax"]
+from ._ops import PackedLinear, gelu, layer_norm, linear, relu, silu
+
+__all__ = ["scaled_dot_product_attention", "softmax", "linear", "PackedLinear", "gelu", "silu",
+           "relu", "layer_norm"]
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, *, is_causal=False, scale=None,

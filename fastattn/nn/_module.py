@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from .._ops import PackedLinear
 from .._validation import to_numpy
 from ..io.safetensors import read_module, save_module
 from ..io.torch_state_dict import as_numpy_state_dict, state_dict_dtype
@@ -109,6 +110,24 @@ class _Module:
     @property
     def dtype(self):
         return np.dtype(self._config["dtype"])
+
+    def _packed(self, weight, bias=None, rows=None, bias_rows=None, activation=None):
+        """A PackedLinear over parameter `weight` (its rows [a, b) when `rows` is given) with
+        parameter `bias` (its rows `bias_rows`, default `rows`) and the activation as the
+        epilogue. Packed on first use and again whenever a parameter array is replaced
+        (load_state_dict does that); an in-place edit of a weight array is not seen (assign a
+        new array, or call load_state_dict)."""
+        w = self._params[weight]
+        b = self._params.get(bias) if bias is not None else None
+        cache = self.__dict__.setdefault("_pack_cache", {})
+        key = (weight, rows, bias, bias_rows, activation)
+        hit = cache.get(key)
+        if hit is None or hit[0] is not w or hit[1] is not b:
+            bias_rows = rows if bias_rows is None else bias_rows
+            w_rows = w if rows is None else w[rows[0]:rows[1]]
+            b_rows = b if b is None or bias_rows is None else b[bias_rows[0]:bias_rows[1]]
+            hit = cache[key] = (w, b, PackedLinear(w_rows, b_rows, activation))
+        return hit[2]
 
     @property
     def config(self):

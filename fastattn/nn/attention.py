@@ -14,7 +14,6 @@ from .._validation import as_model_input, check_dtype, check_positive_int
 from ..functional import scaled_dot_product_attention
 from ._masks import _kernel_mask
 from ._module import _init_for, _Module
-from ._numerics import _linear
 from .linear import Linear
 
 __all__ = ["MultiHeadAttention"]
@@ -95,43 +94,43 @@ class MultiHeadAttention(_Module):
         return config
 
     # -- projections ---------------------------------------------------------------------------
-    def _w(self, which):
-        """(weight, bias) of the q (0), k (1) or v (2) projection (views, no copies)."""
-        E, p = self.embed_dim, self._params
-        b = p.get("in_proj_bias")
-        b = None if b is None else b[which * E:(which + 1) * E]
+    def _proj(self, which):
+        """The packed q (0), k (1), v (2) projection, or q, k, v (None) / k, v (12) together
+        when the weights are packed in in_proj_weight."""
+        E = self.embed_dim
         if self.packed:
-            return p["in_proj_weight"][which * E:(which + 1) * E], b
-        return p[("q_proj_weight", "k_proj_weight", "v_proj_weight")[which]], b
+            rows = {None: None, 0: (0, E), 1: (E, 2 * E), 2: (2 * E, 3 * E), 12: (E, 3 * E)}[which]
+            return self._packed("in_proj_weight", "in_proj_bias", rows=rows)
+        # separate weights (kdim or vdim != embed_dim), each with its slice of in_proj_bias
+        return self._packed(("q_proj_weight", "k_proj_weight", "v_proj_weight")[which],
+                            "in_proj_bias", bias_rows=(which * E, (which + 1) * E))
 
     def _heads(self, x2d, B, T, col):
         """Columns [col, col + E) of the projected (B*T, n*E) matrix as a (B, H, T, Dh) view."""
         E, H, Dh = self.embed_dim, self.num_heads, self.head_dim
         return x2d[:, col:col + E].reshape(B, T, H, Dh).swapaxes(1, 2)
 
-    def _forward(self, xq, xk, xv, B, L, S, kmask, need_weights=False, average=True):
-        """xq (B*L, E), xk (B*S, kdim), xv (B*S, vdim) C-contiguous -> (B*L, E) [, weights]."""
-        p = self._params
+    def _forward(self, xq, xk, xv, B, L, S, kmask, need_weights=False, average=True, residual=None):
+        """xq (B*L, E), xk (B*S, kdim), xv (B*S, vdim) C-contiguous -> (B*L, E) [+ residual],
+        weights or None."""
         E = self.embed_dim
         if self.packed and xq is xk and xk is xv:           # self-attention: one GEMM for q, k, v
-            qkv = _linear(xq, p["in_proj_weight"], p.get("in_proj_bias"))
+            qkv = self._proj(None)(xq)
             q, k, v = self._heads(qkv, B, L, 0), self._heads(qkv, B, S, E), self._heads(qkv, B, S, 2 * E)
         elif self.packed and xk is xv:                      # cross-attention: one GEMM for k, v
-            wq, bq = self._w(0)
-            q = self._heads(_linear(xq, wq, bq), B, L, 0)
-            bkv = p.get("in_proj_bias")
-            kv = _linear(xk, p["in_proj_weight"][E:], None if bkv is None else bkv[E:])
+            q = self._heads(self._proj(0)(xq), B, L, 0)
+            kv = self._proj(12)(xk)
             k, v = self._heads(kv, B, S, 0), self._heads(kv, B, S, E)
         else:
-            q = self._heads(_linear(xq, *self._w(0)), B, L, 0)
-            k = self._heads(_linear(xk, *self._w(1)), B, S, 0)
-            v = self._heads(_linear(xv, *self._w(2)), B, S, 0)
+            q = self._heads(self._proj(0)(xq), B, L, 0)
+            k = self._heads(self._proj(1)(xk), B, S, 0)
+            v = self._heads(self._proj(2)(xv), B, S, 0)
         res = scaled_dot_product_attention(q, k, v, kmask.mask, is_causal=kmask.causal,
                                            return_weights=need_weights)
         o, w = res if need_weights else (res, None)
         # (B, H, L, Dh) -> (B, L, H, Dh) -> (B*L, E): the one copy that concatenates the heads
         concat = np.ascontiguousarray(o.swapaxes(1, 2)).reshape(B * L, E)
-        out = self.out_proj._forward(concat)
+        out = self.out_proj._forward(concat, residual)
         if need_weights and average:
             w = w.mean(axis=1)
         return out, w
@@ -163,3 +162,4 @@ class MultiHeadAttention(_Module):
         if not need_weights:
             return out
         return out, (w if batched else w[0])
+

@@ -3,8 +3,10 @@ import numpy as np
 
 from .._validation import check_choice, check_dtype, check_last_dim, check_positive_int
 from ._module import _init_for, _Module
-from ._numerics import _ACTIVATIONS, ACTIVATION_NAMES
 from .linear import Linear
+
+# torch.nn's names (plus the tanh GELU and SiLU); run as the first linear layer's epilogue
+ACTIVATION_NAMES = ("relu", "gelu", "gelu_tanh", "silu")
 
 __all__ = ["FeedForward"]
 
@@ -25,7 +27,6 @@ class FeedForward(_Module):
         dtype = check_dtype(dtype)
         init = _init_for(seed, dtype, _init)
         self.d_model, self.dim_feedforward, self.activation = d_model, dim_feedforward, activation
-        self._act = _ACTIVATIONS[activation]
         self._config = {"d_model": d_model, "dim_feedforward": dim_feedforward,
                         "activation": activation, "bias": bool(bias), "dtype": dtype.name}
         self.linear1 = Linear(d_model, dim_feedforward, bias, dtype=dtype, _init=init)
@@ -42,10 +43,9 @@ class FeedForward(_Module):
         config.setdefault("bias", prefix + "linear1.bias" in sd)
         return config
 
-    def _forward(self, x2d):
-        h = self.linear1._forward(x2d)      # (N, d_ff), bias added in place
-        self._act(h)                         # in place
-        return self.linear2._forward(h)
+    def _forward(self, x2d, residual=None):
+        h = self.linear1._forward(x2d, activation=self.activation)   # (N, d_ff), bias + act fused
+        return self.linear2._forward(h, residual)
 
     def __call__(self, x):
         arr = check_last_dim(x, self.d_model)

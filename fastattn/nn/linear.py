@@ -3,7 +3,6 @@ import numpy as np
 
 from .._validation import check_dtype, check_last_dim, check_positive_int
 from ._module import _init_for, _Module
-from ._numerics import _linear
 
 __all__ = ["Linear"]
 
@@ -47,9 +46,10 @@ class Linear(_Module):
     def bias(self):
         return self._params.get("bias")
 
-    def _forward(self, x2d, out=None):
-        """x2d (N, in_features) C-contiguous in the module's dtype -> (N, out_features)."""
-        return _linear(x2d, self._params["weight"], self._params.get("bias"), out)
+    def _forward(self, x2d, residual=None, activation=None):
+        """act(x2d @ weight.T + bias) + residual: x2d (N, in_features) in the module's dtype ->
+        (N, out_features), in one pass of fastattn's GEMM (the weight packed once)."""
+        return self._packed("weight", "bias", activation=activation)(x2d, residual)
 
     def __call__(self, x):
         arr = check_last_dim(x, self.in_features)

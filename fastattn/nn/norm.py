@@ -2,8 +2,8 @@
 import numpy as np
 
 from .._validation import check_dtype, check_last_dim, check_positive_int
+from .._ops import layer_norm
 from ._module import _init_for, _Module
-from ._numerics import _layer_norm
 
 __all__ = ["LayerNorm"]
 
@@ -36,10 +36,11 @@ class LayerNorm(_Module):
         config.setdefault("bias", prefix + "bias" in sd)
         return config
 
-    def _forward(self, x2d, out=None):
-        return _layer_norm(x2d, self._params["weight"], self._params.get("bias"), self.eps, out)
+    def _forward(self, x2d, residual=None):
+        """LayerNorm(x2d + residual) in one pass: (N, d) -> a new (N, d) array."""
+        return layer_norm(x2d, self._params["weight"], self._params.get("bias"), self.eps, residual)
 
     def __call__(self, x):
         arr = check_last_dim(x, self.normalized_shape)
         flat = np.ascontiguousarray(arr, dtype=self.dtype).reshape(-1, self.normalized_shape)
-        return self._forward(flat, out=np.empty_like(flat)).reshape(arr.shape)
+        return self._forward(flat).reshape(arr.shape)
