@@ -7,23 +7,47 @@ threads (OpenMP for fastattn's kernel, BLAS for both, torch.set_num_threads for 
 Timed runs alternate between the two libraries (A B A B ...), with a short sleep between them
 (idle worker threads spin on few cores); medians and minimums are reported.
 
+The two import orders run in child processes (users import torch first all the time; whichever
+is imported first decides which libgomp both use), and one table summarises them:
+
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_transformer.py [--quick]
-    ... --profile     also time fastattn's parts (projections, attention, layer norm, FFN)
+    ... --profile     also time fastattn's parts (linear layers, attention, layer norm)
+    ... --order torch-first|fastattn-first    one order in this process (what the children run)
 """
 import argparse
+import json
+import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 
-import numpy as np
-from threadpoolctl import threadpool_info, threadpool_limits
 
-import fastattn
-from fastattn import Transformer
+def _cpu():
+    name, simd = platform.processor(), ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    simd = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni") if f in flags)
+                    break
+        with open("/proc/loadavg") as fh:
+            load = " ".join(fh.read().split()[:3])
+    except OSError:
+        load = "?"
+    return f"{name}; {simd}; load average {load}"
 
 
 def _env_header(threads):
+    import numpy as np
+    from threadpoolctl import threadpool_info
+
+    import fastattn
+    print(f"# CPU: {_cpu()}; fastattn kernels: attention {fastattn._config.config()['simd']}")
     print(f"# python {platform.python_version()}  numpy {np.__version__}  fastattn {fastattn.__version__}"
           f"  platform {platform.platform()}")
     print(f"# threads: {threads} (fastattn kernel + BLAS + torch intra-op)")
@@ -51,9 +75,22 @@ def main(argv=None):
     ap.add_argument("--src-len", type=int, default=128)
     ap.add_argument("--tgt-len", type=int, default=128)
     ap.add_argument("--profile", action="store_true", help="break fastattn's time down by part")
+    ap.add_argument("--order", choices=["torch-first", "fastattn-first"], default=None,
+                    help="run one import order here (default: both, each in a child process)")
     args = ap.parse_args(argv)
+    if args.order is None:
+        return _both_orders(sys.argv[1:] if argv is None else argv)
 
-    import torch
+    if args.order == "torch-first":
+        import torch
+        import fastattn
+    else:
+        import fastattn
+        import torch
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    from fastattn import Transformer
 
     layers = 2 if args.quick else 6
     repeats = args.repeats or (5 if args.quick else 15)
@@ -103,16 +140,41 @@ def main(argv=None):
     print(f"{'torch':<10} {mt:>10.1f} {min(tt) * 1e3:>10.1f}")
     print(f"{'fastattn':<10} {mf:>10.1f} {min(tf) * 1e3:>10.1f}")
     print(f"speed-up fastattn / torch: median {mt / mf:.3f}x, min {min(tt) / min(tf):.3f}x")
+    print("RESULT " + json.dumps({"order": args.order, "torch_ms": mt, "fastattn_ms": mf,
+                                  "torch_min": min(tt) * 1e3, "fastattn_min": min(tf) * 1e3,
+                                  "err": err}))
     if args.profile:
         _profile(fm, src, tgt, mask, repeats)
     limiter.restore_original_limits()
     return 0
 
 
+def _both_orders(argv):
+    rows = []
+    for order in ("torch-first", "fastattn-first"):
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), *argv, "--order", order],
+                              capture_output=True, text=True)
+        sys.stdout.write(proc.stdout)
+        if proc.returncode:
+            sys.stdout.write(proc.stderr)
+            return proc.returncode
+        rows.append(json.loads(next(line for line in proc.stdout.splitlines()
+                                    if line.startswith("RESULT "))[7:]))
+    print("\n| import order | torch nn.Transformer | fastattn.Transformer | fastattn vs torch |")
+    print("|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['order']} | {r['torch_ms']:.0f} ms (min {r['torch_min']:.0f}) | "
+              f"{r['fastattn_ms']:.0f} ms (min {r['fastattn_min']:.0f}) | "
+              f"**{r['torch_ms'] / r['fastattn_ms']:.2f}×** |")
+    return 0
+
+
 def _profile(fm, src, tgt, mask, repeats):
     """Wall time of each kind of step inside one fastattn forward (instrumented, so the total is
     a little above the plain run)."""
-    from fastattn import layers as L
+    import fastattn._ops as ops
+    from fastattn.nn import attention as nn_attention
+    from fastattn.nn import norm as nn_norm
     acc = {}
 
     def wrap(owner, name, key):
@@ -124,18 +186,12 @@ def _profile(fm, src, tgt, mask, repeats):
             acc[key] = acc.get(key, 0.0) + time.perf_counter() - t0
             return r
         setattr(owner, name, timed)
-        return orig
+        return owner, name, orig
 
-    saved = [(L, "_linear", wrap(L, "_linear", "linear (GEMM + bias)")),
-             (L, "scaled_dot_product_attention",
-              wrap(L, "scaled_dot_product_attention", "attention kernel")),
-             (L, "_layer_norm", wrap(L, "_layer_norm", "layer norm")),
-             (L, "_relu_", wrap(L, "_relu_", "relu"))]
-    L._ACTIVATIONS["relu"] = L._relu_
-    for layer in fm.encoder.layers + fm.decoder.layers:
-        layer.ff._act = L._relu_
-    totals = []
-    per = {}
+    saved = [wrap(ops.PackedLinear, "__call__", "linear (GEMM + epilogue)"),
+             wrap(nn_attention, "scaled_dot_product_attention", "attention kernel"),
+             wrap(nn_norm, "layer_norm", "layer norm")]
+    totals, per = [], {}
     for _ in range(max(3, repeats // 3)):
         acc.clear()
         t0 = time.perf_counter()
@@ -145,17 +201,14 @@ def _profile(fm, src, tgt, mask, repeats):
             per.setdefault(k, []).append(v)
     for owner, name, orig in saved:
         setattr(owner, name, orig)
-    L._ACTIVATIONS["relu"] = L._relu_
-    for layer in fm.encoder.layers + fm.decoder.layers:
-        layer.ff._act = L._relu_
     tot = statistics.median(totals) * 1e3
     print(f"# fastattn profile (median of {len(totals)} instrumented runs, total {tot:.1f} ms)")
     rest = tot
     for k, v in per.items():
         ms = statistics.median(v) * 1e3
         rest -= ms
-        print(f"#   {k:<24} {ms:8.1f} ms  {100 * ms / tot:5.1f} %")
-    print(f"#   {'other (copies, adds)':<24} {rest:8.1f} ms  {100 * rest / tot:5.1f} %")
+        print(f"#   {k:<26} {ms:8.1f} ms  {100 * ms / tot:5.1f} %")
+    print(f"#   {'other (head copies, masks)':<26} {rest:8.1f} ms  {100 * rest / tot:5.1f} %")
 
 
 if __name__ == "__main__":
