@@ -15,8 +15,11 @@
 #   whatever item or register-block position computes it; MC and NC depend on the shape only.
 #   So results are identical for any thread count (tests/kernels/test_gemm.py checks 1/2/3/8).
 #
-#   Memory: the packed weights (K * Npad elements, owned by the caller as a NumPy array); no
-#   other workspace (the micro-kernel's edge tiles are on the stack).
+#   Memory: the packed weights (K * Npad elements, allocated at their exact size and owned by
+#   the caller as a NumPy array); no other workspace (the micro-kernel's edge tiles are on the
+#   stack) and nothing cached between calls, so FASTATTN_NO_WORKSPACE_CACHE has nothing to
+#   switch off here. x is read in place (an experiment packing x into MR-row panels per item
+#   measured 10-40% slower: with 256-column items the packing is not amortised).
 #
 # Kernels assume (fastattn/_ops.py checks all of it first): x, W, bias, res, y aligned to their
 # item size, native byte order, last dimension contiguous, one float dtype; y does not overlap
