@@ -15,8 +15,11 @@
 #   whatever item or register-block position computes it; MC and NC depend on the shape only.
 #   So results are identical for any thread count (tests/kernels/test_gemm.py checks 1/2/3/8).
 #
-#   Memory: the packed weights (K * Npad elements, owned by the caller as a NumPy array); no
-#   other workspace (the micro-kernel's edge tiles are on the stack).
+#   Memory: the packed weights (K * Npad elements, allocated at their exact size and owned by
+#   the caller as a NumPy array); no other workspace (the micro-kernel's edge tiles are on the
+#   stack) and nothing cached between calls, so FASTATTN_NO_WORKSPACE_CACHE has nothing to
+#   switch off here. x is read in place (an experiment packing x into MR-row panels per item
+#   measured 10-40% slower: with 256-column items the packing is not amortised).
 #
 # Kernels assume (fastattn/_ops.py checks all of it first): x, W, bias, res, y aligned to their
 # item size, native byte order, last dimension contiguous, one float dtype; y does not overlap
@@ -117,6 +120,8 @@ def packed_size(Py_ssize_t N, Py_ssize_t K, int itemsize):
 def pack_weight(cnp.ndarray w, cnp.ndarray wp):
     """wp <- W (N, K) in panels. w: 2-D, last axis contiguous, aligned; wp: 1-D contiguous of
     packed_size(N, K) elements, same dtype."""
+    # IN   w   (N, K)       row stride w_rs
+    # OUT  wp  (K * Npad,)  the layout in gemm_tile.h
     cdef Py_ssize_t N = cnp.PyArray_DIMS(w)[0], K = cnp.PyArray_DIMS(w)[1]
     cdef Py_ssize_t isz = cnp.PyArray_ITEMSIZE(w)
     cdef Py_ssize_t w_rs = cnp.PyArray_STRIDES(w)[0] // isz
@@ -136,8 +141,12 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
                     const char *wp, Py_ssize_t N, const char *bias, int act,
                     const char *res, Py_ssize_t res_rs, char *y, Py_ssize_t y_rs,
                     int isz, int n_threads) noexcept nogil:
-    # x (M, K) row stride x_rs; y (M, N) row stride y_rs; res (M, N) row stride res_rs or NULL;
-    # bias (N,) or NULL; strides in elements, pointers untyped (isz picks the dtype)
+    # IN   x     (M, K)        row stride x_rs
+    # IN   wp    (K * Npad,)   W (N, K) packed by pack_weight with the current kernel set
+    # IN   bias  (N,)          or NULL
+    # IN   res   (M, N)        row stride res_rs, or NULL
+    # OUT  y     (M, N)        row stride y_rs; also holds the partial sums between K blocks
+    # strides in elements; pointers untyped, isz (4 or 8) picks the dtype
     cdef Py_ssize_t nr = gm_f32.nr if isz == 4 else gm_f64.nr
     cdef Py_ssize_t npad = _cdiv(N, nr) * nr
     cdef Py_ssize_t nc = _col_block(M, N)
@@ -219,6 +228,9 @@ def layer_norm(cnp.ndarray x, object res, object gamma, object beta, double eps,
                cnp.ndarray y, int n_threads):
     """y = LayerNorm(x + res) * gamma + beta over the last axis. x, res, y (rows, n) C-contiguous;
     gamma, beta (n,) contiguous or None; rows >= 1, n >= 1; y may be x."""
+    # IN   x, res      (rows, n)
+    # IN   gamma, beta (n,) or NULL (1 and 0)
+    # OUT  y           (rows, n), may be x
     cdef Py_ssize_t rows = cnp.PyArray_DIMS(x)[0], n = cnp.PyArray_DIMS(x)[1]
     cdef int isz = <int>cnp.PyArray_ITEMSIZE(x)
     cdef char *xp = <char *> cnp.PyArray_DATA(x)

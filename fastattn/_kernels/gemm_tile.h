@@ -91,6 +91,7 @@ static inline double GM_NAME(act_scalar)(double x, int act)
 }
 
 #if GM_VW > 1 && !GM_IS_DOUBLE
+typedef uint32_t GM_NAME(uvec) __attribute__((vector_size(GM_VW * 4), aligned(4)));
 /* exp for float vectors over the whole range. exp(x) = 2^n e^r, n = round(x log2 e),
  * r = x - n ln 2 in Cody and Waite's two steps (ln2_hi has 11 significant bits, so n * ln2_hi
  * is exact for |n| <= 2^13 and the step is exact whether or not the compiler fuses it);
@@ -118,7 +119,8 @@ GM_TARGET static inline V GM_NAME(vexp)(V x)
     p = p * r + 1.0f;
     VI ni = __builtin_convertvector(n, VI);
     VI n1 = ni >> 1, n2 = ni - (ni >> 1);
-    V s1 = (V)((n1 + 127) << 23), s2 = (V)((n2 + 127) << 23);
+    /* the exponent field by an unsigned shift (a NaN lane's n is garbage, never UB) */
+    V s1 = (V)((GM_NAME(uvec))(n1 + 127) << 23), s2 = (V)((GM_NAME(uvec))(n2 + 127) << 23);
     return p * s1 * s2;
 }
 

@@ -80,7 +80,8 @@ def test_erf_float32_within_2_ulp(isa):
 def test_erf_float64_against_scipy_and_mpmath(isa):
     mp = pytest.importorskip("mpmath")
     x = np.concatenate([np.linspace(-7, 7, DENSE // 2),
-                        np.arange(0, 0x7F800000, 10 * SWEEP_STEP + 27, dtype=np.uint32).view(np.float32)
+                        np.arange(0, 0x7F800000, 10 * SWEEP_STEP + 27, dtype=np.uint32)
+                        .view(np.float32)
                         .astype(np.float64) * 1.0000001])
     y = _kernel(x, _g.ACT_ERF)
     err = _ulp_error(y, sp.erf(x), np.float64)
@@ -125,7 +126,8 @@ def _reference(name, x):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("name", ["gelu", "gelu_tanh", "silu"])
 def test_activation_values(isa, dtype, name):
-    x = np.concatenate([np.linspace(-9, 12, DENSE // 3), np.linspace(-1e-3, 1e-3, 2001)]).astype(dtype)
+    x = np.concatenate([np.linspace(-9, 12, DENSE // 3), np.linspace(-1e-3, 1e-3, 2001)])
+    x = x.astype(dtype)
     y = _kernel(x, _g.ACTIVATIONS[name])
     ref = _reference(name, x)
     np.testing.assert_allclose(y, ref, rtol=RTOL[(name, dtype)], atol=ATOL[dtype])

@@ -425,10 +425,12 @@ FIRST_CALLS = {
     "linear_edges": "y = ops.linear(x, w, b, 'gelu', r); ref = gelu64(x @ w.T + b) + r",
     "packed_decode": "y = ops.PackedLinear(w, b, 'silu')(x[:1]); ref = silu64(x[:1] @ w.T + b)",
     "packed_wide": "y = ops.PackedLinear(W2)(x[:7]); ref = x[:7] @ W2.T",
-    "k_zero": "y = ops.linear(x[:, :0], w[:, :0], b); ref = np.broadcast_to(b, (x.shape[0], w.shape[0]))",
+    "k_zero": "y = ops.linear(x[:, :0], w[:, :0], b); "
+              "ref = np.broadcast_to(b, (x.shape[0], w.shape[0]))",
     "activation": "y = ops.gelu(x[:, :13].ravel()[:37]); ref = gelu64(x[:, :13].ravel()[:37])",
     "layer_norm": "y = ops.layer_norm(x, None, None, 1e-5, residual=x); s = 2 * x; "
-                  "ref = (s - s.mean(-1, keepdims=True)) / np.sqrt(s.var(-1, keepdims=True) + 1e-5)",
+                  "ref = (s - s.mean(-1, keepdims=True)) "
+                  "/ np.sqrt(s.var(-1, keepdims=True) + 1e-5)",
 }
 
 
