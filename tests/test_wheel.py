@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VERSION = re.search(r'__version__ = "([^"]+)"',
                     (ROOT / "fastattn" / "_version.py").read_text()).group(1)
 IGNORE = shutil.ignore_patterns(".git", "build", "dist", "wheelhouse", "*.egg-info", "__pycache__",
-                                "*.so", "*.pyd", "_attention.c", "*.html", "_build_info.py",
+                                "*.so", "*.pyd", "_attention.c", "_gemm.c", "*.html", "_build_info.py",
                                 ".venv*", ".pytest_cache", ".hypothesis", "bench", "shared")
 
 CHECK_SCRIPT = r"""
