@@ -352,3 +352,44 @@ def test_torch_tensors_accepted_directly():
     with torch.no_grad():
         ref = m(x, x)
     _close(ours(x, x), ref, np.float32)                                # tensors as inputs too
+
+
+_ORDER_CHILD = r"""
+import sys
+order = sys.argv[1]
+if order == "torch-first":
+    import torch
+    import fastattn
+else:
+    import fastattn
+    import torch
+import numpy as np
+model = fastattn.Transformer(d_model=64, nhead=4, num_encoder_layers=2, num_decoder_layers=2,
+                             dim_feedforward=128, seed=0)
+rng = np.random.default_rng(1)
+src = rng.standard_normal((3, 37, 64)).astype(np.float32)
+tgt = rng.standard_normal((3, 29, 64)).astype(np.float32)
+out = [model(src, tgt, tgt_is_causal=True) for _ in range(2)]
+fastattn.set_num_threads(1)
+out.append(model(src, tgt, tgt_is_causal=True))
+np.save(sys.argv[2], np.stack(out))
+"""
+
+
+def test_forward_bitwise_independent_of_import_order_and_threads(tmp_path):
+    """torch's wheel brings its own libgomp: whichever library is imported first decides the
+    OpenMP runtime both use. fastattn's forward (own GEMM, no BLAS) is bitwise the same either
+    way, and for 1 or 2 threads."""
+    import os
+    import subprocess
+    import sys
+    results = []
+    for order in ("torch-first", "fastattn-first"):
+        path = tmp_path / f"{order}.npy"
+        subprocess.run([sys.executable, "-c", _ORDER_CHILD, order, str(path)], check=True,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       env=dict(os.environ, OMP_NUM_THREADS="2"))
+        results.append(np.load(path))
+    for r in results:
+        assert np.array_equal(r[0], r[1]) and np.array_equal(r[0], r[2])
+    assert np.array_equal(results[0], results[1])
