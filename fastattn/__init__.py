@@ -44,3 +44,4 @@ __all__ = [
     "softmax",
 ]
 __all__ += layers.__all__
+from .models import EncoderModel  # noqa: E402,F401  (BERT-family encoders, fastattn/models)
