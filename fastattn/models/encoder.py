@@ -6,7 +6,6 @@ No torch, no transformers at run time: weights come from ``model.safetensors`` t
 """
 import json
 import os
-from numbers import Integral
 
 import numpy as np
 
@@ -26,6 +25,11 @@ _POOLING_FLAGS = {
     "pooling_mode_mean_tokens": "mean",
     "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
 }
+
+
+# below this many multiply-adds per score pass (B * heads * S * S * head_dim), attention runs
+# on one thread
+_ATTN_ONE_THREAD = 1 << 20
 
 
 def _read_json(path, what):
@@ -131,6 +135,9 @@ class EncoderModel:
     hidden_size : int
     pooling : tuple of str, the modes of :data:`POOLING_MODES` embed uses by default
     normalize : bool, whether embed L2-normalises by default
+    max_seq_length : int or None, a sentence-transformers folder's truncation length
+        (sentence_bert_config.json): truncate token ids to it, as sentence-transformers does;
+        the model itself accepts up to ``config.max_tokens``
     """
 
     def __init__(self, config, top, layers, dtype, pooling=("mean",), normalize=True):
@@ -139,6 +146,7 @@ class EncoderModel:
         self.hidden_size = config.hidden_size
         self.pooling = _check_pooling(pooling)
         self.normalize = bool(normalize)
+        self.max_seq_length = None
         self._top = top
         self._layers = layers
 
@@ -175,7 +183,9 @@ class EncoderModel:
         top, layers = load_weights(model_dir, config, dt)
         pooling = pooling_cfg if isinstance(pooling_cfg, tuple) else \
             _pooling_from_config(os.path.join(pooling_cfg, "config.json"), config.hidden_size)
-        return cls(config, top, layers, dt, pooling, normalize)
+        model = cls(config, top, layers, dt, pooling, normalize)
+        model.max_seq_length = _st_max_seq_length(os.fspath(path), model_dir, config)
+        return model
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -266,7 +276,10 @@ class EncoderModel:
         qkv = ops.linear(x, p["qkv_w"], p["qkv_b"]).reshape(B, S, 3, nh, hd)
         # (B, S, nh, hd) -> (B, nh, S, hd) strided views, no copy
         q, k, v = (qkv[:, :, j].transpose(0, 2, 1, 3) for j in range(3))
-        ctx = scaled_dot_product_attention(q, k, v, attn_mask)   # (B, nh, S, hd)
+        # tiny problems (a short query) run on one thread: waking a second OpenMP thread
+        # costs more than the whole call (~0.1 ms for 1 x 16 tokens x 12 heads)
+        nthr = 1 if B * nh * S * S * hd < _ATTN_ONE_THREAD else None
+        ctx = scaled_dot_product_attention(q, k, v, attn_mask, n_threads=nthr)  # (B,nh,S,hd)
         ctx = ctx.transpose(0, 2, 1, 3).reshape(B * S, H)
         a = ops.linear(ctx, p["o_w"], p["o_b"])
         x = ops.layer_norm(a, p["ln1_w"], p["ln1_b"], cfg.layer_norm_eps, residual=x)
@@ -333,6 +346,19 @@ class EncoderModel:
         ids, mask, tt = self._check_ids(input_ids, attention_mask, token_type_ids)
         hidden = self._forward(ids, mask, tt)
         return pool(hidden, mask, modes, norm)
+
+
+def _st_max_seq_length(root, model_dir, config):
+    """sentence-transformers' truncation length (sentence_bert_config.json), or None."""
+    for folder in dict.fromkeys((model_dir, root)):
+        path = os.path.join(folder, "sentence_bert_config.json")
+        if os.path.isfile(path):
+            n = _read_json(path, "sentence-transformers config").get("max_seq_length")
+            if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+                raise ValueError(f"config field max_seq_length={n!r} in {path} must be a "
+                                 "positive integer")
+            return None if n is None else min(n, config.max_tokens)
+    return None
 
 
 def _check_flag(value, name):

@@ -167,9 +167,12 @@ def test_st_folder_modes(tmp_path, bert_dir, enc, transformer_path):
     ids, mask = padded_batch(np.random.default_rng(3), 60, [5, 3], 5)
     np.testing.assert_array_equal(st.embed(ids, mask),
                                   enc.embed(ids, mask, pooling=("cls", "mean"), normalize=False))
+    assert st.max_seq_length is None
     write_st_folder(root, pooling=("max",), normalize=True, transformer_path=transformer_path)
+    (root / transformer_path / "sentence_bert_config.json").write_text(
+        '{"max_seq_length": 16, "do_lower_case": false}')
     st = EncoderModel.from_pretrained(root)
-    assert st.pooling == ("max",) and st.normalize
+    assert st.pooling == ("max",) and st.normalize and st.max_seq_length == 16
 
 
 # --- bad inputs ---------------------------------------------------------------------------
