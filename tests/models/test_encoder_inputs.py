@@ -311,3 +311,20 @@ def test_missing_pooling_config_names_the_path(tmp_path, bert_dir):
 
 def test_exported_at_top_level():
     assert fastattn.EncoderModel is EncoderModel
+
+
+@pytest.mark.parametrize("modes", [("mean",), ("max", "mean_sqrt_len"), ("cls", "mean")])
+def test_embed_left_padding_and_holes(enc, modes):
+    """embed skips padding in the dense layers: the same vectors as pooling the full hidden
+    state, for left padding (position 0 is padding: 'cls' reads it, as sentence-transformers
+    does) and for masks with holes."""
+    rng = np.random.default_rng(4)
+    ids = rng.integers(1, 60, (4, 10))
+    mask = np.ones((4, 10), dtype=np.int64)
+    mask[0, :6] = 0                     # left padded
+    mask[1, 3:5] = 0                    # a hole
+    mask[2, :] = 0                      # nothing
+    tt = rng.integers(0, 3, ids.shape)
+    hidden = enc(ids, mask, tt)
+    np.testing.assert_allclose(enc.embed(ids, mask, tt, pooling=modes, normalize=False),
+                               reference_pool(hidden, mask, modes, False), rtol=1e-5, atol=1e-5)
