@@ -1,12 +1,16 @@
 """A sentence-embedding encoder: fastattn.EncoderModel vs transformers' BertModel (torch), side by
 side, optionally ONNX Runtime on the same model exported with torch.onnx.
 
+Systems: the last hidden state (transformers BertModel, fastattn EncoderModel, ONNX Runtime),
+and sentence vectors (mean pooling + L2 normalisation: torch ops after BertModel, and
+EncoderModel.embed, which skips padding tokens in the dense layers).
+
 Model: the all-MiniLM-L6-v2 shape (6 layers, hidden 384, 12 heads, intermediate 1536, exact
 GELU, LayerNorm eps 1e-12), random weights written by transformers and read back by
-EncoderModel.from_pretrained. Inputs: batch 32 x 128 tokens (with some padding) and batch
-1 x 16 tokens (a search query). float32, the same number of threads everywhere. Timed runs
-alternate between the systems with a ~0.15 s sleep in between; medians (and minimums) are
-reported. Each import order (torch first, fastattn first) runs in its own child process.
+EncoderModel.from_pretrained. Inputs: batch 32 x 128 tokens (full rows; and padded rows of
+64..128 real tokens) and batch 1 x 16 tokens (a search query). float32, the same number of
+threads everywhere. Timed runs alternate between the systems with a ~0.15 s sleep in between;
+medians (and minimums) are reported. Each import order (torch first, fastattn first) runs in its own child process.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_encoder.py [--onnx] [--profile]
 """
@@ -105,15 +109,18 @@ def _child(args):
             print(f"##   ONNX Runtime skipped: {type(exc).__name__}: {exc}")
 
     rng = np.random.default_rng(0)
-    shapes = [(32, 128), (1, 16)]
-    for B, S in shapes:
+    # (B, S, padded): full rows, then rows of 64..128 real tokens (a sorted-free, padded
+    # batch as a tokenizer pads it), then a single short query
+    shapes = [(32, 128, False), (32, 128, True), (1, 16, False)]
+    for B, S, pad in shapes:
         ids = rng.integers(1000, 30000, (B, S))
         mask = np.ones((B, S), dtype=np.int64)
-        if B > 1:       # realistic batches are padded: rows of 64..128 tokens
+        if pad:
             for b, n in enumerate(rng.integers(64, S + 1, B)):
                 mask[b, n:] = 0
                 ids[b, n:] = 0
         ids_t, mask_t = torch.from_numpy(ids), torch.from_numpy(mask)
+        label = f"{B}x{S}" + (" padded" if pad else "")
 
         def run_torch():
             with torch.inference_mode():
@@ -122,18 +129,35 @@ def _child(args):
         def run_fa():
             return fm(ids, attention_mask=mask)
 
+        def embed_torch():      # sentence-transformers' mean pooling + Normalize, in torch
+            with torch.inference_mode():
+                h = tm(input_ids=ids_t, attention_mask=mask_t).last_hidden_state
+                m = mask_t[..., None].to(h.dtype)
+                v = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+                return torch.nn.functional.normalize(v, dim=1)
+
+        def embed_fa():
+            return fm.embed(ids, attention_mask=mask)
+
         systems = [("transformers (torch)", run_torch), ("fastattn", run_fa)]
         if ort_sess is not None:
             feed = {"input_ids": ids, "attention_mask": mask}
             systems.append(("onnxruntime", lambda: ort_sess.run(None, feed)[0]))
+        if not args.no_embed:
+            systems += [("torch embed", embed_torch), ("fastattn embed", embed_fa)]
 
         # parity on this batch (real tokens only) and warm-up
         ref = run_torch().numpy()
         valid = mask.astype(bool)
         for name, fn in systems[1:]:
+            if "embed" in name:
+                continue
             out = np.asarray(fn())
             err = np.abs(out - ref)[valid].max() / np.abs(ref[valid]).max()
-            print(f"##   {B}x{S}: {name} vs torch, max rel err {err:.2e}")
+            print(f"##   {label}: {name} vs torch, max rel err {err:.2e}")
+        if not args.no_embed:
+            err = np.abs(embed_fa() - embed_torch().numpy()).max()
+            print(f"##   {label}: fastattn embed vs torch embed, max abs err {err:.2e}")
         for _, fn in systems:
             fn()
         times = {name: [] for name, _ in systems}
@@ -144,10 +168,11 @@ def _child(args):
                 t0 = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - t0)
-        base = statistics.median(times[systems[0][0]])
         for name, ts in times.items():
+            base = statistics.median(times["torch embed" if "embed" in name
+                                           else "transformers (torch)"])
             med = statistics.median(ts)
-            print(f"RESULT order={args.order} batch={B}x{S} system={name!r} "
+            print(f"RESULT order={args.order} batch={label!r} system={name!r} "
                   f"median_ms={med * 1e3:.2f} min_ms={min(ts) * 1e3:.2f} n={len(ts)} "
                   f"speedup_vs_torch={base / med:.2f}")
 
@@ -178,17 +203,19 @@ def _child(args):
                  enc_mod.scaled_dot_product_attention) = saved
             parts = ", ".join(f"{k} {v / n * 1e3:.1f} ms ({v / n / total:.0%})"
                               for k, v in sorted(spent.items(), key=lambda kv: -kv[1]))
-            print(f"##   profile {B}x{S}: total {total * 1e3:.1f} ms: {parts}")
+            print(f"##   profile {label}: total {total * 1e3:.1f} ms: {parts}")
     return 0
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--repeats", type=int, default=10,
+    ap.add_argument("--repeats", type=int, default=5,
                     help="timed runs per system at 32x128 (5x that at 1x16)")
     ap.add_argument("--onnx", action="store_true", help="add ONNX Runtime (torch.onnx export)")
     ap.add_argument("--profile", action="store_true", help="break fastattn's time down by op")
+    ap.add_argument("--no-embed", action="store_true",
+                    help="time the hidden state only (no pooled-embedding systems)")
     ap.add_argument("--order", choices=["torch-first", "fastattn-first"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.order:
