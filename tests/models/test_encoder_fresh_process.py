@@ -19,6 +19,8 @@ enc = fastattn.EncoderModel.from_pretrained(sys.argv[1])
 ids = np.load(sys.argv[2]); mask = np.load(sys.argv[3])
 np.save(sys.argv[4], enc(ids, attention_mask=mask))
 np.save(sys.argv[5], enc.embed(ids, attention_mask=mask))
+# torch-free: neither torch nor transformers was imported on the way
+assert "torch" not in sys.modules and "transformers" not in sys.modules, "torch imported"
 """
 
 
