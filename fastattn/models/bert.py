@@ -255,15 +255,45 @@ def _safetensors_files(folder):
     raise FileNotFoundError(f"model weights not found: {single}")
 
 
+def _bf16_entries(path):
+    """{name: (shape, byte offset, count)} of the BF16 tensors of a safetensors file.
+
+    NumPy has no bfloat16, so the safetensors NumPy API cannot return these; we read them
+    from the file's JSON header (8-byte little-endian length, then the header, then data).
+    """
+    with open(path, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        if not 0 < n <= 100_000_000:
+            return {}
+        header = json.loads(fh.read(n))
+    out = {}
+    for name, info in header.items():
+        if name != "__metadata__" and isinstance(info, dict) and info.get("dtype") == "BF16":
+            begin, end = info["data_offsets"]
+            out[name] = (tuple(info["shape"]), 8 + n + begin, (end - begin) // 2)
+    return out
+
+
+def _read_bf16(path, shape, offset, count):
+    """A BF16 tensor as float32 (exact: bfloat16 is the top half of a float32)."""
+    raw = np.fromfile(path, dtype="<u2", count=count, offset=offset)
+    if raw.size != count or count != int(np.prod(shape, dtype=np.int64)):
+        raise ValueError(f"truncated BF16 tensor in {path}")
+    return (raw.astype(np.uint32) << 16).view(np.float32).reshape(shape)
+
+
 def _read_tensors(files):
-    """name -> ndarray for every tensor in the safetensors files (numpy API, no torch)."""
+    """name -> ndarray for every tensor in the safetensors files (numpy API, no torch;
+    BF16 tensors are widened to float32 by hand)."""
     from safetensors import safe_open
     tensors = {}
     for path in files:
         try:
+            bf16 = _bf16_entries(path)
             with safe_open(path, framework="numpy") as f:
                 for name in f.keys():
-                    tensors[name] = f.get_tensor(name)
+                    tensors[name] = _read_bf16(path, *bf16[name]) if name in bf16 \
+                        else f.get_tensor(name)
         except Exception as exc:            # the library raises its own error types
             if isinstance(exc, (MemoryError, KeyboardInterrupt)):
                 raise

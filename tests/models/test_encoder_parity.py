@@ -186,3 +186,15 @@ def test_plain_folder_embeds_mean_normalised(tmp_path):
     assert rel_err(enc.embed(ids, mask), ref) <= 1e-9
     with open(tmp_path / "config.json") as f:
         assert json.load(f)["model_type"] == "bert"
+
+
+@pytest.mark.parametrize("saved", ["float16", "bfloat16"])
+def test_half_precision_checkpoints(tmp_path, saved):
+    """float16 and bfloat16 files (NumPy has no bfloat16: widened by hand) compute in float32
+    like transformers computing on the same weights widened to float32."""
+    import torch
+    cfg = bert_config()
+    model = write_hf(tmp_path, transformers.BertModel, cfg, saved)
+    enc = fastattn.EncoderModel.from_pretrained(tmp_path)
+    ids, mask = padded_batch(np.random.default_rng(10), 80, [7, 4], 7)
+    assert rel_err(enc(ids, mask), hf_hidden(model.to(torch.float32), ids, mask)) <= 1e-4
