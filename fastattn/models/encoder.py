@@ -220,7 +220,7 @@ class EncoderModel:
             if m.dtype.kind != "b":
                 ok = (m == 0) | (m == 1)
                 if not ok.all():
-                    bad = m[~ok].flat[0]
+                    bad = m[~ok].flat[0].item()
                     raise ValueError(
                         f"attention_mask must hold only 0 and 1 (Hugging Face convention: "
                         f"1 = token, 0 = padding), found {bad!r}"
