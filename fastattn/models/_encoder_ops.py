@@ -14,14 +14,17 @@ import numpy as np
 __all__ = ["ACTIVATIONS", "activation", "canonical_activation", "layer_norm", "linear"]
 
 
-def linear(x, weight, bias=None):
-    """``x @ weight.T + bias``.
+def linear(x, weight, bias=None, activation=None):
+    """``act(x @ weight.T + bias)``.
 
     Parameters
     ----------
     x : ndarray, shape (N, in)
     weight : ndarray, shape (out, in)  (PyTorch / Hugging Face layout)
     bias : ndarray, shape (out,), optional
+    activation : str, optional
+        A key of :data:`ACTIVATIONS`, applied to the result (a GEMM epilogue, once there is a
+        compiled one).
 
     Returns
     -------
@@ -30,6 +33,8 @@ def linear(x, weight, bias=None):
     y = np.matmul(x, weight.T)
     if bias is not None:
         y += bias
+    if activation is not None:
+        ACTIVATIONS[activation](y)
     return y
 
 

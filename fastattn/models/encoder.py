@@ -301,7 +301,7 @@ class EncoderModel:
             ctx = ctx[keep // S, keep % S].reshape(-1, H)
         a = ops.linear(ctx, p["o_w"], p["o_b"])
         x = ops.layer_norm(a, p["ln1_w"], p["ln1_b"], cfg.layer_norm_eps, residual=x)
-        h = ops.activation(ops.linear(x, p["i_w"], p["i_b"]), cfg.activation)
+        h = ops.linear(x, p["i_w"], p["i_b"], activation=cfg.activation)
         o = ops.linear(h, p["out_w"], p["out_b"])
         return ops.layer_norm(o, p["ln2_w"], p["ln2_b"], cfg.layer_norm_eps, residual=x)
 
