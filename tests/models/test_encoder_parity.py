@@ -198,3 +198,28 @@ def test_half_precision_checkpoints(tmp_path, saved):
     enc = fastattn.EncoderModel.from_pretrained(tmp_path)
     ids, mask = padded_batch(np.random.default_rng(10), 80, [7, 4], 7)
     assert rel_err(enc(ids, mask), hf_hidden(model.to(torch.float32), ids, mask)) <= 1e-4
+
+
+def test_distilbert_sinusoidal_positions(tmp_path):
+    """sinusoidal_pos_embds: the table transformers builds is saved with the weights."""
+    cfg = transformers.DistilBertConfig(vocab_size=60, dim=32, n_layers=2, n_heads=4,
+                                        hidden_dim=40, max_position_embeddings=16,
+                                        sinusoidal_pos_embds=True)
+    model = transformers.DistilBertModel(cfg).eval()
+    model.save_pretrained(tmp_path)
+    enc = fastattn.EncoderModel.from_pretrained(tmp_path)
+    ids, mask = padded_batch(np.random.default_rng(11), 60, [16, 5], 16)
+    assert rel_err(enc(ids, mask), hf_hidden(model, ids, mask)) <= 1e-4
+
+
+def test_bert_without_pad_token(tmp_path):
+    """BERT allows pad_token_id null (it only marks the embedding row; positions ignore it)."""
+    model = write_hf(tmp_path, transformers.BertModel, bert_config(), "float64")
+    with open(tmp_path / "config.json") as f:
+        cfg = json.load(f)
+    cfg["pad_token_id"] = None
+    with open(tmp_path / "config.json", "w") as f:
+        json.dump(cfg, f)
+    enc = fastattn.EncoderModel.from_pretrained(tmp_path, dtype=np.float64)
+    ids, mask = padded_batch(np.random.default_rng(12), 80, [6, 2], 6)
+    assert rel_err(enc(ids, mask), hf_hidden(model, ids, mask)) <= 1e-9
