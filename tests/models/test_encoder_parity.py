@@ -33,7 +33,8 @@ def bert_config(**kw):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("act,eps", [
     ("gelu", 1e-12), ("gelu_new", 1e-5), ("gelu_pytorch_tanh", 1e-7), ("gelu_fast", 1e-12),
-    ("gelu_accurate", 1e-3), ("relu", 1e-6), ("silu", 1e-12), ("swish", 1e-5),
+    ("gelu_accurate", 1e-3), ("gelu_python", 1e-12), ("gelu_python_tanh", 1e-6),
+    ("relu", 1e-6), ("silu", 1e-12), ("swish", 1e-5),
 ])
 def test_bert_hidden_states(tmp_path, dtype, act, eps):
     cfg = bert_config(hidden_act=act, layer_norm_eps=eps)
