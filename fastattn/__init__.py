@@ -56,3 +56,6 @@ __all__ = [
     "layer_norm",
 ]
 __all__ += nn.__all__
+from . import models  # noqa: E402
+from .models import EncoderModel  # noqa: E402
+__all__ += ["models", "EncoderModel"]

@@ -1,0 +1,38 @@
+"""Hugging Face activation names -> fastattn's fused GEMM epilogues (fastattn._ops).
+
+The encoder's dense maths is :class:`fastattn.PackedLinear` (activation fused into the first FFN
+GEMM) and :func:`fastattn.layer_norm`; this module only maps the names configs use.
+"""
+
+__all__ = ["canonical_activation"]
+
+# Hugging Face `hidden_act` / DistilBERT `activation` strings -> fastattn's activation names.
+# Each alias has the same formula in transformers/activations.py (checked there): "gelu" and
+# "gelu_python" are the erf GELU; "gelu_new", "gelu_pytorch_tanh", "gelu_python_tanh" and
+# "gelu_accurate" the tanh approximation with c = sqrt(2/pi); "gelu_fast" writes c as
+# 0.7978845608 (a relative difference of 3e-12, below float64's resolution of the result's
+# rounding in practice); "swish" and "silu" are x * sigmoid(x).
+_HF_NAMES = {
+    "gelu": "gelu",
+    "gelu_python": "gelu",
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_python_tanh": "gelu_tanh",
+    "gelu_accurate": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}
+
+
+def canonical_activation(name, field="hidden_act"):
+    """Map a Hugging Face activation name to fastattn's ('gelu', 'gelu_tanh', 'relu', 'silu').
+
+    Raises ValueError naming `field` for a name we do not implement (e.g. "quick_gelu").
+    """
+    if not isinstance(name, str) or name not in _HF_NAMES:
+        raise ValueError(
+            f"config field {field}={name!r} is not supported; supported: "
+            f"{', '.join(sorted(_HF_NAMES))}")
+    return _HF_NAMES[name]

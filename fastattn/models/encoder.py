@@ -1,0 +1,443 @@
+"""EncoderModel: BERT-family encoders and sentence embeddings from a Hugging Face folder.
+
+No torch, no transformers at run time: weights come from ``model.safetensors`` through the
+``safetensors`` NumPy API, dense maths on fastattn's packed GEMM (:class:`fastattn.PackedLinear`), attention from
+:func:`fastattn.scaled_dot_product_attention`.
+"""
+import json
+import os
+
+import numpy as np
+
+from ..attention import scaled_dot_product_attention
+from .._ops import PackedLinear, layer_norm
+from .bert import load_config, load_weights
+
+__all__ = ["EncoderModel", "POOLING_MODES"]
+
+#: pooling modes in the order sentence-transformers concatenates them when several are set
+POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len")
+
+# sentence-transformers' Pooling config flags -> our mode names
+_POOLING_FLAGS = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
+}
+
+
+# below this many multiply-adds per score pass (B * heads * S * S * head_dim), attention runs
+# on one thread
+_ATTN_ONE_THREAD = 1 << 20
+
+
+def _read_json(path, what):
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{what} not found: {path}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} {path} is not valid JSON: {exc}") from exc
+
+
+def _pooling_from_config(path, hidden_size):
+    """Pooling modes (tuple, POOLING_MODES order) from a sentence-transformers Pooling config."""
+    cfg = _read_json(path, "sentence-transformers Pooling config")
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path} must hold a JSON object")
+    dim = cfg.get("word_embedding_dimension", hidden_size)
+    if dim != hidden_size:
+        raise ValueError(f"Pooling config field word_embedding_dimension={dim!r} in {path} "
+                         f"differs from the model's hidden size {hidden_size}")
+    if cfg.get("include_prompt", True) is not True:
+        raise ValueError(f"Pooling config field include_prompt={cfg['include_prompt']!r} in "
+                         f"{path} is not supported (only true)")
+    modes = set()
+    mode = cfg.get("pooling_mode")         # newer writers may also store the mode by name
+    if mode is not None:
+        by_name = {"cls": "cls", "max": "max", "mean": "mean", "mean_sqrt_len_tokens":
+                   "mean_sqrt_len", "mean_sqrt_len": "mean_sqrt_len"}
+        if mode not in by_name:
+            raise ValueError(f"Pooling config field pooling_mode={mode!r} in {path} is not "
+                             f"supported; supported: cls, max, mean, mean_sqrt_len_tokens")
+        modes.add(by_name[mode])
+    for key, value in cfg.items():
+        if not key.startswith("pooling_mode_"):
+            continue
+        if not isinstance(value, bool):
+            raise ValueError(f"Pooling config field {key}={value!r} in {path} must be true "
+                             "or false")
+        if not value:
+            continue
+        if key not in _POOLING_FLAGS:
+            raise ValueError(f"Pooling config field {key}=true in {path} is not supported; "
+                             f"supported: {', '.join(_POOLING_FLAGS)}")
+        modes.add(_POOLING_FLAGS[key])
+    if not modes:
+        raise ValueError(f"Pooling config {path} sets no pooling mode (one of "
+                         f"{', '.join(_POOLING_FLAGS)} must be true)")
+    return tuple(m for m in POOLING_MODES if m in modes)
+
+
+def _read_folder(path):
+    """(transformer folder, pooling modes, normalize) for a model folder.
+
+    A sentence-transformers folder has modules.json: its Transformer module names the folder
+    of config.json + weights, its Pooling module the pooling config, and a Normalize module
+    turns on L2 normalisation. Without modules.json: mean pooling, then normalisation.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a folder path (str or os.PathLike), got "
+                        f"{type(path).__name__}")
+    root = os.fspath(path)
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"model folder not found: {root}")
+    modules_path = os.path.join(root, "modules.json")
+    if not os.path.exists(modules_path):
+        return root, ("mean",), True
+    modules = _read_json(modules_path, "sentence-transformers modules.json")
+    if not isinstance(modules, list):
+        raise ValueError(f"{modules_path} must hold a JSON list of modules")
+    entries = []
+    for i, m in enumerate(modules):
+        if not isinstance(m, dict) or not isinstance(m.get("type"), str):
+            raise ValueError(f"{modules_path}: module {i} has no 'type'")
+        path_i = m.get("path") or ""
+        if not isinstance(path_i, str):
+            raise ValueError(f"{modules_path}: module {i} has a bad 'path' {path_i!r}")
+        entries.append((m.get("idx", i), m["type"], os.path.join(root, path_i)))
+    entries.sort(key=lambda e: e[0] if isinstance(e[0], int) else 0)
+    kinds = [t.rsplit(".", 1)[-1] for _, t, _ in entries]
+    supported = (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"])
+    if kinds not in supported:
+        known = ("Transformer", "Pooling", "Normalize")
+        odd = next((t for (_, t, _), k in zip(entries, kinds) if k not in known), None)
+        raise ValueError(
+            f"{modules_path} lists the modules {[t for _, t, _ in entries]}"
+            + (f"; module type {odd!r} is not supported" if odd else "")
+            + "; supported: Transformer, Pooling, then optionally Normalize")
+    transformer_dir, pooling, normalize = entries[0][2], entries[1][2], len(entries) == 3
+    return transformer_dir, pooling, normalize
+
+
+class EncoderModel:
+    """A BERT-family encoder (post-norm layers) with sentence-transformers pooling.
+
+    Build one with :meth:`from_pretrained`. Calling it gives the last hidden state;
+    :meth:`embed` gives pooled (and, as the folder says, L2-normalised) sentence vectors.
+
+    Attributes
+    ----------
+    config : fastattn.models.bert.EncoderConfig
+    dtype : numpy.dtype (float32 or float64)
+    hidden_size : int
+    pooling : tuple of str, the modes of :data:`POOLING_MODES` embed uses by default
+    normalize : bool, whether embed L2-normalises by default
+    max_seq_length : int or None, a sentence-transformers folder's truncation length
+        (sentence_bert_config.json): truncate token ids to it, as sentence-transformers does;
+        the model itself accepts up to ``config.max_tokens``
+    """
+
+    def __init__(self, config, top, layers, dtype, pooling=("mean",), normalize=True):
+        self.config = config
+        self.dtype = np.dtype(dtype)
+        self.hidden_size = config.hidden_size
+        self.pooling = _check_pooling(pooling)
+        self.normalize = bool(normalize)
+        self.max_seq_length = None
+        self._top = top
+        self._layers = layers
+        # the dense layers, packed once: q/k/v as one GEMM, the activation fused into the first
+        # FFN GEMM's epilogue, the residuals into the second GEMM of each sublayer
+        for p in layers:
+            p["qkv"] = PackedLinear(p["qkv_w"], p["qkv_b"])
+            p["o"] = PackedLinear(p["o_w"], p["o_b"])
+            p["i"] = PackedLinear(p["i_w"], p["i_b"], activation=config.activation)
+            p["out"] = PackedLinear(p["out_w"], p["out_b"])
+
+    def __repr__(self):
+        c = self.config
+        return (f"EncoderModel(model_type={c.model_type!r}, layers={c.num_layers}, "
+                f"hidden_size={c.hidden_size}, heads={c.num_heads}, "
+                f"hidden_act={c.hidden_act!r}, dtype={self.dtype.name}, "
+                f"pooling={self.pooling}, normalize={self.normalize})")
+
+    @classmethod
+    def from_pretrained(cls, path, dtype=np.float32):
+        """Load a local Hugging Face / sentence-transformers model folder.
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            A folder with config.json and model.safetensors (or a sharded
+            model.safetensors.index.json), or a sentence-transformers folder whose
+            modules.json points at them (Transformer, Pooling, optional Normalize).
+        dtype : numpy.float32 or numpy.float64
+            Compute dtype; the weights are converted once, at load.
+
+        Raises
+        ------
+        FileNotFoundError naming the missing file; ValueError naming the unsupported config
+        field, module, or bad tensor (see :func:`fastattn.models.bert.load_config`).
+        """
+        dt = np.dtype(dtype) if not isinstance(dtype, np.dtype) else dtype
+        if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise ValueError(f"dtype must be float32 or float64, got {dt}")
+        model_dir, pooling_cfg, normalize = _read_folder(path)
+        config = load_config(model_dir)
+        top, layers = load_weights(model_dir, config, dt)
+        pooling = pooling_cfg if isinstance(pooling_cfg, tuple) else \
+            _pooling_from_config(os.path.join(pooling_cfg, "config.json"), config.hidden_size)
+        model = cls(config, top, layers, dt, pooling, normalize)
+        model.max_seq_length = _st_max_seq_length(os.fspath(path), model_dir, config)
+        return model
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def _check_ids(self, input_ids, attention_mask, token_type_ids):
+        cfg = self.config
+        ids = np.asarray(input_ids)
+        if ids.dtype.kind not in "iu":
+            raise TypeError(f"input_ids must be integer token ids, got dtype {ids.dtype}")
+        if ids.ndim != 2:
+            raise ValueError(f"input_ids must have shape (batch, seq_len), got {ids.shape}")
+        B, S = ids.shape
+        if S > cfg.max_tokens:
+            raise ValueError(
+                f"input_ids has {S} tokens per row; this {cfg.model_type} model allows at "
+                f"most {cfg.max_tokens} (config max_position_embeddings="
+                f"{cfg.max_position_embeddings}); truncate the input")
+        if ids.size and (ids.min() < 0 or ids.max() >= cfg.vocab_size):
+            bad = ids.min() if ids.min() < 0 else ids.max()
+            raise ValueError(f"input_ids holds {bad}, outside the vocabulary [0, "
+                             f"{cfg.vocab_size})")
+        ids = ids.astype(np.intp, copy=False)
+
+        mask = None
+        if attention_mask is not None:
+            m = np.asarray(attention_mask)
+            if m.shape != ids.shape:
+                raise ValueError(f"attention_mask must have the shape of input_ids {ids.shape} "
+                                 f"(1 = token, 0 = padding), got {m.shape}")
+            if m.dtype.kind not in "biuf":
+                raise TypeError(f"attention_mask must hold 0/1 (int, bool or float), got dtype "
+                                f"{m.dtype}")
+            if m.dtype.kind != "b":
+                ok = (m == 0) | (m == 1)
+                if not ok.all():
+                    bad = m[~ok].flat[0].item()
+                    raise ValueError(
+                        f"attention_mask must hold only 0 and 1 (Hugging Face convention: "
+                        f"1 = token, 0 = padding), found {bad!r}"
+                        + ("; an additive float mask (0 / -inf) is not accepted here"
+                           if m.dtype.kind == "f" else ""))
+                m = m != 0
+            mask = m
+
+        if token_type_ids is None:
+            tt = None
+        else:
+            tt = np.asarray(token_type_ids)
+            if tt.dtype.kind not in "iu":
+                raise TypeError(f"token_type_ids must be integers, got dtype {tt.dtype}")
+            if tt.shape != ids.shape:
+                raise ValueError(f"token_type_ids must have the shape of input_ids "
+                                 f"{ids.shape}, got {tt.shape}")
+            n_types = cfg.type_vocab_size
+            if tt.size and (tt.min() < 0 or tt.max() >= max(n_types, 1)):
+                bad = tt.min() if tt.min() < 0 else tt.max()
+                if n_types == 0:
+                    raise ValueError(f"token_type_ids holds {bad}, but this {cfg.model_type} "
+                                     "model has no token types (pass zeros or None)")
+                raise ValueError(f"token_type_ids holds {bad}, outside [0, type_vocab_size="
+                                 f"{n_types})")
+            tt = tt.astype(np.intp, copy=False) if n_types else None
+        return ids, mask, tt
+
+    # -- forward -------------------------------------------------------------------------------
+
+    def _position_ids(self, ids):
+        cfg = self.config
+        S = ids.shape[1]
+        if not cfg.positions_after_padding:
+            return np.arange(S)[None, :]
+        # RoBERTa: pad + cumulative count of non-padding ids; padding tokens get pad itself
+        not_pad = ids != cfg.pad_token_id
+        return np.cumsum(not_pad, axis=1) * not_pad + cfg.pad_token_id
+
+    def _embeddings(self, ids, tt, keep):
+        """LN(word + token type + position) for the flat token positions `keep` (all: None);
+        returns (N, H)."""
+        top = self._top
+        pos = np.broadcast_to(self._position_ids(ids), ids.shape).reshape(-1)
+        ids = ids.reshape(-1)
+        if keep is not None:
+            ids, pos = ids[keep], pos[keep]
+        x = top["word"][ids]                                  # (N, H), a new array
+        if top["token_type"] is not None:
+            if tt is None:
+                x += top["token_type"][0]
+            else:
+                tt = tt.reshape(-1)
+                x += top["token_type"][tt if keep is None else tt[keep]]
+        x += top["position"][pos]
+        return layer_norm(x, top["emb_ln_w"], top["emb_ln_b"], self.config.layer_norm_eps)
+
+    def _layer(self, x, p, B, S, attn_mask, keep, qkv_buf):
+        """One post-norm block on x (N, H): the rows of all B * S positions, or (keep given)
+        only the positions listed in keep, scattered into qkv_buf (B * S, 3H) for attention."""
+        cfg = self.config
+        H, nh, hd = cfg.hidden_size, cfg.num_heads, cfg.head_dim
+        qkv = p["qkv"](x)                                     # (N, 3H)
+        if keep is not None:
+            qkv_buf[keep] = qkv                               # padding rows stay zero
+            qkv = qkv_buf
+        qkv = qkv.reshape(B, S, 3, nh, hd)
+        # (B, S, nh, hd) -> (B, nh, S, hd) strided views, no copy
+        q, k, v = (qkv[:, :, j].transpose(0, 2, 1, 3) for j in range(3))
+        # tiny problems (a short query) run on one thread: waking a second OpenMP thread
+        # costs more than the whole call (~0.1 ms for 1 x 16 tokens x 12 heads)
+        nthr = 1 if B * nh * S * S * hd < _ATTN_ONE_THREAD else None
+        ctx = scaled_dot_product_attention(q, k, v, attn_mask, n_threads=nthr)  # (B,nh,S,hd)
+        ctx = ctx.transpose(0, 2, 1, 3)                       # (B, S, nh, hd) view
+        if keep is None:
+            ctx = ctx.reshape(B * S, H)
+        else:
+            ctx = ctx[keep // S, keep % S].reshape(-1, H)
+        x = layer_norm(p["o"](ctx, residual=x), p["ln1_w"], p["ln1_b"], cfg.layer_norm_eps)
+        h = p["i"](x)                                         # act(x W_i^T + b_i), fused
+        return layer_norm(p["out"](h, residual=x), p["ln2_w"], p["ln2_b"], cfg.layer_norm_eps)
+
+    def _forward(self, ids, mask, tt, packed=False):
+        """(B, S, H) last hidden state. packed=True computes the real tokens only (the dense
+        layers skip padding); padding positions of the result are then zeros."""
+        B, S = ids.shape
+        H = self.hidden_size
+        if B == 0 or S == 0:
+            return np.zeros((B, S, H), dtype=self.dtype)
+        padded = mask is not None and not mask.all()
+        # key padding as an SDPA bool mask, True = may attend; none when nothing is padded
+        attn_mask = mask[:, None, None, :] if padded else None
+        keep = np.flatnonzero(mask) if padded and packed else None
+        qkv_buf = None if keep is None else np.zeros((B * S, 3 * H), dtype=self.dtype)
+        x = self._embeddings(ids, tt, keep)
+        for p in self._layers:
+            x = self._layer(x, p, B, S, attn_mask, keep, qkv_buf)
+        if keep is None:
+            return x.reshape(B, S, H)
+        out = np.zeros((B * S, H), dtype=self.dtype)
+        out[keep] = x
+        return out.reshape(B, S, H)
+
+    def __call__(self, input_ids, attention_mask=None, token_type_ids=None):
+        """The last hidden state.
+
+        Parameters
+        ----------
+        input_ids : array_like of int, shape (B, S)
+            Token ids in [0, vocab_size); S at most the model's position limit.
+        attention_mask : array_like of int / bool (or float 0/1), shape (B, S), optional
+            Hugging Face convention: 1 (True) = real token, 0 (False) = padding. Padding keys
+            are ignored by every query. None: no padding.
+        token_type_ids : array_like of int, shape (B, S), optional
+            Segment ids in [0, type_vocab_size); default zeros.
+
+        Returns
+        -------
+        ndarray, shape (B, S, hidden_size), in the model's dtype. Rows of padding tokens hold
+        finite values that mean nothing (as in transformers); a fully padded sequence gives
+        finite values too.
+        """
+        return self._forward(*self._check_ids(input_ids, attention_mask, token_type_ids))
+
+    forward = __call__
+
+    def embed(self, input_ids, attention_mask=None, token_type_ids=None, *, pooling=None,
+              normalize=None):
+        """Sentence vectors: the last hidden state pooled over each sequence's tokens.
+
+        Parameters
+        ----------
+        input_ids, attention_mask, token_type_ids : as for :meth:`__call__`.
+        pooling : str or sequence of str, optional
+            Modes from :data:`POOLING_MODES` — "cls" (first position), "max" (element-wise max
+            over tokens), "mean", "mean_sqrt_len" (sum / sqrt(token count)). Several modes are
+            concatenated in that order, as sentence-transformers does. Default: the folder's.
+        normalize : bool, optional
+            L2-normalise each vector (zero vectors stay zero). Default: the folder's.
+
+        Returns
+        -------
+        ndarray, shape (B, hidden_size * number of modes), in the model's dtype. A sequence
+        with no token (mask all 0) gives a zero vector.
+        """
+        modes = self.pooling if pooling is None else _check_pooling(pooling)
+        norm = self.normalize if normalize is None else _check_flag(normalize, "normalize")
+        ids, mask, tt = self._check_ids(input_ids, attention_mask, token_type_ids)
+        # pooling reads real tokens only, so the dense layers may skip padding (packed);
+        # "cls" reads position 0, which must then be a real token
+        packed = "cls" not in modes or mask is None or bool(mask[:, 0].all())
+        hidden = self._forward(ids, mask, tt, packed=packed)
+        return pool(hidden, mask, modes, norm)
+
+
+def _st_max_seq_length(root, model_dir, config):
+    """sentence-transformers' truncation length (sentence_bert_config.json), or None."""
+    for folder in dict.fromkeys((model_dir, root)):
+        path = os.path.join(folder, "sentence_bert_config.json")
+        if os.path.isfile(path):
+            n = _read_json(path, "sentence-transformers config").get("max_seq_length")
+            if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+                raise ValueError(f"config field max_seq_length={n!r} in {path} must be a "
+                                 "positive integer")
+            return None if n is None else min(n, config.max_tokens)
+    return None
+
+
+def _check_flag(value, name):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def _check_pooling(pooling):
+    modes = (pooling,) if isinstance(pooling, str) else tuple(pooling)
+    if not modes or any(m not in POOLING_MODES for m in modes):
+        raise ValueError(f"pooling must be one of {POOLING_MODES} or a sequence of them, got "
+                         f"{pooling!r}")
+    return tuple(m for m in POOLING_MODES if m in modes)
+
+
+def pool(hidden, mask, modes, normalize):
+    """Pool a hidden state over its tokens.
+
+    hidden : ndarray (B, S, H); mask : bool ndarray (B, S) or None (all tokens);
+    modes : tuple in POOLING_MODES order; returns (B, H * len(modes)). Rows with no token are
+    zeros.
+    """
+    B, S, H = hidden.shape
+    m = np.ones((B, S), dtype=bool) if mask is None else mask
+    counts = m.sum(axis=1).astype(hidden.dtype)[:, None]              # (B, 1)
+    empty = counts[:, 0] == 0
+    parts = []
+    summed = None
+    for mode in modes:
+        if mode == "cls":
+            v = hidden[:, 0, :].copy() if S else np.zeros((B, H), hidden.dtype)
+        elif mode == "max":
+            v = np.where(m[:, :, None], hidden, -np.inf).max(axis=1, initial=-np.inf)
+        else:
+            if summed is None:
+                # matmul: (B, 1, S) @ (B, S, H), padding weighted 0
+                summed = np.matmul(m[:, None, :].astype(hidden.dtype), hidden)[:, 0, :]
+            safe = np.maximum(counts, 1)
+            v = summed / (safe if mode == "mean" else np.sqrt(safe))
+        v[empty] = 0
+        parts.append(v)
+    out = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+    if normalize:
+        norms = np.sqrt(np.square(out).sum(axis=1, keepdims=True))
+        out /= np.maximum(norms, np.finfo(out.dtype).tiny)
+    return out

@@ -1,0 +1,330 @@
+"""EncoderModel without transformers: bad folders, bad inputs, pooling vs a NumPy reference,
+and a float64 NumPy re-implementation of the whole forward pass."""
+import json
+import math
+import os
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("safetensors")
+
+import fastattn  # noqa: E402
+from encoder_checkpoints import (padded_batch, reference_pool, write_numpy_bert,  # noqa: E402
+                                 write_st_folder)
+from fastattn.models import EncoderModel  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bert")
+    write_numpy_bert(d, type_vocab_size=3)
+    return d
+
+
+@pytest.fixture(scope="module")
+def enc(bert_dir):
+    return EncoderModel.from_pretrained(bert_dir)
+
+
+def copy_folder(src, dst):
+    shutil.copytree(src, dst)
+    return dst
+
+
+def edit_config(folder, **changes):
+    path = os.path.join(folder, "config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    for k, v in changes.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+
+
+# --- an independent float64 forward pass (loops over heads, math.erf GELU) ----------------
+
+def numpy_bert_forward(folder, ids, mask, tt):
+    from safetensors.numpy import load_file
+    with open(os.path.join(folder, "config.json")) as f:
+        c = json.load(f)
+    w = {k: v.astype(np.float64) for k, v in load_file(os.path.join(folder,
+                                                                     "model.safetensors")).items()}
+    eps = c["layer_norm_eps"]
+    nh = c["num_attention_heads"]
+
+    def ln(x, g, b):
+        mu = x.mean(-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + eps) * g + b
+
+    erf = np.vectorize(math.erf)
+    act = {"gelu": lambda x: 0.5 * x * (1 + erf(x / math.sqrt(2))),
+           "relu": lambda x: np.maximum(x, 0),
+           "silu": lambda x: x / (1 + np.exp(-x)),
+           "gelu_new": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi)
+                                                         * (x + 0.044715 * x ** 3)))}
+    act = act[c["hidden_act"]]
+    B, S = ids.shape
+    x = (w["embeddings.word_embeddings.weight"][ids]
+         + w["embeddings.token_type_embeddings.weight"][tt]
+         + w["embeddings.position_embeddings.weight"][np.arange(S)])
+    x = ln(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"])
+    H = x.shape[-1]
+    hd = H // nh
+    for i in range(c["num_hidden_layers"]):
+        p = f"encoder.layer.{i}."
+
+        def lin(v, n):
+            return v @ w[p + n + ".weight"].T + w[p + n + ".bias"]
+        q, k, v = (lin(x, f"attention.self.{n}") for n in ("query", "key", "value"))
+        ctx = np.zeros_like(x)
+        for b in range(B):
+            for h in range(nh):
+                sl = slice(h * hd, (h + 1) * hd)
+                s = q[b, :, sl] @ k[b, :, sl].T / math.sqrt(hd)
+                s = np.where(mask[b][None, :] == 1, s, -np.inf)
+                e = np.exp(s - s.max(-1, keepdims=True))
+                ctx[b, :, sl] = (e / e.sum(-1, keepdims=True)) @ v[b, :, sl]
+        x = ln(lin(ctx, "attention.output.dense") + x, w[p + "attention.output.LayerNorm.weight"],
+               w[p + "attention.output.LayerNorm.bias"])
+        h_ = act(lin(x, "intermediate.dense"))
+        x = ln(lin(h_, "output.dense") + x, w[p + "output.LayerNorm.weight"],
+               w[p + "output.LayerNorm.bias"])
+    return x
+
+
+@pytest.mark.parametrize("act,eps", [("gelu", 1e-12), ("relu", 1e-5), ("silu", 1e-7),
+                                     ("gelu_new", 1e-3)])
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-4), (np.float64, 1e-9)])
+def test_matches_numpy_reference(tmp_path, act, eps, dtype, tol):
+    write_numpy_bert(tmp_path, seed=3, hidden_act=act, layer_norm_eps=eps, type_vocab_size=3,
+                     dtype=np.float64)
+    rng = np.random.default_rng(0)
+    ids, mask = padded_batch(rng, 60, [10, 6, 2], 10)
+    tt = rng.integers(0, 3, ids.shape)
+    ref = numpy_bert_forward(tmp_path, ids, mask, tt)
+    out = EncoderModel.from_pretrained(tmp_path, dtype=dtype)(ids, mask, tt)
+    assert out.dtype == dtype
+    assert np.abs(out - ref).max() / np.abs(ref).max() <= tol
+
+
+def test_prefix_and_tf_layernorm_names(tmp_path, bert_dir, enc):
+    """'roberta.'-style prefixes and gamma/beta LayerNorm names load to the same model."""
+    from safetensors.numpy import load_file, save_file
+    t = load_file(os.path.join(bert_dir, "model.safetensors"))
+    renamed = {}
+    for k, v in t.items():
+        k = k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias",
+                                                                     "LayerNorm.beta")
+        renamed["bert." + k] = v
+    renamed["cls.predictions.bias"] = np.zeros(3, np.float32)
+    shutil.copy(os.path.join(bert_dir, "config.json"), tmp_path / "config.json")
+    save_file(renamed, tmp_path / "model.safetensors")
+    ids = np.arange(12).reshape(2, 6)
+    np.testing.assert_array_equal(EncoderModel.from_pretrained(tmp_path)(ids), enc(ids))
+
+
+# --- pooling -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("modes", [("mean",), ("cls",), ("max",), ("mean_sqrt_len",),
+                                   ("cls", "max", "mean", "mean_sqrt_len")])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_pooling_modes(enc, modes, normalize):
+    rng = np.random.default_rng(1)
+    ids, mask = padded_batch(rng, 60, [9, 4, 1, 0], 9)
+    hidden = enc(ids, mask)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")             # no divide-by-zero on the empty row
+        vec = enc.embed(ids, mask, pooling=list(modes)[::-1], normalize=normalize)
+    ref = reference_pool(hidden, mask, modes, normalize)
+    assert vec.shape == (4, 32 * len(modes))
+    np.testing.assert_allclose(vec, ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(vec[3], 0.0)     # no token: zeros by definition, no NaN
+
+
+def test_embed_defaults_without_mask(enc):
+    ids = np.random.default_rng(2).integers(0, 60, (3, 7))
+    vec = enc.embed(ids)
+    np.testing.assert_allclose(vec, reference_pool(enc(ids), np.ones(ids.shape), ("mean",), True),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(vec, axis=1), 1.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("transformer_path", ["", "0_Transformer"])
+def test_st_folder_modes(tmp_path, bert_dir, enc, transformer_path):
+    root = tmp_path / "st"
+    copy_folder(bert_dir, root / transformer_path if transformer_path else root)
+    write_st_folder(root, pooling=("cls", "mean"), normalize=False,
+                    transformer_path=transformer_path)
+    st = EncoderModel.from_pretrained(root)
+    assert st.pooling == ("cls", "mean") and not st.normalize
+    ids, mask = padded_batch(np.random.default_rng(3), 60, [5, 3], 5)
+    np.testing.assert_array_equal(st.embed(ids, mask),
+                                  enc.embed(ids, mask, pooling=("cls", "mean"), normalize=False))
+    assert st.max_seq_length is None
+    write_st_folder(root, pooling=("max",), normalize=True, transformer_path=transformer_path)
+    (root / transformer_path / "sentence_bert_config.json").write_text(
+        '{"max_seq_length": 16, "do_lower_case": false}')
+    st = EncoderModel.from_pretrained(root)
+    assert st.pooling == ("max",) and st.normalize and st.max_seq_length == 16
+
+
+# --- bad inputs ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mask,exc,match", [
+    (np.ones((2, 5), int), ValueError, r"attention_mask must have the shape of input_ids \(2, 6\)"),
+    (np.ones((6,), int), ValueError, "attention_mask must have the shape"),
+    (np.full((2, 6), 2), ValueError, "attention_mask must hold only 0 and 1.*1 = token"),
+    (np.where(np.eye(2, 6) > 0, -np.inf, 0.0), ValueError, "attention_mask.*additive"),
+    (np.full((2, 6), -1), ValueError, "attention_mask must hold only 0 and 1"),
+    (np.full((2, 6), "1"), TypeError, "attention_mask must hold 0/1"),
+])
+def test_bad_masks(enc, mask, exc, match):
+    with pytest.raises(exc, match=match):
+        enc(np.ones((2, 6), dtype=np.int64), attention_mask=mask)
+
+
+@pytest.mark.parametrize("ids,exc,match", [
+    (np.array([[1, 2, -1]]), ValueError, r"input_ids holds -1, outside the vocabulary \[0, 60\)"),
+    (np.array([[1, 2, 60]]), ValueError, "input_ids holds 60"),
+    (np.array([[1.0, 2.0]]), TypeError, "input_ids must be integer token ids"),
+    (np.array([[True, False]]), TypeError, "input_ids must be integer"),
+    (np.array([1, 2, 3]), ValueError, r"input_ids must have shape \(batch, seq_len\)"),
+    (np.zeros((1, 25), int), ValueError, "input_ids has 25 tokens.*max_position_embeddings=24"),
+])
+def test_bad_ids(enc, ids, exc, match):
+    with pytest.raises(exc, match=match):
+        enc(ids)
+    with pytest.raises(exc, match=match):
+        enc.embed(ids)
+
+
+def test_bad_token_types_and_options(enc):
+    ids = np.ones((1, 4), dtype=np.int64)
+    with pytest.raises(ValueError, match=r"token_type_ids holds 3, outside \[0, type_vocab_size=3"):
+        enc(ids, token_type_ids=np.full((1, 4), 3))
+    with pytest.raises(ValueError, match="token_type_ids must have the shape"):
+        enc(ids, token_type_ids=np.zeros((1, 3), int))
+    with pytest.raises(TypeError, match="token_type_ids must be integers"):
+        enc(ids, token_type_ids=np.zeros((1, 4)))
+    with pytest.raises(ValueError, match="pooling must be one of"):
+        enc.embed(ids, pooling="weightedmean")
+    with pytest.raises(TypeError, match="normalize must be True or False"):
+        enc.embed(ids, normalize="yes")
+    assert enc(np.zeros((0, 4), int)).shape == (0, 4, 32)
+    assert enc.embed(np.zeros((0, 4), int)).shape == (0, 32)
+
+
+# --- bad folders --------------------------------------------------------------------------
+
+def test_missing_things_name_the_path(tmp_path, bert_dir):
+    with pytest.raises(FileNotFoundError, match="model folder not found: .*nope"):
+        EncoderModel.from_pretrained(tmp_path / "nope")
+    d = copy_folder(bert_dir, tmp_path / "a")
+    os.remove(d / "config.json")
+    with pytest.raises(FileNotFoundError, match=r"model config not found: .*a/config\.json"):
+        EncoderModel.from_pretrained(d)
+    d = copy_folder(bert_dir, tmp_path / "b")
+    os.remove(d / "model.safetensors")
+    with pytest.raises(FileNotFoundError, match=r"model weights not found: .*b/model\.safetensors"):
+        EncoderModel.from_pretrained(d)
+    (d / "pytorch_model.bin").write_bytes(b"not read")
+    with pytest.raises(ValueError, match="pytorch_model.bin but no model.safetensors"):
+        EncoderModel.from_pretrained(d)
+    d = copy_folder(bert_dir, tmp_path / "c")
+    (d / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="is not valid JSON"):
+        EncoderModel.from_pretrained(d)
+    d = copy_folder(bert_dir, tmp_path / "e")
+    (d / "model.safetensors").write_bytes(b"\x00" * 16)
+    with pytest.raises(ValueError, match="could not read the safetensors file"):
+        EncoderModel.from_pretrained(d)
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({"model_type": "gpt2"}, "model_type='gpt2'.*not supported"),
+    ({"model_type": None}, "model_type=None"),
+    ({"position_embedding_type": "relative_key"}, "position_embedding_type='relative_key'"),
+    ({"hidden_act": "quick_gelu"}, "hidden_act='quick_gelu' is not supported"),
+    ({"hidden_act": "tanh"}, "hidden_act='tanh'"),
+    ({"is_decoder": True}, "is_decoder"),
+    ({"layer_norm_eps": -1}, "layer_norm_eps=-1"),
+    ({"num_attention_heads": 5}, "not a multiple of the number of attention heads"),
+    ({"pad_token_id": 60}, "pad_token_id=60"),
+    ({"type_vocab_size": 2}, r"token_type_embeddings.weight' .* has shape \(3, 32\); "
+                             r"config.json implies \(2, 32\)"),
+    ({"num_hidden_layers": 3}, "tensor 'encoder.layer.2.attention.self.query.weight' not found"),
+    ({"num_hidden_layers": 1}, "more layers than config.json's 1"),
+    ({"max_position_embeddings": 30}, "position_embeddings.weight"),
+])
+def test_bad_configs_name_the_field(tmp_path, bert_dir, changes, match):
+    d = copy_folder(bert_dir, tmp_path / "m")
+    edit_config(d, **changes)
+    with pytest.raises(ValueError, match=match):
+        EncoderModel.from_pretrained(d)
+
+
+def test_bad_dtype_and_path(bert_dir):
+    with pytest.raises(ValueError, match="dtype must be float32 or float64"):
+        EncoderModel.from_pretrained(bert_dir, dtype=np.float16)
+    with pytest.raises(TypeError, match="path must be a folder path"):
+        EncoderModel.from_pretrained(3)
+
+
+@pytest.mark.parametrize("kind,kwargs,match", [
+    ("flag", {"extra_flags": {"pooling_mode_weightedmean_tokens": True}},
+     "pooling_mode_weightedmean_tokens=true.*not supported"),
+    ("flag", {"extra_flags": {"pooling_mode_lasttoken": True}}, "pooling_mode_lasttoken"),
+    ("flag", {"pooling": ()}, "sets no pooling mode"),
+    ("flag", {"extra_flags": {"word_embedding_dimension": 31}}, "word_embedding_dimension=31"),
+    ("flag", {"extra_flags": {"include_prompt": False}}, "include_prompt=False"),
+    ("modules", {"modules": [
+        {"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "path": "2_Dense", "type": "sentence_transformers.models.Dense"}]},
+     "module type 'sentence_transformers.models.Dense' is not supported"),
+    ("modules", {"modules": [
+        {"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"}]},
+     "supported: Transformer, Pooling"),
+    ("modules", {"modules": {"0": "x"}}, "must hold a JSON list"),
+])
+def test_bad_sentence_transformers_folders(tmp_path, bert_dir, kind, kwargs, match):
+    d = copy_folder(bert_dir, tmp_path / "st")
+    write_st_folder(d, **kwargs)
+    with pytest.raises(ValueError, match=match):
+        EncoderModel.from_pretrained(d)
+
+
+def test_missing_pooling_config_names_the_path(tmp_path, bert_dir):
+    d = copy_folder(bert_dir, tmp_path / "st")
+    write_st_folder(d)
+    os.remove(d / "1_Pooling" / "config.json")
+    with pytest.raises(FileNotFoundError, match=r"Pooling config not found: .*1_Pooling"):
+        EncoderModel.from_pretrained(d)
+
+
+def test_exported_at_top_level():
+    assert fastattn.EncoderModel is EncoderModel
+
+
+@pytest.mark.parametrize("modes", [("mean",), ("max", "mean_sqrt_len"), ("cls", "mean")])
+def test_embed_left_padding_and_holes(enc, modes):
+    """embed skips padding in the dense layers: the same vectors as pooling the full hidden
+    state, for left padding (position 0 is padding: 'cls' reads it, as sentence-transformers
+    does) and for masks with holes."""
+    rng = np.random.default_rng(4)
+    ids = rng.integers(1, 60, (4, 10))
+    mask = np.ones((4, 10), dtype=np.int64)
+    mask[0, :6] = 0                     # left padded
+    mask[1, 3:5] = 0                    # a hole
+    mask[2, :] = 0                      # nothing
+    tt = rng.integers(0, 3, ids.shape)
+    hidden = enc(ids, mask, tt)
+    np.testing.assert_allclose(enc.embed(ids, mask, tt, pooling=modes, normalize=False),
+                               reference_pool(hidden, mask, modes, False), rtol=1e-5, atol=1e-5)
