@@ -1,6 +1,6 @@
 """Decode-step attention (one query row, long keys): fastattn at 1 and 2 threads and NumPy.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_decode.py
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_decode.py [BxHxLxSxE,...]
 
 Medians (and minimums) of interleaved repeats in one process, float32. Prints the CPU flags.
 """
@@ -40,6 +40,10 @@ def numpy_decode(q, k, v):
 
 
 def main():
+    import sys
+    shapes = SHAPES
+    if len(sys.argv) > 1:      # e.g. 1x8x1x16384x64,1x1x1x262144x64
+        shapes = [tuple(int(v) for v in s.split("x")) for s in sys.argv[1].split(",")]
     from fastattn._kernels import _attention as kernels
     with open("/proc/loadavg") as fh:
         load = fh.read().split()[:3]
@@ -48,7 +52,7 @@ def main():
     print("| B×H×L×S×E | fastattn 1 thread | fastattn 2 threads | NumPy | 2 threads vs NumPy |")
     print("|---|---|---|---|---|")
     rng = np.random.default_rng(0)
-    for shape in SHAPES:
+    for shape in shapes:
         B, H, L, S, E = shape
         q = rng.standard_normal((B, H, L, E), dtype=np.float32)
         k = rng.standard_normal((B, H, S, E), dtype=np.float32)
