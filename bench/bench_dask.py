@@ -11,28 +11,13 @@ figure is the median of --repeats runs after one warm-up run (which also loads t
 workers). Prints the CPU flags and the load average; the outputs of all three are checked equal.
 """
 import argparse
-import os
 import statistics
 import sys
 import tempfile
 import time
 
 import numpy as np
-
-
-def cpu_line():
-    flags, name = set(), "?"
-    with open("/proc/cpuinfo") as fh:
-        for line in fh:
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-    simd = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni") if f in flags)
-    with open("/proc/loadavg") as fh:
-        load = " ".join(fh.read().split()[:3])
-    return f"{name}; {simd}; {os.cpu_count()} CPUs; load average {load}"
+from _common import cpu_line
 
 
 def write_checkpoint(path, d_model, layers, vocab, seed=0):

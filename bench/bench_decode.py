@@ -4,31 +4,16 @@
 
 Medians (and minimums) of interleaved repeats in one process, float32. Prints the CPU flags.
 """
-import platform
 import statistics
 import time
 
 import numpy as np
 
 import fastattn
+from _common import cpu_line
 
 SHAPES = [(1, 8, 1, 16384, 64), (1, 1, 1, 262144, 64), (16, 8, 1, 2048, 64), (1, 32, 1, 4096, 128)]
 REPEATS = 30
-
-
-def cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    simd = [f for f in ("avx2", "fma", "avx512f", "avx512vl", "avx512_vnni") if f in flags]
-                    return f"{name}; {' '.join(simd)}"
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def numpy_decode(q, k, v):
@@ -45,10 +30,8 @@ def main():
     if len(sys.argv) > 1:      # e.g. 1x8x1x16384x64,1x1x1x262144x64
         shapes = [tuple(int(v) for v in s.split("x")) for s in sys.argv[1].split(",")]
     from fastattn._kernels import _attention as kernels
-    with open("/proc/loadavg") as fh:
-        load = fh.read().split()[:3]
-    print(f"CPU: {cpu_flags()}; fastattn {fastattn.__version__} (kernels: {kernels.isa()}); "
-          f"float32, medians of {REPEATS}; load average {' '.join(load)}")
+    print(f"CPU: {cpu_line()}; fastattn {fastattn.__version__} (kernels: {kernels.isa()}); "
+          f"float32, medians of {REPEATS}")
     print("| B×H×L×S×E | fastattn 1 thread | fastattn 2 threads | NumPy | 2 threads vs NumPy |")
     print("|---|---|---|---|---|")
     rng = np.random.default_rng(0)

@@ -23,23 +23,7 @@ import subprocess
 import sys
 import time
 
-
-def _cpu():
-    name, simd = platform.processor(), ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    simd = " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni") if f in flags)
-                    break
-        with open("/proc/loadavg") as fh:
-            load = " ".join(fh.read().split()[:3])
-    except OSError:
-        load = "?"
-    return f"{name}; {simd}; load average {load}"
+from _common import cpu_line
 
 
 def _env_header(threads):
@@ -47,7 +31,7 @@ def _env_header(threads):
     from threadpoolctl import threadpool_info
 
     import fastattn
-    print(f"# CPU: {_cpu()}; fastattn kernels: attention {fastattn._config.config()['simd']}")
+    print(f"# CPU: {cpu_line()}; fastattn kernels: attention {fastattn._config.config()['simd']}")
     print(f"# python {platform.python_version()}  numpy {np.__version__}  fastattn {fastattn.__version__}"
           f"  platform {platform.platform()}")
     print(f"# threads: {threads} (fastattn kernel + BLAS + torch intra-op)")

@@ -30,7 +30,7 @@ finally:
     if _set_spin:
         del _os.environ["GOMP_SPINCOUNT"]
 
-from . import functional, nn
+from . import functional, models, nn
 from ._config import show_config
 from ._threads import get_num_threads, set_num_threads
 from .functional import (PackedLinear, gelu, layer_norm, linear, relu, scaled_dot_product_attention,
@@ -38,6 +38,7 @@ from .functional import (PackedLinear, gelu, layer_norm, linear, relu, scaled_do
 from .nn import (FeedForward, LayerNorm, Linear, MultiHeadAttention, PositionalEncoding,
                  Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
                  TransformerEncoderLayer, sinusoidal_positions)
+from .models import EncoderModel
 
 __all__ = [
     "__version__",
@@ -54,8 +55,19 @@ __all__ = [
     "silu",
     "relu",
     "layer_norm",
+    # the blocks (fastattn.nn)
+    "Linear",
+    "MultiHeadAttention",
+    "LayerNorm",
+    "FeedForward",
+    "PositionalEncoding",
+    "sinusoidal_positions",
+    "TransformerEncoderLayer",
+    "TransformerDecoderLayer",
+    "TransformerEncoder",
+    "TransformerDecoder",
+    "Transformer",
+    # whole models (fastattn.models)
+    "models",
+    "EncoderModel",
 ]
-__all__ += nn.__all__
-from . import models  # noqa: E402
-from .models import EncoderModel  # noqa: E402
-__all__ += ["models", "EncoderModel"]

@@ -4,14 +4,13 @@ No torch, no transformers at run time: weights come from ``model.safetensors`` t
 ``safetensors`` NumPy API, dense maths on fastattn's packed GEMM (:class:`fastattn.PackedLinear`), attention from
 :func:`fastattn.scaled_dot_product_attention`.
 """
-import json
 import os
 
 import numpy as np
 
 from ..attention import scaled_dot_product_attention
 from .._ops import PackedLinear, layer_norm
-from .bert import load_config, load_weights
+from .bert import _read_json, load_config, load_weights
 
 __all__ = ["EncoderModel", "POOLING_MODES"]
 
@@ -30,16 +29,6 @@ _POOLING_FLAGS = {
 # below this many multiply-adds per score pass (B * heads * S * S * head_dim), attention runs
 # on one thread
 _ATTN_ONE_THREAD = 1 << 20
-
-
-def _read_json(path, what):
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{what} not found: {path}")
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{what} {path} is not valid JSON: {exc}") from exc
 
 
 def _pooling_from_config(path, hidden_size):

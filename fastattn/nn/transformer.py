@@ -126,11 +126,8 @@ class TransformerDecoderLayer(_Layer):
 
     def __call__(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                  memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
-        x, B, T, batched, mem, S, tmask, mmask = _decoder_inputs(
-            self, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
-            memory_key_padding_mask, tgt_is_causal, memory_is_causal)
-        out = self._forward(x, mem, B, T, S, tmask, mmask)
-        return out.reshape((B, T, self.d_model) if batched else (T, self.d_model))
+        return _decoder_call(self, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+                             memory_key_padding_mask, tgt_is_causal, memory_is_causal)
 
 
 class _Stack(_Module):
@@ -219,11 +216,8 @@ class TransformerDecoder(_Stack):
 
     def __call__(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                  memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
-        x, B, T, batched, mem, S, tmask, mmask = _decoder_inputs(
-            self, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
-            memory_key_padding_mask, tgt_is_causal, memory_is_causal)
-        out = self._forward(x, mem, B, T, S, tmask, mmask)
-        return out.reshape((B, T, self.d_model) if batched else (T, self.d_model))
+        return _decoder_call(self, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+                             memory_key_padding_mask, tgt_is_causal, memory_is_causal)
 
 
 def _encoder_call(module, src, mask, mask_name, src_key_padding_mask, is_causal):
@@ -235,10 +229,9 @@ def _encoder_call(module, src, mask, mask_name, src_key_padding_mask, is_causal)
     return out.reshape((B, T, module.d_model) if batched else (T, module.d_model))
 
 
-def _decoder_inputs(module, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
-                    memory_key_padding_mask, tgt_is_causal, memory_is_causal):
-    """A decoder (layer or stack) call's inputs, checked and converted: (x owned, B, T, batched,
-    memory, S, target mask, memory mask)."""
+def _decoder_call(module, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+                  memory_key_padding_mask, tgt_is_causal, memory_is_causal):
+    """A decoder (layer or stack) call: tgt (B, T, d) or (T, d) over memory -> tgt's shape."""
     x, B, T, batched = as_model_input(tgt, "tgt", module.d_model, module.dtype, owned=True)
     mem, Bm, S, mb = as_model_input(memory, "memory", module.d_model, module.dtype)
     check_batch_pair(tgt, memory, B, Bm, batched, mb, "tgt", "memory")
@@ -246,7 +239,8 @@ def _decoder_inputs(module, tgt, memory, tgt_mask, memory_mask, tgt_key_padding_
                          module.dtype, batched, "tgt_mask", "tgt_key_padding_mask")
     mmask = _kernel_mask(memory_mask, memory_key_padding_mask, memory_is_causal, B, module.nhead,
                          T, S, module.dtype, batched, "memory_mask", "memory_key_padding_mask")
-    return x, B, T, batched, mem, S, tmask, mmask
+    out = module._forward(x, mem, B, T, S, tmask, mmask)
+    return out.reshape((B, T, module.d_model) if batched else (T, module.d_model))
 
 
 class Transformer(_Module):

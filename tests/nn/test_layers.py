@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 
-from fastattn import nn as L
 from fastattn import functional
 from fastattn.nn import _masks
 from fastattn.nn import (FeedForward, LayerNorm, MultiHeadAttention, PositionalEncoding,
