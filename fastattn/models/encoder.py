@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from ..attention import scaled_dot_product_attention
+from ..functional import scaled_dot_product_attention
 from .._ops import PackedLinear, layer_norm
 from .bert import _read_json, load_config, load_weights
 
