@@ -44,3 +44,4 @@ __all__ = [
     "softmax",
 ]
 __all__ += layers.__all__
+from .models import Seq2SeqTransformer  # noqa: E402,F401  (issue 13)

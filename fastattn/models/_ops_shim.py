@@ -1,0 +1,80 @@
+"""The numeric primitives the models use, behind one small private module.
+
+Everything in ``fastattn.models`` and ``fastattn.generation`` reaches the dense maths only
+through the four names below, so that they can be pointed at faster kernels (packed GEMM, fused
+GELU / SiLU / layer norm) in one place without touching the models. Today they are NumPy.
+
+Contract (2-D, C-contiguous float32 or float64 inputs; outputs in the input dtype):
+
+- ``linear(x, w, b=None, out=None)``: x (N, in) @ w.T (in, out) + b (out,) -> (N, out)
+- ``layer_norm(x, g, b, eps, out=None)``: row-wise over the last axis of (N, D)
+- ``activation(name)``: a function applying relu / gelu (exact, erf) / swish (= silu) in place
+- ``log_softmax(x, out=None)``: row-wise over the last axis of (N, V)
+"""
+import numpy as np
+
+from ..layers import _gelu_
+
+__all__ = ["linear", "layer_norm", "activation", "log_softmax"]
+
+
+def linear(x, w, b=None, out=None):
+    """x (N, in) @ w (out, in).T + b -> (N, out); one GEMM on the transposed view, bias in place."""
+    y = np.matmul(x, w.T, out=out)
+    if b is not None:
+        y += b
+    return y
+
+
+def layer_norm(x, g, b, eps, out=None):
+    """(x - mean) / sqrt(var + eps) * g + b over the last axis of x (N, D); biased variance (torch)."""
+    mean = x.mean(axis=-1, keepdims=True)
+    xc = np.subtract(x, mean, out=out)
+    var = np.square(xc).mean(axis=-1, keepdims=True)
+    var += eps
+    np.sqrt(var, out=var)
+    xc /= var
+    if g is not None:
+        xc *= g
+    if b is not None:
+        xc += b
+    return xc
+
+
+def _relu_(x):
+    return np.maximum(x, 0, out=x)
+
+
+def _silu_(x):
+    # x * sigmoid(x) = x / (1 + exp(-x)); exp overflows to inf for x < -88 (float32) and
+    # x / inf = -0.0, the right limit, so no clipping is needed
+    t = np.negative(x)
+    with np.errstate(over="ignore"):
+        np.exp(t, out=t)
+    t += 1.0
+    x /= t
+    return x
+
+
+_ACTIVATIONS = {"relu": _relu_, "gelu": _gelu_, "swish": _silu_, "silu": _silu_}
+
+
+def activation(name):
+    """The in-place activation function for `name` ('relu', 'gelu', 'swish' / 'silu')."""
+    try:
+        return _ACTIVATIONS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"activation_function must be one of {sorted(_ACTIVATIONS)}, "
+                         f"got {name!r}") from None
+
+
+def log_softmax(x, out=None):
+    """Row-wise log(softmax(x)) over the last axis of (N, V): x - max - log(sum(exp(x - max)))."""
+    m = x.max(axis=-1, keepdims=True)
+    m[~np.isfinite(m)] = 0          # an all -inf row stays -inf (torch gives NaN; never reached here)
+    y = np.subtract(x, m, out=out)
+    s = np.exp(y).sum(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        np.log(s, out=s)
+    y -= s
+    return y
