@@ -357,6 +357,17 @@ class Seq2SeqTransformer:
         config, legacy = _marian.read_config(path)
         gen = _marian.read_generation_config(path, legacy)
         weights = _marian.read_weights(path)
+        if config["share_encoder_decoder_embeddings"] and not config["tie_word_embeddings"]:
+            # transformers ties the encoder / decoder embeddings to model.shared only when
+            # tie_word_embeddings is true; otherwise each stack uses its own saved copy
+            sh = weights.get("model.shared.weight")
+            for which in ("encoder", "decoder"):
+                w = weights.get(f"model.{which}.embed_tokens.weight")
+                if w is not None and sh is not None and not np.array_equal(w, sh):
+                    config["share_encoder_decoder_embeddings"] = False
+            if not config["share_encoder_decoder_embeddings"]:
+                for which in ("encoder", "decoder"):
+                    weights.setdefault(f"model.{which}.embed_tokens.weight", sh)
         return cls(**config, generation_config=gen, dtype=dtype, _state_dict=weights)
 
     # ---------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Random Marian checkpoints written with transformers, for the parity tests.
 
-Every weight, bias, LayerNorm and the final logits bias is drawn at unit scale (matrices
-N(0, 1/fan_in) so activations stay O(1), everything else N(0, 1)), and EOS gets a bias so that
-rows end at different lengths. Tiny shapes: the tests run in seconds.
+Every weight, bias, LayerNorm and the final logits bias is random: matrices N(0, 1/fan_in) so
+activations stay at unit scale, embeddings and the final logits bias N(0, 1), biases N(0, 0.04),
+LayerNorm weights 1 + N(0, 0.09) (larger biases make every input decode to the same token); EOS
+gets a bias so that rows end at different lengths. Tiny shapes: the tests run in seconds.
 """
 import json
 import os
@@ -16,7 +17,7 @@ VOCAB = 64
 
 def make_checkpoint(path, *, d_model=32, layers=2, heads=4, ffn=64, vocab=VOCAB,
                     activation="relu", tied=True, shared=True, scale_embedding=True,
-                    eos_bias=1.5, seed=0, generation=None, max_position_embeddings=128,
+                    eos_bias=1.5, emb_std=1.0, gain=1.0, seed=0, generation=None, max_position_embeddings=128,
                     dtype="float32"):
     """Write a random MarianMTModel to `path`; returns the torch model (eval mode)."""
     import torch
@@ -37,11 +38,13 @@ def make_checkpoint(path, *, d_model=32, layers=2, heads=4, ffn=64, vocab=VOCAB,
             if "embed_positions" in name:       # the fixed sinusoid table (not saved)
                 continue
             if p.ndim == 2 and "embed" not in name and "shared" not in name:
-                p.copy_(torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5)
+                p.copy_(gain * torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5)
             elif "layer_norm" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.5 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(torch.randn(p.shape, generator=g))
+                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
+            elif p.ndim == 1:                   # biases: small enough not to drown the input
+                p.copy_(0.2 * torch.randn(p.shape, generator=g))
+            else:                               # token embeddings
+                p.copy_(emb_std * torch.randn(p.shape, generator=g))
         fb = torch.randn(model.final_logits_bias.shape, generator=g)
         fb[0, EOS] += eos_bias
         model.final_logits_bias.copy_(fb)
