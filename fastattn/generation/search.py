@@ -162,6 +162,13 @@ def resolve_settings(model, user):
     if not isinstance(p["do_sample"], (bool, np.bool_)):
         raise ValueError(f"do_sample must be True or False, got {p['do_sample']!r}")
     p["do_sample"] = bool(p["do_sample"])
+    t = p["temperature"]
+    if isinstance(t, bool) or not isinstance(t, (int, float, np.floating)) or not 0 < t < np.inf:
+        raise ValueError(f"temperature must be a positive float, got {t!r}")
+    tp = p["top_p"]
+    if isinstance(tp, bool) or not isinstance(tp, (int, float, np.floating)) or not 0 <= tp <= 1:
+        raise ValueError(f"top_p must be a float in [0, 1], got {tp!r}")
+    _check_int(p["top_k"], "top_k", 0)
     p["eos_token_id"] = ckpt.get("eos_token_id", model.eos_id)
     if p["eos_token_id"] is None:
         p["eos_token_id"] = model.eos_id

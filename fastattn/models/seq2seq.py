@@ -654,8 +654,8 @@ class Seq2SeqTransformer:
         suppress_tokens, bad_words_ids : token ids never generated / token sequences never
             completed (defaults: the checkpoint's).
         do_sample, temperature, top_k, top_p, seed : multinomial sampling (top_k defaults to 50
-            as in transformers; ``seed`` makes it reproducible; each source row draws from its
-            own stream, so a row's sample does not depend on the rest of the batch).
+            as in transformers; ``seed`` makes it reproducible; row b draws from stream b of the
+            seed, so rows that finish early or come later in the batch do not change it).
         n_threads : int, optional
 
         Returns
