@@ -5,6 +5,10 @@ Each processor is called as ``scores = proc(sequences, scores)`` with
     sequences  (n, cur_len) int64   the decoder tokens so far (start token first), one per row
     scores     (n, V) float32       next-token scores of those rows (modified in place or replaced)
 
+Only :class:`NoBadWords` with multi-token entries reads the tokens (``needs_history``); for
+the others the search passes a zero-stride stand-in of the right shape, so that no per-step
+copy of the history is made.
+
 The order (``build_processors``) is transformers' ``_get_logits_processor`` restricted to the
 rules implemented here: bad words, minimum length (``min_length`` / ``min_new_tokens``), forced
 EOS at the length limit, suppressed tokens; when sampling then temperature, top-k, top-p; and
@@ -18,7 +22,7 @@ from ..models._ops_shim import log_softmax
 
 __all__ = [
     "NoBadWords", "MinLength", "ForcedEOS", "SuppressTokens", "Temperature", "TopK", "TopP",
-    "Renormalize", "build_processors",
+    "Renormalize", "build_processors", "history",
 ]
 
 _NEG_INF = -np.inf
@@ -63,6 +67,7 @@ class NoBadWords:
         words = [w for w in words if w != [eos_id]]
         self.single = np.array(sorted({w[0] for w in words if len(w) == 1}), dtype=np.int64)
         self.multi = [(np.array(w[:-1], dtype=np.int64), w[-1]) for w in words if len(w) > 1]
+        self.needs_history = bool(self.multi)
 
     def __call__(self, seqs, scores):
         if self.single.size:
@@ -80,6 +85,8 @@ class NoBadWords:
 class MinLength:
     """Forbid EOS while the sequence (start token included) is shorter than `min_length`."""
 
+    needs_history = False
+
     def __init__(self, min_length, eos_id):
         self.min_length = min_length
         self.eos_id = eos_id
@@ -92,6 +99,8 @@ class MinLength:
 
 class ForcedEOS:
     """At the last position allowed by `max_length`, EOS gets 0 and every other token -inf."""
+
+    needs_history = False
 
     def __init__(self, max_length, eos_id):
         self.max_length = max_length
@@ -107,6 +116,8 @@ class ForcedEOS:
 class SuppressTokens:
     """Tokens that are never generated (score -inf)."""
 
+    needs_history = False
+
     def __init__(self, ids, vocab):
         self.ids = np.array(sorted(set(_token_list(ids, "suppress_tokens", vocab))), np.int64)
 
@@ -116,6 +127,8 @@ class SuppressTokens:
 
 
 class Temperature:
+    needs_history = False
+
     def __init__(self, temperature):
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.floating)) \
                 or not temperature > 0 or not math.isfinite(temperature):
@@ -129,6 +142,8 @@ class Temperature:
 
 class TopK:
     """Keep the k highest scores (ties with the k-th kept too), -inf elsewhere."""
+
+    needs_history = False
 
     def __init__(self, top_k, min_tokens_to_keep=1):
         if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k <= 0:
@@ -147,6 +162,8 @@ class TopK:
 
 class TopP:
     """Nucleus filter: drop the lowest-probability tokens whose total mass is <= 1 - top_p."""
+
+    needs_history = False
 
     def __init__(self, top_p, min_tokens_to_keep=1):
         if isinstance(top_p, bool) or not isinstance(top_p, (int, float, np.floating)) or \
@@ -172,8 +189,18 @@ class TopP:
 class Renormalize:
     """log_softmax of the processed scores (transformers' ``renormalize_logits``)."""
 
+    needs_history = False
+
     def __call__(self, seqs, scores):
         return log_softmax(scores, out=scores)
+
+
+def history(seqs, rows, cur, procs):
+    """The (n, cur) token history for `procs`: a copy of seqs[rows, :cur] when a processor reads
+    it, else a zero-stride stand-in carrying only the shape (no per-step allocation)."""
+    if any(p.needs_history for p in procs):
+        return seqs[rows, :cur]
+    return np.broadcast_to(np.int64(0), (len(rows), cur))
 
 
 def build_processors(p, vocab, eos_id, sampling_min_keep=1):

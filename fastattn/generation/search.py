@@ -25,7 +25,7 @@ import numpy as np
 
 from ..models._ops_shim import log_softmax
 from ..models.marian import GENERATION_DEFAULTS
-from .processors import build_processors
+from .processors import build_processors, history
 
 __all__ = ["DecoderState", "generate", "greedy_search", "beam_search"]
 
@@ -237,7 +237,7 @@ def greedy_search(state, procs, p, B, rng):
     tokens = seqs[:, 0].copy()
     while True:
         scores = _scores_f32(state.step(tokens))               # (n, V)
-        hist = seqs[active, :cur]
+        hist = history(seqs, active, cur, procs)
         for proc in procs:
             scores = proc(hist, scores)
         if streams is None:
@@ -319,7 +319,8 @@ def beam_search(state, procs, p, B, K):
         logits = _scores_f32(state.step(tokens))                     # (n*K, V)
         V = logits.shape[1]
         lprobs = log_softmax(logits, out=logits if logits.flags.writeable else None)
-        hist = run_seq[active, :, :cur].reshape(n * K, cur)
+        hist = history(run_seq.reshape(B * K, max_len),
+                       (active[:, None] * K + np.arange(K)).reshape(-1), cur, procs)
         for proc in procs:
             lprobs = proc(hist, lprobs)
         acc = lprobs.reshape(n, K, V) + run_score[active][:, :, None]   # float32
