@@ -100,7 +100,7 @@ class DecoderState:
         if t.size and (t.min() < 0 or t.max() >= V):
             raise ValueError(f"tokens must be ids in [0, {V})")
         h = self.model._decode(self.cache, t[:, None], self.n_threads)
-        return self.model._project(h)
+        return self.model._project(h, self.n_threads)
 
     def reorder(self, beam_idx):
         self.cache.reorder(beam_idx)
@@ -215,7 +215,7 @@ class _State:
 
     def step(self, tokens):
         h = self.model._decode(self.cache, tokens[:, None], self.n_threads)
-        return self.model._project(h)
+        return self.model._project(h, self.n_threads)
 
 
 def _scores_f32(logits):

@@ -6,7 +6,11 @@ GELU / SiLU / layer norm) in one place without touching the models. Today they a
 
 Contract (2-D, C-contiguous float32 or float64 inputs; outputs in the input dtype):
 
-- ``linear(x, w, b=None, out=None)``: x (N, in) @ w.T (in, out) + b (out,) -> (N, out)
+- ``Linear(w, b=None, activation=None)``: a layer holding w (out, in) and b (out,), called as
+  ``layer(x, residual=None, n_threads=None)`` -> ``act(x @ w.T + b) + residual`` (N, out).
+  The same shape as ``fastattn._ops.PackedLinear`` (packs once, fuses the epilogue); the
+  weight is read when the layer is built, so models rebuild their layers after loading weights.
+- ``linear(x, w, b=None, activation=None, residual=None)``: the same, functional
 - ``layer_norm(x, g, b, eps, out=None)``: row-wise over the last axis of (N, D)
 - ``activation(name)``: a function applying relu / gelu (exact, erf) / swish (= silu) in place
 - ``log_softmax(x, out=None)``: row-wise over the last axis of (N, V)
@@ -15,15 +19,34 @@ import numpy as np
 
 from ..layers import _gelu_
 
-__all__ = ["linear", "layer_norm", "activation", "log_softmax"]
+__all__ = ["Linear", "linear", "layer_norm", "activation", "log_softmax"]
 
 
-def linear(x, w, b=None, out=None):
-    """x (N, in) @ w (out, in).T + b -> (N, out); one GEMM on the transposed view, bias in place."""
+def linear(x, w, b=None, activation=None, residual=None, out=None):
+    """act(x (N, in) @ w (out, in).T + b) + residual -> (N, out); one GEMM on the transposed
+    view, the epilogue in place."""
     y = np.matmul(x, w.T, out=out)
     if b is not None:
         y += b
+    if activation is not None:
+        _ACTIVATIONS[activation](y)
+    if residual is not None:
+        y += residual
     return y
+
+
+class Linear:
+    """``act(x @ weight.T + bias) + residual`` with a fixed weight (out, in) and bias (out,)."""
+
+    __slots__ = ("weight", "bias", "activation")
+
+    def __init__(self, weight, bias=None, activation=None):
+        if activation is not None:
+            globals()["activation"](activation)          # validates the name
+        self.weight, self.bias, self.activation = weight, bias, activation
+
+    def __call__(self, x, residual=None, n_threads=None):
+        return linear(x, self.weight, self.bias, self.activation, residual)
 
 
 def layer_norm(x, g, b, eps, out=None):

@@ -69,12 +69,13 @@ def _id(v, name, vocab, allow_none=False):
 
 
 class _Attn:
-    """One attention block's parameters; w_in packs the input projections row-wise."""
-    __slots__ = ("w_in", "b_in", "w_q", "b_q", "w_kv", "b_kv", "w_o", "b_o", "ln_g", "ln_b")
+    """One attention block: qkv (self, packed (3d, d)) or q + kv (cross, kv packed (2d, d)),
+    the output projection o, and the block's layer norm."""
+    __slots__ = ("qkv", "q", "kv", "o", "ln_g", "ln_b")
 
 
 class _Layer:
-    __slots__ = ("self_attn", "cross_attn", "fc1_w", "fc1_b", "fc2_w", "fc2_b", "ln_g", "ln_b")
+    __slots__ = ("self_attn", "cross_attn", "fc1", "fc2", "ln_g", "ln_b")
 
 
 class Seq2SeqTransformer:
@@ -280,6 +281,8 @@ class Seq2SeqTransformer:
             if src.dtype.kind != "f":
                 raise TypeError(f"{k}: expected floating-point values, got {src.dtype}")
             dst[...] = src
+        if hasattr(self, "_layers"):
+            self._bind()                 # the shim's layers may hold packed copies
 
     def _learned_sd(self, sd):
         pos = {k: sd.pop(k) for k in ("model.encoder.embed_positions.weight",
@@ -306,18 +309,18 @@ class Seq2SeqTransformer:
         else:
             self._pos_enc = self._pos_dec = positions_table(
                 c["max_position_embeddings"], d, c["positions"], self._dtype)
-        self._act = ops.activation(c["activation_function"])
+        act = c["activation_function"]
+        self._out = ops.Linear(self._w_out, self._b_out)
 
         def attn(p, cross):
             a = _Attn()
             q = P[p + ".q_proj.weight"]
             if cross:
-                a.w_q, a.b_q = q, P[p + ".q_proj.bias"]
-                a.w_kv = P[p + ".k_proj.weight"].base
-                a.b_kv = P[p + ".k_proj.bias"].base
+                a.q = ops.Linear(q, P[p + ".q_proj.bias"])
+                a.kv = ops.Linear(P[p + ".k_proj.weight"].base, P[p + ".k_proj.bias"].base)
             else:
-                a.w_in, a.b_in = q.base, P[p + ".q_proj.bias"].base
-            a.w_o, a.b_o = P[p + ".out_proj.weight"], P[p + ".out_proj.bias"]
+                a.qkv = ops.Linear(q.base, P[p + ".q_proj.bias"].base)
+            a.o = ops.Linear(P[p + ".out_proj.weight"], P[p + ".out_proj.bias"])
             a.ln_g, a.ln_b = P[p + "_layer_norm.weight"], P[p + "_layer_norm.bias"]
             return a
 
@@ -329,8 +332,8 @@ class Seq2SeqTransformer:
                 L = _Layer()
                 L.self_attn = attn(p + "self_attn", False)
                 L.cross_attn = attn(p + "encoder_attn", True) if which == "decoder" else None
-                L.fc1_w, L.fc1_b = P[p + "fc1.weight"], P[p + "fc1.bias"]
-                L.fc2_w, L.fc2_b = P[p + "fc2.weight"], P[p + "fc2.bias"]
+                L.fc1 = ops.Linear(P[p + "fc1.weight"], P[p + "fc1.bias"], activation=act)
+                L.fc2 = ops.Linear(P[p + "fc2.weight"], P[p + "fc2.bias"])
                 L.ln_g, L.ln_b = P[p + "final_layer_norm.weight"], P[p + "final_layer_norm.bias"]
                 layers.append(L)
             self._layers[which] = layers
@@ -460,23 +463,20 @@ class Seq2SeqTransformer:
     # forward passes
     # ---------------------------------------------------------------------------------------
 
-    def _self_attention(self, a, x, B, T, H, kmask, causal, nthr):
-        """x (B*T, d) -> attention output projected by W_O, (B*T, d)."""
+    def _self_attention(self, a, x, B, T, H, kmask, causal, nthr, residual=None):
+        """x (B*T, d) -> attention output projected by W_O (+ residual), (B*T, d)."""
         d = x.shape[1]
         Dh = d // H
-        qkv = ops.linear(x, a.w_in, a.b_in)                       # (B*T, 3d)
-        heads = qkv.reshape(B, T, 3, H, Dh)
+        heads = a.qkv(x, n_threads=nthr).reshape(B, T, 3, H, Dh)     # (B, T, 3, H, Dh)
         q = heads[:, :, 0].transpose(0, 2, 1, 3)                  # (B, H, T, Dh) views
         k = heads[:, :, 1].transpose(0, 2, 1, 3)
         v = heads[:, :, 2].transpose(0, 2, 1, 3)
         o = _sdpa(q, k, v, kmask, is_causal=causal, n_threads=nthr)   # (B, H, T, Dh)
         o = o.transpose(0, 2, 1, 3).reshape(B * T, d)
-        return ops.linear(o, a.w_o, a.b_o)
+        return a.o(o, residual=residual, n_threads=nthr)
 
-    def _ffn(self, L, x):
-        h = ops.linear(x, L.fc1_w, L.fc1_b)
-        self._act(h)
-        return ops.linear(h, L.fc2_w, L.fc2_b)
+    def _ffn(self, L, x, nthr, residual=None):
+        return L.fc2(L.fc1(x, n_threads=nthr), residual=residual, n_threads=nthr)
 
     def _encode(self, ids, mask, nthr):
         """ids (B, S) int64, mask (B, S) bool (True = token) -> (B*S, d)."""
@@ -492,19 +492,17 @@ class Seq2SeqTransformer:
             a = L.self_attn
             if pre:
                 h = ops.layer_norm(x, a.ln_g, a.ln_b, eps)
-                x += self._self_attention(a, h, B, S, H, kmask, False, nthr)
+                x = self._self_attention(a, h, B, S, H, kmask, False, nthr, residual=x)
                 h = ops.layer_norm(x, L.ln_g, L.ln_b, eps)
-                x += self._ffn(L, h)
+                x = self._ffn(L, h, nthr, residual=x)
             else:
-                h = self._self_attention(a, x, B, S, H, kmask, False, nthr)
-                h += x
-                x = ops.layer_norm(h, a.ln_g, a.ln_b, eps, out=h)
-                h = self._ffn(L, x)
-                h += x
-                x = ops.layer_norm(h, L.ln_g, L.ln_b, eps, out=h)
+                h = self._self_attention(a, x, B, S, H, kmask, False, nthr, residual=x)
+                x = ops.layer_norm(h, a.ln_g, a.ln_b, eps)
+                h = self._ffn(L, x, nthr, residual=x)
+                x = ops.layer_norm(h, L.ln_g, L.ln_b, eps)
         if pre:
             g, b = self._final_ln["encoder"]
-            x = ops.layer_norm(x, g, b, eps, out=x)
+            x = ops.layer_norm(x, g, b, eps)
         return x
 
     def encode(self, input_ids, attention_mask=None, *, n_threads=None):
@@ -532,7 +530,7 @@ class Seq2SeqTransformer:
         cache = KVCache(c["decoder_layers"], B * group, H, d // H, max_len, B, S, self._dtype)
         for i, L in enumerate(self._layers["decoder"]):
             a = L.cross_attn
-            kv = ops.linear(memory, a.w_kv, a.b_kv).reshape(B, S, 2, H, d // H)
+            kv = a.kv(memory, n_threads=nthr).reshape(B, S, 2, H, d // H)
             cache.set_cross(i, kv[:, :, 0].transpose(0, 2, 1, 3), kv[:, :, 1].transpose(0, 2, 1, 3))
         cache.set_memory_mask(mask, group)
         return cache
@@ -556,39 +554,36 @@ class Seq2SeqTransformer:
             # -- self-attention over the cache ------------------------------------------------
             a = L.self_attn
             h = ops.layer_norm(x, a.ln_g, a.ln_b, eps) if pre else x
-            qkv = ops.linear(h, a.w_in, a.b_in).reshape(n, T, 3, H, Dh)
+            qkv = a.qkv(h, n_threads=nthr).reshape(n, T, 3, H, Dh)
             k_all, v_all = cache.append(i, qkv[:, :, 1], qkv[:, :, 2])   # (n, H, t0+T, Dh)
             q = qkv[:, :, 0].transpose(0, 2, 1, 3)                          # (n, H, T, Dh)
             o = _sdpa(q, k_all, v_all, is_causal=T > 1, n_threads=nthr)
             o = o.reshape(n, d) if T == 1 else o.transpose(0, 2, 1, 3).reshape(n * T, d)
-            h = ops.linear(o, a.w_o, a.b_o)
-            h += x
-            x = h if pre else ops.layer_norm(h, a.ln_g, a.ln_b, eps, out=h)
+            h = a.o(o, residual=x, n_threads=nthr)
+            x = h if pre else ops.layer_norm(h, a.ln_g, a.ln_b, eps)
             # -- cross-attention: the g rows of one source share its keys / values ------------
             a = L.cross_attn
             h = ops.layer_norm(x, a.ln_g, a.ln_b, eps) if pre else x
-            q = ops.linear(h, a.w_q, a.b_q)                                 # (n*T, d)
+            q = a.q(h, n_threads=nthr)                                      # (n*T, d)
             q = q.reshape(n_src, g * T, H, Dh).transpose(0, 2, 1, 3)        # (B, H, g*T, Dh)
             ck, cv = cache.cross(i)                                          # (B, H, S, Dh)
             o = _sdpa(q, ck, cv, cache.memory_mask, n_threads=nthr)        # (B, H, g*T, Dh)
             o = o.transpose(0, 2, 1, 3).reshape(n * T, d)
-            h = ops.linear(o, a.w_o, a.b_o)
-            h += x
-            x = h if pre else ops.layer_norm(h, a.ln_g, a.ln_b, eps, out=h)
+            h = a.o(o, residual=x, n_threads=nthr)
+            x = h if pre else ops.layer_norm(h, a.ln_g, a.ln_b, eps)
             # -- feed-forward -------------------------------------------------------------------
             h = ops.layer_norm(x, L.ln_g, L.ln_b, eps) if pre else x
-            f = self._ffn(L, h)
-            f += x
-            x = f if pre else ops.layer_norm(f, L.ln_g, L.ln_b, eps, out=f)
+            f = self._ffn(L, h, nthr, residual=x)
+            x = f if pre else ops.layer_norm(f, L.ln_g, L.ln_b, eps)
         if pre:
             gm, bt = self._final_ln["decoder"]
-            x = ops.layer_norm(x, gm, bt, eps, out=x)
+            x = ops.layer_norm(x, gm, bt, eps)
         cache.advance(T)
         return x
 
-    def _project(self, hidden):
+    def _project(self, hidden, nthr=None):
         """hidden (N, d) -> logits (N, vocab) = hidden @ W_out.T + final_logits_bias."""
-        return ops.linear(hidden, self._w_out, self._b_out)
+        return self._out(hidden, n_threads=nthr)
 
     def logits(self, input_ids, decoder_input_ids, attention_mask=None, *, n_threads=None):
         """Teacher-forced logits.
@@ -614,7 +609,7 @@ class Seq2SeqTransformer:
         memory = self._encode(ids, mask, n_threads)
         cache = self._start_cache(memory, mask, 1, T, n_threads)
         h = self._decode(cache, dec, n_threads)
-        return self._project(h).reshape(B, T, -1)
+        return self._project(h, n_threads).reshape(B, T, -1)
 
     # ---------------------------------------------------------------------------------------
     # step API and generation
