@@ -197,14 +197,12 @@ def generate(model, input_ids, attention_mask=None, *, seed=None, n_threads=None
         rng = np.random.SeedSequence(seed)
     else:
         rng = None
-    if K > 1 and p["do_sample"]:
-        raise ValueError("do_sample=True with num_beams > 1 (beam sampling) is not supported")
     memory = model._encode(ids, mask, n_threads)
     cache = model._start_cache(memory, mask, K, p["max_length"], n_threads)
     state = _State(model, cache, n_threads)
     if K == 1:
         return greedy_search(state, procs, p, B, rng)
-    return beam_search(state, procs, p, B, K)
+    return beam_search(state, procs, p, B, K, rng)
 
 
 class _State:
@@ -293,8 +291,29 @@ def _topk_desc(x, k):
     return out
 
 
-def beam_search(state, procs, p, B, K):
-    """Beam search with transformers' semantics -> int64 (B, 1 + T)."""
+def _sample_desc(acc, k, gens):
+    """Beam sampling: k candidates per row drawn without replacement from softmax(acc), then
+    sorted by score descending (transformers' beam-sample selection; our own random streams)."""
+    out = np.empty((acc.shape[0], k), np.int64)
+    for r, g in enumerate(gens):
+        a = acc[r].astype(np.float64)
+        e = np.exp(a - a.max())
+        ok = np.flatnonzero(e > 0)
+        pr = e[ok] / e[ok].sum()
+        pick = ok[g.choice(ok.size, size=min(k, ok.size), replace=False, p=pr)]
+        if pick.size < k:                  # fewer possible tokens than candidates: pad with -inf ones
+            rest = np.setdiff1d(np.arange(acc.shape[1]), pick)[:k - pick.size]
+            pick = np.concatenate([pick, rest])
+        out[r] = pick[np.lexsort((pick, -acc[r, pick]))]
+    return out
+
+
+def beam_search(state, procs, p, B, K, rng=None):
+    """Beam search with transformers' semantics -> int64 (B, 1 + T).
+
+    With `rng` (a SeedSequence; do_sample=True), the 2 * num_beams candidates of each source are
+    sampled instead of taken best-first (beam sampling), source b drawing from stream b."""
+    streams = None if rng is None else [np.random.default_rng(s) for s in rng.spawn(B)]
     max_len, eos, pad = p["max_length"], p["eos_token_id"], p["pad_token_id"]
     lp, es = p["length_penalty"], p["early_stopping"]
     K2 = 2 * K
@@ -325,7 +344,10 @@ def beam_search(state, procs, p, B, K):
             lprobs = proc(hist, lprobs)
         acc = lprobs.reshape(n, K, V) + run_score[active][:, :, None]   # float32
         acc = acc.reshape(n, K * V)
-        top = _topk_desc(acc, K2)                                        # (n, 2K)
+        if streams is None:
+            top = _topk_desc(acc, K2)                                    # (n, 2K)
+        else:
+            top = _sample_desc(acc, K2, [streams[b] for b in active])
         top_lp = np.take_along_axis(acc, top, axis=1)                    # (n, 2K)
         top_beam = top // V
         top_tok = top % V

@@ -421,9 +421,8 @@ class Seq2SeqTransformer:
         if hasattr(ids, "detach") and hasattr(ids, "numpy"):
             ids = ids.detach().cpu().numpy()
         a = np.asarray(ids)
-        if a.dtype == object or a.dtype.kind not in "iu":
-            if a.dtype.kind == "b" or a.dtype.kind in "fcSUOV" or a.dtype == object:
-                raise TypeError(f"{name} must hold integer token ids, got dtype {a.dtype}")
+        if a.dtype.kind not in "iu":
+            raise TypeError(f"{name} must hold integer token ids, got dtype {a.dtype}")
         if a.ndim == ndim - 1:
             a = a[None]
         if a.ndim != ndim:

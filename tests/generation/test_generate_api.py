@@ -200,3 +200,14 @@ def test_fresh_process_first_call_is_generate(checkpoint, tmp_path):
     assert r.returncode == 0, r.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "g.npy"), ref_g)
     np.testing.assert_array_equal(np.load(tmp_path / "b.npy"), ref_b)
+
+
+def test_beam_sampling_reproducible(ids):
+    m = _model()
+    a = m.generate(ids, max_new_tokens=10, num_beams=3, do_sample=True, seed=4)
+    b = m.generate(ids, max_new_tokens=10, num_beams=3, do_sample=True, seed=4)
+    np.testing.assert_array_equal(a, b)
+    assert a.shape[0] == 3 and np.all(a[:, 0] == PAD)
+    # top_k=1 leaves one token per beam: the beams can only follow the best continuations
+    assert m.generate(ids, max_new_tokens=10, num_beams=2, do_sample=True, seed=5,
+                      top_k=1).shape[0] == 3
