@@ -138,6 +138,78 @@ def rss_child(path, threads):
     return r0, peak
 
 
+def profile_step(hf_dir, threads, batch=8, beams=1, steps=NEW_TOKENS):
+    """Where a decode step's time goes: the model's layers wrapped with timers, greedy decoding
+    of `steps` tokens after a 128-token source; per-step milliseconds by component."""
+    import fastattn.models.seq2seq as s2s
+    m = fastattn.Seq2SeqTransformer.from_pretrained(hf_dir)
+    acc = {}
+
+    def timed(name, fn):
+        def wrapper(*a, **k):
+            t0 = time.perf_counter()
+            r = fn(*a, **k)
+            acc[name] = acc.get(name, 0.0) + time.perf_counter() - t0
+            return r
+        return wrapper
+
+    class _TimedLinear:
+        def __init__(self, name, lin):
+            self.name, self.lin = name, lin
+
+        def __call__(self, *a, **k):
+            return timed(self.name, self.lin)(*a, **k)
+
+    ids = np.random.default_rng(0).integers(1, VOCAB - 1, size=(batch, SRC_LEN))
+    ids[:, -1] = EOS
+    m.generate(ids, max_new_tokens=4, min_new_tokens=4, num_beams=beams, n_threads=threads)
+    for L in m._layers["decoder"]:
+        L.self_attn.qkv = _TimedLinear("self-attn q,k,v GEMM", L.self_attn.qkv)
+        L.self_attn.o = _TimedLinear("self-attn out GEMM", L.self_attn.o)
+        L.cross_attn.q = _TimedLinear("cross-attn q GEMM", L.cross_attn.q)
+        L.cross_attn.o = _TimedLinear("cross-attn out GEMM", L.cross_attn.o)
+        L.cross_attn.kv = _TimedLinear("cross-attn k,v GEMM (once per source)", L.cross_attn.kv)
+        L.fc1 = _TimedLinear("FFN fc1 GEMM + activation", L.fc1)
+        L.fc2 = _TimedLinear("FFN fc2 GEMM", L.fc2)
+    m._out = _TimedLinear("output projection (32000 x 512)", m._out)
+    orig_sdpa, orig_ln = s2s._sdpa, s2s.ops.layer_norm
+    s2s._sdpa = timed("attention kernel (self + cross)", orig_sdpa)
+    s2s.ops.layer_norm = timed("layer norms", orig_ln)
+    orig_encode = m._encode
+
+    def encode_excluded(*a, **k):
+        # the encoder's attention and layer norms must not count as decode-step time
+        before = dict(acc)
+        t0 = time.perf_counter()
+        r = orig_encode(*a, **k)
+        for key in ("attention kernel (self + cross)", "layer norms"):
+            acc[key] = before.get(key, 0.0)
+        acc["encoder (once)"] = acc.get("encoder (once)", 0.0) + time.perf_counter() - t0
+        return r
+    m._encode = encode_excluded
+    try:
+        t0 = time.perf_counter()
+        m.generate(ids, max_new_tokens=steps, min_new_tokens=steps, num_beams=beams,
+                   n_threads=threads)
+        total = time.perf_counter() - t0
+    finally:
+        s2s._sdpa, s2s.ops.layer_norm = orig_sdpa, orig_ln
+    enc = acc.pop("encoder (once)", 0.0)
+    once = acc.pop("cross-attn k,v GEMM (once per source)", 0.0)
+    per_step = (total - enc - once) / steps
+    print(f"\n## one decode step, batch {batch}, beams {beams} ({steps} steps, cache up to "
+          f"{steps} positions); total {total:.2f} s, encoder {enc:.2f} s, cross k,v {once:.3f} s")
+    print("| component | ms per step | share |")
+    print("|---|---|---|")
+    rest = per_step
+    for k, v in sorted(acc.items(), key=lambda kv: -kv[1]):
+        print(f"| {k} | {1000 * v / steps:.2f} | {100 * v / steps / per_step:.0f}% |")
+        rest -= v / steps
+    print(f"| embedding, cache writes, reshapes, processors, search (Python) | {1000 * rest:.2f} | "
+          f"{100 * rest / per_step:.0f}% |")
+    print(f"| **step** | {1000 * per_step:.2f} | 100% |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -146,19 +218,27 @@ def main():
     ap.add_argument("--systems", default="fastattn,transformers,ct2")
     ap.add_argument("--works", default="0,1,2", help="indices into the work list")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--profile-step", action="store_true",
+                    help="only print where one decode step's time goes (fastattn)")
     args = ap.parse_args()
     systems = args.systems.split(",")
     works = [WORKS[int(i)] for i in args.works.split(",")]
 
-    import torch
-    torch.set_num_threads(args.threads)
     hf_dir = os.path.join(args.dir, "hf")
     ct2_dir = os.path.join(args.dir, "ct2")
     if not os.path.exists(os.path.join(hf_dir, "model.safetensors")):
         build_checkpoint(hf_dir)
+    import torch
+    torch.set_num_threads(args.threads)
     if "ct2" in systems and not os.path.exists(os.path.join(ct2_dir, "model.bin")):
         convert_ct2(hf_dir, ct2_dir)
 
+    if args.profile_step:
+        print(f"# loadavg before: {' '.join(loadavg())}; flags: {' '.join(cpu_flags()[1])}")
+        profile_step(hf_dir, args.threads)
+        profile_step(hf_dir, args.threads, batch=8, beams=4)
+        print(f"# loadavg after: {' '.join(loadavg())}")
+        return
     model_name, flags = cpu_flags()
     print(f"# CPU: {model_name}; flags: {' '.join(flags)}; os.cpu_count()={os.cpu_count()}")
     print(f"# loadavg before: {' '.join(loadavg())}; threads: {args.threads}; "
