@@ -166,3 +166,16 @@ def test_max_new_tokens_zero(checkpoint, src):
     model = fastattn.Seq2SeqTransformer.from_pretrained(path)
     out = model.generate(src[0], src[1], max_new_tokens=0)
     np.testing.assert_array_equal(out, np.full((src[0].shape[0], 1), PAD))
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_float64_generate_equal(checkpoint, src, num_beams):
+    path, hf = checkpoint("swish_untied")
+    ids, mask = src
+    model = fastattn.Seq2SeqTransformer.from_pretrained(path, dtype=np.float64)
+    try:
+        ref = hf_generate(hf.double(), ids, mask, max_new_tokens=16, num_beams=num_beams)
+    finally:
+        hf.float()
+    np.testing.assert_array_equal(model.generate(ids, mask, max_new_tokens=16,
+                                                 num_beams=num_beams), ref)
