@@ -15,10 +15,10 @@ written, so a buffer sized for ``max_len`` costs memory only for the positions a
 Rows of one source are contiguous (``group`` rows per source, beam j of source b at row
 ``b * group + j``); the cross-attention reads one source's keys once for all its rows.
 
-Reordering (beam search) and dropping finished sources are row gathers into the same buffers:
-rows that keep their content are not touched; the others are copied through one scratch buffer
-(sized like one layer's keys) when a source row could be overwritten before it is read. Nothing
-allocated per step grows with the step number except that scratch's used part (a view).
+Reordering (beam search) gathers the rows into a second buffer of the same shape (allocated on
+the first reorder, then the two swap roles: one pass over the used positions, no temporary).
+Dropping finished sources compacts the rows in place (a forward copy of the rows that move).
+Nothing allocated per step grows with the step number.
 """
 import numpy as np
 
@@ -32,7 +32,8 @@ class KVCache:
         shape = (n_rows, n_heads, max_len, head_dim)
         self.self_k = [np.empty(shape, dtype) for _ in range(n_layers)]
         self.self_v = [np.empty(shape, dtype) for _ in range(n_layers)]
-        self._scratch = None                     # (n_rows, H, max_len, Dh), made on first reorder
+        self._alt_k = [None] * n_layers          # the reorder targets, made on first reorder
+        self._alt_v = [None] * n_layers
         self.cross_k = [None] * n_layers
         self.cross_v = [None] * n_layers
         self._mask = None                          # (B, 1, 1, S) bool
@@ -82,54 +83,51 @@ class KVCache:
 
     # -- reordering --------------------------------------------------------------------------------
 
-    def _gather(self, buf, idx, n_old, length):
-        """buf[:len(idx), :, :length] = buf[idx, :, :length] in place."""
-        n = len(idx)
-        moved = np.flatnonzero(idx != np.arange(n))
-        if moved.size == 0:
-            return
-        if np.all(idx[moved] > moved) and np.all(np.diff(idx) > 0):
-            # compaction (strictly increasing sources ahead of their targets): a forward copy
-            # never reads a row it has already overwritten
-            for i in moved:
-                buf[i, :, :length] = buf[idx[i], :, :length]
-            return
-        if self._scratch is None or self._scratch.shape[0] < moved.size:
-            self._scratch = np.empty((self.n_rows_max,) + buf.shape[1:], buf.dtype)
-        tmp = self._scratch[:moved.size, :, :length]
-        np.take(buf[:n_old, :, :length], idx[moved], axis=0, out=tmp, mode="clip")
-        buf[moved, :, :length] = tmp
-
-    @property
-    def n_rows_max(self):
-        return self.self_k[0].shape[0] if self.self_k else 0
+    @staticmethod
+    def _compact(buf, idx, length):
+        """buf[i, :, :length] = buf[idx[i], :, :length] for strictly increasing idx (idx[i] >= i):
+        a forward copy never reads a row it has already overwritten."""
+        for i in np.flatnonzero(idx != np.arange(len(idx))):
+            buf[i, :, :length] = buf[idx[i], :, :length]
 
     def reorder(self, beam_idx):
-        """Row i of the cache becomes row beam_idx[i] (beam search). Row count is kept or
-        shrinks; rows must stay with their source (beam_idx[i] // group == i // group)."""
-        idx = np.asarray(beam_idx, dtype=np.int64)
-        n_old = self.n_rows
-        if idx.ndim != 1 or idx.size != n_old:
-            raise ValueError(f"beam_idx must have one entry per row ({n_old}), got shape "
-                             f"{idx.shape}")
-        if idx.size and (idx.min() < 0 or idx.max() >= n_old):
-            raise ValueError(f"beam_idx entries must be in [0, {n_old})")
-        if np.any(idx // self.group != np.arange(n_old) // self.group):
+        """Row i of the cache becomes (a copy of) row beam_idx[i] (beam search). Rows must stay
+        with their source: beam_idx[i] // group == i // group."""
+        idx = np.asarray(beam_idx)
+        n = self.n_rows
+        if idx.dtype.kind not in "iu" or idx.shape != (n,):
+            raise ValueError(f"beam_idx must be {n} integer row indices, got {idx.dtype} "
+                             f"shape {idx.shape}")
+        idx = idx.astype(np.int64, copy=False)
+        if n and (idx.min() < 0 or idx.max() >= n):
+            raise ValueError(f"beam_idx entries must be in [0, {n})")
+        rows = np.arange(n)
+        if np.any(idx // self.group != rows // self.group):
             raise ValueError("beam_idx must keep every row with its source "
                              f"(beam_idx[i] // {self.group} == i // {self.group})")
-        for K, V in zip(self.self_k, self.self_v):
-            self._gather(K, idx, n_old, self.length)
-            self._gather(V, idx, n_old, self.length)
+        if np.array_equal(idx, rows):
+            return
+        t = self.length
+        for layer in range(len(self.self_k)):
+            for bufs, alts in ((self.self_k, self._alt_k), (self.self_v, self._alt_v)):
+                cur = bufs[layer]
+                if alts[layer] is None:
+                    alts[layer] = np.empty_like(cur)
+                alt = alts[layer]
+                np.take(cur[:n, :, :t], idx, axis=0, out=alt[:n, :, :t], mode="clip")
+                bufs[layer], alts[layer] = alt, cur
 
     def select_sources(self, keep):
         """Keep only the sources `keep` (increasing source indices) and their rows."""
         keep = np.asarray(keep, dtype=np.int64)
         g = self.group
         rows = (keep[:, None] * g + np.arange(g)).reshape(-1)
-        n_old = self.n_rows
+        if keep.ndim != 1 or np.any(np.diff(keep) <= 0) or (keep.size and (
+                keep[0] < 0 or keep[-1] >= self.n_src)):
+            raise ValueError(f"keep must be increasing source indices in [0, {self.n_src})")
         for K, V in zip(self.self_k, self.self_v):
-            self._gather(K, rows, n_old, self.length)
-            self._gather(V, rows, n_old, self.length)
+            self._compact(K, rows, self.length)
+            self._compact(V, rows, self.length)
         for ck, cv in zip(self.cross_k, self.cross_v):
             for i, s in enumerate(keep):
                 if s != i:

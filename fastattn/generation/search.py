@@ -279,7 +279,7 @@ def _topk_desc(x, k):
     the lower index first."""
     m = x.shape[1]
     if k < m:
-        part = np.argpartition(-x, k - 1, axis=1)[:, :k]
+        part = np.argpartition(x, m - k, axis=1)[:, m - k:]
     else:
         part = np.broadcast_to(np.arange(m), x.shape).copy()
     vals = np.take_along_axis(x, part, axis=1)
@@ -342,7 +342,8 @@ def beam_search(state, procs, p, B, K, rng=None):
                        (active[:, None] * K + np.arange(K)).reshape(-1), cur, procs)
         for proc in procs:
             lprobs = proc(hist, lprobs)
-        acc = lprobs.reshape(n, K, V) + run_score[active][:, :, None]   # float32
+        acc = lprobs.reshape(n, K, V)
+        acc += run_score[active][:, :, None]                            # float32, in place
         acc = acc.reshape(n, K * V)
         if streams is None:
             top = _topk_desc(acc, K2)                                    # (n, 2K)

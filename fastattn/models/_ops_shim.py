@@ -11,7 +11,7 @@ Contract (2-D, C-contiguous float32 or float64 inputs; outputs in the input dtyp
   The same shape as ``fastattn._ops.PackedLinear`` (packs once, fuses the epilogue); the
   weight is read when the layer is built, so models rebuild their layers after loading weights.
 - ``linear(x, w, b=None, activation=None, residual=None)``: the same, functional
-- ``layer_norm(x, g, b, eps, out=None)``: row-wise over the last axis of (N, D)
+- ``layer_norm(x, g, b, eps, out=None, n_threads=None)``: row-wise over the last axis of (N, D)
 - ``activation(name)``: a function applying relu / gelu (exact, erf) / swish (= silu) in place
 - ``log_softmax(x, out=None)``: row-wise over the last axis of (N, V)
 """
@@ -49,7 +49,7 @@ class Linear:
         return linear(x, self.weight, self.bias, self.activation, residual)
 
 
-def layer_norm(x, g, b, eps, out=None):
+def layer_norm(x, g, b, eps, out=None, n_threads=None):
     """(x - mean) / sqrt(var + eps) * g + b over the last axis of x (N, D); biased variance (torch)."""
     mean = x.mean(axis=-1, keepdims=True)
     xc = np.subtract(x, mean, out=out)
@@ -101,3 +101,34 @@ def log_softmax(x, out=None):
         np.log(s, out=s)
     y -= s
     return y
+
+
+# --------------------------------------------------------------------------------------------
+# the packed-GEMM kernels, when this build has them (fastattn._ops, the GEMM issue): same
+# contract, weights packed once per layer, bias / activation / residual fused in the epilogue
+# --------------------------------------------------------------------------------------------
+
+try:
+    from .. import _ops as _fast
+except ImportError:         # NumPy above
+    _fast = None
+
+if _fast is not None and all(hasattr(_fast, n) for n in ("PackedLinear", "layer_norm")):
+
+    class Linear:                                    # noqa: F811 - replaces the NumPy layer
+        """``act(x @ weight.T + bias) + residual`` on fastattn's packed-weight GEMM."""
+
+        __slots__ = ("_layer",)
+
+        def __init__(self, weight, bias=None, activation=None):
+            self._layer = _fast.PackedLinear(weight, bias, activation)
+
+        def __call__(self, x, residual=None, n_threads=None):
+            return self._layer(x, residual, n_threads)
+
+    def layer_norm(x, g, b, eps, out=None, n_threads=None):      # noqa: F811
+        y = _fast.layer_norm(x, g, b, eps, n_threads=n_threads)
+        if out is not None:
+            out[...] = y
+            return out
+        return y

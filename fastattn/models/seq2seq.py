@@ -490,18 +490,18 @@ class Seq2SeqTransformer:
         for L in self._layers["encoder"]:
             a = L.self_attn
             if pre:
-                h = ops.layer_norm(x, a.ln_g, a.ln_b, eps)
+                h = ops.layer_norm(x, a.ln_g, a.ln_b, eps, n_threads=nthr)
                 x = self._self_attention(a, h, B, S, H, kmask, False, nthr, residual=x)
-                h = ops.layer_norm(x, L.ln_g, L.ln_b, eps)
+                h = ops.layer_norm(x, L.ln_g, L.ln_b, eps, n_threads=nthr)
                 x = self._ffn(L, h, nthr, residual=x)
             else:
                 h = self._self_attention(a, x, B, S, H, kmask, False, nthr, residual=x)
-                x = ops.layer_norm(h, a.ln_g, a.ln_b, eps)
+                x = ops.layer_norm(h, a.ln_g, a.ln_b, eps, n_threads=nthr)
                 h = self._ffn(L, x, nthr, residual=x)
-                x = ops.layer_norm(h, L.ln_g, L.ln_b, eps)
+                x = ops.layer_norm(h, L.ln_g, L.ln_b, eps, n_threads=nthr)
         if pre:
             g, b = self._final_ln["encoder"]
-            x = ops.layer_norm(x, g, b, eps)
+            x = ops.layer_norm(x, g, b, eps, n_threads=nthr)
         return x
 
     def encode(self, input_ids, attention_mask=None, *, n_threads=None):
@@ -552,31 +552,31 @@ class Seq2SeqTransformer:
         for i, L in enumerate(self._layers["decoder"]):
             # -- self-attention over the cache ------------------------------------------------
             a = L.self_attn
-            h = ops.layer_norm(x, a.ln_g, a.ln_b, eps) if pre else x
+            h = ops.layer_norm(x, a.ln_g, a.ln_b, eps, n_threads=nthr) if pre else x
             qkv = a.qkv(h, n_threads=nthr).reshape(n, T, 3, H, Dh)
             k_all, v_all = cache.append(i, qkv[:, :, 1], qkv[:, :, 2])   # (n, H, t0+T, Dh)
             q = qkv[:, :, 0].transpose(0, 2, 1, 3)                          # (n, H, T, Dh)
             o = _sdpa(q, k_all, v_all, is_causal=T > 1, n_threads=nthr)
             o = o.reshape(n, d) if T == 1 else o.transpose(0, 2, 1, 3).reshape(n * T, d)
             h = a.o(o, residual=x, n_threads=nthr)
-            x = h if pre else ops.layer_norm(h, a.ln_g, a.ln_b, eps)
+            x = h if pre else ops.layer_norm(h, a.ln_g, a.ln_b, eps, n_threads=nthr)
             # -- cross-attention: the g rows of one source share its keys / values ------------
             a = L.cross_attn
-            h = ops.layer_norm(x, a.ln_g, a.ln_b, eps) if pre else x
+            h = ops.layer_norm(x, a.ln_g, a.ln_b, eps, n_threads=nthr) if pre else x
             q = a.q(h, n_threads=nthr)                                      # (n*T, d)
             q = q.reshape(n_src, g * T, H, Dh).transpose(0, 2, 1, 3)        # (B, H, g*T, Dh)
             ck, cv = cache.cross(i)                                          # (B, H, S, Dh)
             o = _sdpa(q, ck, cv, cache.memory_mask, n_threads=nthr)        # (B, H, g*T, Dh)
             o = o.transpose(0, 2, 1, 3).reshape(n * T, d)
             h = a.o(o, residual=x, n_threads=nthr)
-            x = h if pre else ops.layer_norm(h, a.ln_g, a.ln_b, eps)
+            x = h if pre else ops.layer_norm(h, a.ln_g, a.ln_b, eps, n_threads=nthr)
             # -- feed-forward -------------------------------------------------------------------
-            h = ops.layer_norm(x, L.ln_g, L.ln_b, eps) if pre else x
+            h = ops.layer_norm(x, L.ln_g, L.ln_b, eps, n_threads=nthr) if pre else x
             f = self._ffn(L, h, nthr, residual=x)
-            x = f if pre else ops.layer_norm(f, L.ln_g, L.ln_b, eps)
+            x = f if pre else ops.layer_norm(f, L.ln_g, L.ln_b, eps, n_threads=nthr)
         if pre:
             gm, bt = self._final_ln["decoder"]
-            x = ops.layer_norm(x, gm, bt, eps)
+            x = ops.layer_norm(x, gm, bt, eps, n_threads=nthr)
         cache.advance(T)
         return x
 
