@@ -107,8 +107,32 @@ class Seq2SeqTransformer:
         Generation defaults (transformers' names: num_beams, max_length, bad_words_ids,
         forced_eos_token_id, renormalize_logits, ...).
     seed : int
-        Random initialisation (normal, std 1/sqrt(fan_in) for matrices, std 1 for embeddings).
+        Random initialisation (normal, std 1/sqrt(fan_in) for matrices and embeddings).
     dtype : float32 or float64
+
+    Examples
+    --------
+    A translation round trip, offline, with the tokenizer of a local OPUS-MT directory
+    (tokenisation stays with the user; ``sentencepiece`` or ``tokenizers`` both work)::
+
+        import numpy as np, fastattn
+        from transformers import MarianTokenizer        # or sentencepiece directly
+        path = "opus-mt-en-de"                           # config.json, model.safetensors, ...
+        tok = MarianTokenizer.from_pretrained(path)
+        model = fastattn.Seq2SeqTransformer.from_pretrained(path)
+        batch = tok(["Where is the bus stop?", "Thank you."], return_tensors="np", padding=True)
+        ids = model.generate(batch["input_ids"], attention_mask=batch["attention_mask"],
+                             max_new_tokens=64)        # num_beams etc. from the checkpoint
+        print(tok.batch_decode(ids, skip_special_tokens=True))
+
+    Built in code (random weights):
+
+    >>> m = Seq2SeqTransformer(vocab_size=50, d_model=16, encoder_layers=1, decoder_layers=1,
+    ...                        encoder_attention_heads=2, decoder_attention_heads=2,
+    ...                        encoder_ffn_dim=32, decoder_ffn_dim=32, seed=0)
+    >>> out = m.generate(np.array([[5, 6, 7, 0]]), max_new_tokens=4)
+    >>> out.shape[0], out[0, 0] == m.decoder_start_id, out.dtype
+    (1, np.True_, dtype('int64'))
     """
 
     def __init__(self, vocab_size=32000, d_model=512, encoder_layers=6, decoder_layers=6,
