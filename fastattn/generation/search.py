@@ -23,7 +23,7 @@ Semantics follow transformers' ``generate`` (``generation/utils.py``, 5.x), re-d
 """
 import numpy as np
 
-from ..models._ops_shim import log_softmax
+from ..models._ops_shim import decode_context, log_softmax
 from ..models.marian import GENERATION_DEFAULTS
 from .processors import build_processors, history
 
@@ -200,9 +200,10 @@ def generate(model, input_ids, attention_mask=None, *, seed=None, n_threads=None
     memory = model._encode(ids, mask, n_threads)
     cache = model._start_cache(memory, mask, K, p["max_length"], n_threads)
     state = _State(model, cache, n_threads)
-    if K == 1:
-        return greedy_search(state, procs, p, B, rng)
-    return beam_search(state, procs, p, B, K, rng)
+    with decode_context():
+        if K == 1:
+            return greedy_search(state, procs, p, B, rng)
+        return beam_search(state, procs, p, B, K, rng)
 
 
 class _State:

@@ -41,7 +41,6 @@ _IGNORED = {
 _FIXED = {
     "normalize_before": False, "normalize_embedding": False, "add_final_layer_norm": False,
     "static_position_embeddings": True, "add_bias_logits": False, "is_decoder": False,
-    "scale_attention": None,
 }
 # config.json fields that are the model's structure
 _STRUCTURE = {
@@ -131,7 +130,7 @@ def read_config(path):
         if key in _STRUCTURE or key in _IGNORED:
             continue
         if key in _FIXED:
-            if value != _FIXED[key] and not (value is None and key != "static_position_embeddings"):
+            if value != _FIXED[key]:
                 raise ValueError(f"{where}: {key}={value!r} is not supported (Marian models use "
                                  f"{key}={_FIXED[key]!r})")
             continue

@@ -143,7 +143,10 @@ class Seq2SeqTransformer:
                  decoder_vocab_size=None, pad_token_id=None, eos_token_id=0,
                  decoder_start_token_id=None, layer_norm_eps=1e-5, generation_config=None, *,
                  seed=0, dtype=np.float32, _state_dict=None):
-        dt = np.dtype(dtype) if not isinstance(dtype, str) else np.dtype(dtype)
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"dtype must be float32 or float64, got {dtype!r}") from None
         if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise TypeError(f"dtype must be float32 or float64, got {dt}")
         V = _pos_int(vocab_size, "vocab_size")
@@ -265,10 +268,7 @@ class Seq2SeqTransformer:
                 arr[...] = 1.0
             elif name.endswith(".bias") or name == "final_logits_bias":
                 arr[...] = 0.0
-            elif "embed_tokens" in name or name == "model.shared.weight" or \
-                    "embed_positions" in name:
-                arr[...] = rng.standard_normal(arr.shape) / math.sqrt(arr.shape[1])
-            else:
+            else:                  # matrices and embeddings: unit-variance outputs
                 arr[...] = rng.standard_normal(arr.shape) / math.sqrt(arr.shape[1])
 
     def state_dict(self):
