@@ -124,6 +124,7 @@ def rss_child(path, threads):
         f"ids = np.random.default_rng(0).integers(1, {VOCAB - 1}, size=({BATCH}, {SRC_LEN}))\n"
         f"ids[:, -1] = {EOS}\n"
         "r0 = rss()\n"
+        "open('/proc/self/clear_refs', 'w').write('5')   # peak RSS := current (drops the load peak)\n"
         f"m.generate(ids, max_new_tokens={NEW_TOKENS}, min_new_tokens={NEW_TOKENS}, num_beams=4,"
         f" n_threads={threads})\n"
         "peak = rss('VmHWM')   # ru_maxrss would include the parent's image before exec\n"
