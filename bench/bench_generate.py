@@ -156,7 +156,7 @@ def profile_step(hf_dir, threads, batch=8, beams=1, steps=NEW_TOKENS):
 
     class _TimedLinear:
         def __init__(self, name, lin):
-            self.name, self.lin = name, lin
+            self.name, self.lin, self.size = name, lin, lin.size
 
         def __call__(self, *a, **k):
             return timed(self.name, self.lin)(*a, **k)

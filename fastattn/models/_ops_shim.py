@@ -8,6 +8,7 @@ Contract (2-D, C-contiguous float32 or float64 inputs; outputs in the input dtyp
 
 - ``Linear(w, b=None, activation=None)``: a layer holding w (out, in) and b (out,), called as
   ``layer(x, residual=None, n_threads=None)`` -> ``act(x @ w.T + b) + residual`` (N, out).
+  ``layer.size`` is the multiply-adds per row (out * in).
   The same shape as ``fastattn._ops.PackedLinear`` (packs once, fuses the epilogue); the
   weight is read when the layer is built, so models rebuild their layers after loading weights.
 - ``linear(x, w, b=None, activation=None, residual=None)``: the same, functional
@@ -41,12 +42,13 @@ def linear(x, w, b=None, activation=None, residual=None, out=None):
 class Linear:
     """``act(x @ weight.T + bias) + residual`` with a fixed weight (out, in) and bias (out,)."""
 
-    __slots__ = ("weight", "bias", "activation")
+    __slots__ = ("weight", "bias", "activation", "size")
 
     def __init__(self, weight, bias=None, activation=None):
         if activation is not None:
             globals()["activation"](activation)          # validates the name
         self.weight, self.bias, self.activation = weight, bias, activation
+        self.size = weight.size                          # multiply-adds per input row
 
     def __call__(self, x, residual=None, n_threads=None):
         return linear(x, self.weight, self.bias, self.activation, residual)
@@ -143,10 +145,11 @@ if _fast is not None and all(hasattr(_fast, n) for n in ("PackedLinear", "layer_
     class Linear:                                    # noqa: F811 - replaces the NumPy layer
         """``act(x @ weight.T + bias) + residual`` on fastattn's packed-weight GEMM."""
 
-        __slots__ = ("_layer",)
+        __slots__ = ("_layer", "size")
 
         def __init__(self, weight, bias=None, activation=None):
             self._layer = _fast.PackedLinear(weight, bias, activation)
+            self.size = weight.size
 
         def __call__(self, x, residual=None, n_threads=None):
             return self._layer(x, residual, n_threads)
