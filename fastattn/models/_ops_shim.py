@@ -21,7 +21,10 @@ import contextlib
 
 import numpy as np
 
-from ..layers import _gelu_
+try:                        # the erf GELU of the NumPy blocks (layers.py before the nn/ split)
+    from ..layers import _gelu_
+except ImportError:         # after it, the compiled _ops below provide gelu
+    _gelu_ = None
 
 __all__ = ["Linear", "linear", "layer_norm", "activation", "log_softmax", "decode_context"]
 
@@ -153,6 +156,12 @@ if _fast is not None and all(hasattr(_fast, n) for n in ("PackedLinear", "layer_
 
         def __call__(self, x, residual=None, n_threads=None):
             return self._layer(x, residual, n_threads)
+
+    def _fast_gelu_(x):
+        x[...] = _fast.gelu(x)
+        return x
+
+    _ACTIVATIONS["gelu"] = _fast_gelu_
 
     def decode_context():                                         # noqa: F811
         """No BLAS in the decode step: nothing to limit."""
