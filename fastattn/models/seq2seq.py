@@ -27,15 +27,7 @@ __all__ = ["Seq2SeqTransformer", "positions_table"]
 
 _POSITIONS = ("marian", "interleaved", "learned")
 _SMALL = 1 << 16          # elements below which an elementwise pass runs on one thread
-_SMALL_ATTN = 1 << 22     # multiply-adds (rows x keys x d_model) below which attention does
-_SMALL_GEMM = 1 << 23     # multiply-adds below which a decode-step GEMM does
 
-
-def _thr(layer, rows, nthr):
-    """Threads for `layer` on `rows` rows: one for a small decode-step GEMM (~1 MB of weights at
-    batch 8: handing half of it to a second thread costs more than it saves when the cores are
-    shared), else `nthr`."""
-    return 1 if rows * layer.size <= _SMALL_GEMM else nthr
 
 
 def positions_table(n_positions, d_model, layout="marian", dtype=np.float32):
@@ -583,36 +575,34 @@ class Seq2SeqTransformer:
         x.reshape(n, T, d)[...] += self._pos_dec[t0:t0 + T]
         pre = c["normalize_before"]
         n_src, g = cache.n_src, cache.group
-        # a decode step's layer norms and attentions are microseconds of work: one thread, no
-        # hand-over to a second one (which costs ~1 ms per call on a busy machine)
+        # a decode step's layer norms are microseconds of work: one thread, no hand-over to a
+        # second one (which cost ~1 ms per call on the busy 2-core machine). Single-thread GEMMs
+        # and attentions helped there only under heavy load and lost at load ~2: not done.
         ln_thr = 1 if n * T * d <= _SMALL else nthr
-        S = cache.memory_mask.shape[-1]
-        self_thr = 1 if n * T * (t0 + T) * d <= _SMALL_ATTN else nthr
-        cross_thr = 1 if n * T * S * d <= _SMALL_ATTN else nthr
         for i, L in enumerate(self._layers["decoder"]):
             # -- self-attention over the cache ------------------------------------------------
             a = L.self_attn
             h = ops.layer_norm(x, a.ln_g, a.ln_b, eps, n_threads=ln_thr) if pre else x
-            qkv = a.qkv(h, n_threads=_thr(a.qkv, n * T, nthr)).reshape(n, T, 3, H, Dh)
+            qkv = a.qkv(h, n_threads=nthr).reshape(n, T, 3, H, Dh)
             k_all, v_all = cache.append(i, qkv[:, :, 1], qkv[:, :, 2])   # (n, H, t0+T, Dh)
             q = qkv[:, :, 0].transpose(0, 2, 1, 3)                          # (n, H, T, Dh)
-            o = _sdpa(q, k_all, v_all, is_causal=T > 1, n_threads=self_thr)
+            o = _sdpa(q, k_all, v_all, is_causal=T > 1, n_threads=nthr)
             o = o.reshape(n, d) if T == 1 else o.transpose(0, 2, 1, 3).reshape(n * T, d)
-            h = a.o(o, residual=x, n_threads=_thr(a.o, n * T, nthr))
+            h = a.o(o, residual=x, n_threads=nthr)
             x = h if pre else ops.layer_norm(h, a.ln_g, a.ln_b, eps, n_threads=ln_thr)
             # -- cross-attention: the g rows of one source share its keys / values ------------
             a = L.cross_attn
             h = ops.layer_norm(x, a.ln_g, a.ln_b, eps, n_threads=ln_thr) if pre else x
-            q = a.q(h, n_threads=_thr(a.q, n * T, nthr))                # (n*T, d)
+            q = a.q(h, n_threads=nthr)                # (n*T, d)
             q = q.reshape(n_src, g * T, H, Dh).transpose(0, 2, 1, 3)        # (B, H, g*T, Dh)
             ck, cv = cache.cross(i)                                          # (B, H, S, Dh)
-            o = _sdpa(q, ck, cv, cache.memory_mask, n_threads=cross_thr)   # (B, H, g*T, Dh)
+            o = _sdpa(q, ck, cv, cache.memory_mask, n_threads=nthr)   # (B, H, g*T, Dh)
             o = o.transpose(0, 2, 1, 3).reshape(n * T, d)
-            h = a.o(o, residual=x, n_threads=_thr(a.o, n * T, nthr))
+            h = a.o(o, residual=x, n_threads=nthr)
             x = h if pre else ops.layer_norm(h, a.ln_g, a.ln_b, eps, n_threads=ln_thr)
             # -- feed-forward -------------------------------------------------------------------
             h = ops.layer_norm(x, L.ln_g, L.ln_b, eps, n_threads=ln_thr) if pre else x
-            f = self._ffn(L, h, _thr(L.fc1, n * T, nthr), residual=x)
+            f = self._ffn(L, h, nthr, residual=x)
             x = f if pre else ops.layer_norm(f, L.ln_g, L.ln_b, eps, n_threads=ln_thr)
         if pre:
             gm, bt = self._final_ln["decoder"]
