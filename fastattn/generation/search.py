@@ -142,7 +142,8 @@ def resolve_settings(model, user):
     else:
         p["max_length"] = min(GENERATION_DEFAULTS["max_length"] + 1, c["max_position_embeddings"])
     if p["max_length"] > c["max_position_embeddings"]:
-        raise ValueError(f"max_new_tokens / max_length ask for {p['max_length']} decoder positions, "
+        raise ValueError(f"max_new_tokens / max_length ask for {p['max_length']} decoder "
+                         f"positions, "
                          f"more than max_position_embeddings={c['max_position_embeddings']}")
     mn = user.get("min_new_tokens")
     if mn is None:
@@ -302,7 +303,7 @@ def _sample_desc(acc, k, gens):
         ok = np.flatnonzero(e > 0)
         pr = e[ok] / e[ok].sum()
         pick = ok[g.choice(ok.size, size=min(k, ok.size), replace=False, p=pr)]
-        if pick.size < k:                  # fewer possible tokens than candidates: pad with -inf ones
+        if pick.size < k:          # fewer possible tokens than candidates: add -inf ones
             rest = np.setdiff1d(np.arange(acc.shape[1]), pick)[:k - pick.size]
             pick = np.concatenate([pick, rest])
         out[r] = pick[np.lexsort((pick, -acc[r, pick]))]

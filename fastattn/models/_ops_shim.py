@@ -58,7 +58,7 @@ class Linear:
 
 
 def layer_norm(x, g, b, eps, out=None, n_threads=None):
-    """(x - mean) / sqrt(var + eps) * g + b over the last axis of x (N, D); biased variance (torch)."""
+    """(x - mean) / sqrt(var + eps) * g + b over the last axis of x (N, D); biased variance."""
     mean = x.mean(axis=-1, keepdims=True)
     xc = np.subtract(x, mean, out=out)
     var = np.square(xc).mean(axis=-1, keepdims=True)
@@ -102,7 +102,7 @@ def activation(name):
 def log_softmax(x, out=None):
     """Row-wise log(softmax(x)) over the last axis of (N, V): x - max - log(sum(exp(x - max)))."""
     m = x.max(axis=-1, keepdims=True)
-    m[~np.isfinite(m)] = 0          # an all -inf row stays -inf (torch gives NaN; never reached here)
+    m[~np.isfinite(m)] = 0          # an all -inf row stays -inf (torch: NaN; not reached here)
     y = np.subtract(x, m, out=out)
     s = np.exp(y).sum(axis=-1, keepdims=True)
     with np.errstate(divide="ignore"):

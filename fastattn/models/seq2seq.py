@@ -364,8 +364,8 @@ class Seq2SeqTransformer:
                 layers.append(L)
             self._layers[which] = layers
         if c["normalize_before"]:
-            self._final_ln = {w: (P[f"model.{w}.layer_norm.weight"], P[f"model.{w}.layer_norm.bias"])
-                              for w in ("encoder", "decoder")}
+            self._final_ln = {w: (P[f"model.{w}.layer_norm.weight"],
+                                  P[f"model.{w}.layer_norm.bias"]) for w in ("encoder", "decoder")}
 
     # ---------------------------------------------------------------------------------------
     # construction
@@ -462,7 +462,8 @@ class Seq2SeqTransformer:
         ids = self._check_ids(input_ids, "input_ids", self._config["vocab_size"])
         B, S = ids.shape
         if B == 0 or S == 0:
-            raise ValueError(f"input_ids must have at least one row and one column, got {ids.shape}")
+            raise ValueError(f"input_ids must have at least one row and one column, got "
+                             f"{ids.shape}")
         if S > self._config["max_position_embeddings"]:
             raise ValueError(f"input_ids has {S} positions, more than max_position_embeddings="
                              f"{self._config['max_position_embeddings']}")
