@@ -38,7 +38,7 @@ from .functional import (PackedLinear, gelu, layer_norm, linear, relu, scaled_do
 from .nn import (FeedForward, LayerNorm, Linear, MultiHeadAttention, PositionalEncoding,
                  Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
                  TransformerEncoderLayer, sinusoidal_positions)
-from .models import EncoderModel
+from .models import EncoderModel, Seq2SeqTransformer
 
 __all__ = [
     "__version__",
@@ -70,4 +70,5 @@ __all__ = [
     # whole models (fastattn.models)
     "models",
     "EncoderModel",
+    "Seq2SeqTransformer",
 ]

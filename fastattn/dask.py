@@ -16,7 +16,9 @@ Design:
   ``model.generate`` (``encode``) with an attention mask, and put back in their order with the
   padding removed. Item i of the result is ``model.generate([s_i], **kwargs)[0]`` without its
   trailing pad ids, bitwise, whatever the batching: fastattn's kernels compute every row the
-  same way whatever else is in the batch (tests/dask/test_dask.py checks it).
+  same way whatever else is in the batch (the GEMM and LayerNorm row by row; attention per key
+  index, with sequences short enough for the kernel's in-place path batched among themselves),
+  and tests/dask/test_dask.py checks it.
 - A checkpoint path is loaded once per worker process and kept (a module-level cache); a model
   object is put into the graph once, as a single key every partition depends on, so each worker
   receives it once rather than once per task.
@@ -124,8 +126,20 @@ def _items(partition, part_index, model):
 
 
 def _batches(items, batch_size, pad_id):
-    """(indices, ids (B, S), mask (B, S)) per batch of similar lengths (sorted by length)."""
+    """(indices, ids (B, S), mask (B, S)) per batch of similar lengths (sorted by length).
+
+    Sequences of at most DIRECT_MAX_L tokens never share a batch with longer ones: the attention
+    kernel reads keys in place for so few query rows and packs them for more, and the two
+    paths round differently, so a short sequence padded past that length would not get the bits
+    it gets alone. Within each path, padding changes no bit of a row's result."""
+    from ._kernels._attention import DIRECT_MAX_L
     order = sorted(range(len(items)), key=lambda i: (len(items[i]), i))
+    n_short = sum(len(items[i]) <= DIRECT_MAX_L for i in order)
+    for group in (order[:n_short], order[n_short:]):
+        yield from _padded(items, group, batch_size, pad_id)
+
+
+def _padded(items, order, batch_size, pad_id):
     for start in range(0, len(order), batch_size):
         idx = order[start:start + batch_size]
         S = max(len(items[i]) for i in idx)

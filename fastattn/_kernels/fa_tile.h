@@ -350,13 +350,27 @@ FA_TARGET static void FA_NAME(qk_direct)(const FA_T *q, ptrdiff_t q_rs, int nq, 
             srow[j + 2] = s2;
             srow[j + 3] = s3;
         }
-#endif
+        /* the last nk % 4 keys one at a time, with exactly the arithmetic of the loop above, so
+         * a key's score does not depend on how many keys follow it (a padded batch gives every
+         * row the bits it gets alone) */
+        for (; j < nk; j++) {
+            const FA_T *kj = k + j * k_rs;
+            V a = (V){0};
+            int e = 0;
+            for (; e + FA_VW <= E; e += FA_VW) a += VLOAD(qr + e) * VLOAD(kj + e);
+            FA_T s0 = 0;
+            for (int t = 0; t < FA_VW; t++) s0 += a[t];
+            for (; e < E; e++) s0 += qr[e] * kj[e];
+            srow[j] = s0;
+        }
+#else
         for (; j < nk; j++) {
             const FA_T *kj = k + j * k_rs;
             FA_T s0 = 0;
             for (int e = 0; e < E; e++) s0 += qr[e] * kj[e];
             srow[j] = s0;
         }
+#endif
         FA_T m = -(FA_T)INFINITY;
         int nan = 0;
         for (j = 0; j < nk; j++) {

@@ -1,4 +1,11 @@
-"""Pretrained-model front ends over fastattn's blocks (BERT-family encoders)."""
-from .encoder import EncoderModel
+"""Whole models over fastattn's kernels, loaded from Hugging Face folders: token ids in.
 
-__all__ = ["EncoderModel"]
+- :class:`Seq2SeqTransformer` (``seq2seq.py``, Marian checkpoints in ``marian.py``): encoder-
+  decoder translation models, KV-cached greedy / beam / sampled generation (``fastattn.generation``).
+- :class:`EncoderModel` (``encoder.py``, BERT-family checkpoints in ``bert.py``): hidden states
+  and sentence embeddings.
+"""
+from .encoder import EncoderModel
+from .seq2seq import Seq2SeqTransformer, positions_table
+
+__all__ = ["EncoderModel", "Seq2SeqTransformer", "positions_table"]

@@ -342,3 +342,25 @@ def test_every_isa_agrees(rng, dtype, isa):
         np.testing.assert_allclose(fastattn.softmax(x), sp_softmax(x, axis=-1), rtol=RTOL[dtype] * 10, atol=ATOL[dtype])
     finally:
         _k.set_isa(before)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("E", [5, 8, 40, 64, 128])
+@pytest.mark.parametrize("L, S, S_pad", [
+    (1, 5, 16), (7, 7, 12), (3, 13, 100), (16, 2049, 4100),       # keys read in place (decode)
+    (20, 20, 40), (17, 600, 1100), (97, 97, 200),                   # packed tiles
+])
+def test_padding_changes_no_bit_of_a_row(dtype, E, L, S, S_pad):
+    """A row attends to its own keys alone, or as part of a batch padded to more keys with a key
+    padding mask: the same bits (what batched inference relies on). Holds within each kernel
+    path; fastattn.dask never batches a sequence with more query rows than DIRECT_MAX_L allows
+    together with one that has fewer."""
+    rng = np.random.default_rng(E * 1000 + S_pad)
+    q = rng.standard_normal((2, 4, L, E)).astype(dtype)
+    k = rng.standard_normal((2, 4, S_pad, E)).astype(dtype)
+    v = rng.standard_normal((2, 4, S_pad, E)).astype(dtype)
+    mask = np.ones((2, 1, 1, S_pad), bool)
+    mask[0, ..., S:] = False
+    alone = sdpa(q[:1], k[:1, :, :S], v[:1, :, :S])
+    batched = sdpa(q, k, v, mask)[:1]
+    assert np.array_equal(alone, batched)

@@ -1,0 +1,332 @@
+"""Encoder-decoder generation: fastattn vs transformers generate vs CTranslate2 (float32).
+
+A random Marian of the base shape (d_model 512, 6+6 layers, 8 heads, FFN 2048, vocab 32000,
+tied embeddings), 8 sources x 128 tokens, EOS blocked (min length = max length) so that every
+system makes exactly 64 tokens. Works: greedy batch 8, beam 4 batch 8, greedy batch 1.
+Systems alternate inside one process; medians and minimums of the repeats are reported, with
+token equality against transformers and the peak RSS of a fastattn-only child process.
+
+Run (2 threads, OpenBLAS variables unset as the peers' figures were measured):
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=2 \
+        python bench/bench_generate.py --repeats 5
+"""
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import fastattn                     # first: fastattn's OpenMP runtime settings win (see PEERS.md)
+
+D_MODEL, LAYERS, HEADS, FFN, VOCAB = 512, 6, 8, 2048, 32000
+BATCH, SRC_LEN, NEW_TOKENS = 8, 128, 64
+EOS, PAD = 0, VOCAB - 1
+WORKS = [("greedy, batch 8", 8, 1), ("beam 4, batch 8", 8, 4), ("greedy, batch 1", 1, 1)]
+
+
+def cpu_flags():
+    flags = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                         "?")
+    except OSError:
+        model = "?"
+    keep = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
+                        "amx_tile") if f in flags]
+    return model, keep
+
+
+def loadavg():
+    try:
+        return open("/proc/loadavg").read().split()[:3]
+    except OSError:
+        return ["?"]
+
+
+def build_checkpoint(path, seed=0):
+    """Write the random base-shape Marian (and its CTranslate2 conversion) once."""
+    import torch
+    from transformers import GenerationConfig, MarianConfig, MarianMTModel
+    cfg = MarianConfig(vocab_size=VOCAB, decoder_vocab_size=VOCAB, d_model=D_MODEL,
+                       encoder_layers=LAYERS, decoder_layers=LAYERS,
+                       encoder_attention_heads=HEADS, decoder_attention_heads=HEADS,
+                       encoder_ffn_dim=FFN, decoder_ffn_dim=FFN, max_position_embeddings=512,
+                       pad_token_id=PAD, decoder_start_token_id=PAD, eos_token_id=EOS,
+                       forced_eos_token_id=None, activation_function="swish",
+                       scale_embedding=True, share_encoder_decoder_embeddings=True,
+                       tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    model = MarianMTModel(cfg).eval()
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "embed_positions" in name:
+                continue
+            if p.ndim == 2 and "embed" not in name and "shared" not in name:
+                p.copy_(torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5)
+            elif "layer_norm" in name and name.endswith("weight"):
+                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
+            elif p.ndim == 1:
+                p.copy_(0.2 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+        model.model.shared.weight[PAD] = 0      # CTranslate2 starts the decoder from zeros
+        model.final_logits_bias.copy_(torch.randn(model.final_logits_bias.shape, generator=g))
+    model.save_pretrained(path)
+    GenerationConfig(decoder_start_token_id=PAD, eos_token_id=EOS, pad_token_id=PAD).save_pretrained(path)
+
+
+def convert_ct2(hf_path, out_path):
+    import ctranslate2
+
+    class _Vocab:
+        """The converter reads special tokens and the vocabulary from a tokenizer."""
+        eos_token, unk_token = "t0", "t1"
+
+        def get_vocab(self):
+            v = {f"t{i}": i for i in range(VOCAB - 1)}
+            v["<pad>"] = VOCAB - 1
+            return v
+
+    class _Converter(ctranslate2.converters.TransformersConverter):
+        def load_tokenizer(self, *args, **kwargs):
+            return _Vocab()
+
+    _Converter(hf_path).convert(out_path, force=True)
+
+
+def median_min(xs):
+    return statistics.median(xs), min(xs)
+
+
+def rss_child(path, threads):
+    """Peak RSS of a fastattn-only process: after loading, and after beam 4 x batch 8."""
+    code = (
+        "import resource, numpy as np, fastattn\n"
+        f"m = fastattn.Seq2SeqTransformer.from_pretrained({path!r})\n"
+        "def rss(key='VmRSS'):\n"
+        "    for ln in open('/proc/self/status'):\n"
+        "        if ln.startswith(key):\n"
+        "            return int(ln.split()[1]) * 1024\n"
+        f"ids = np.random.default_rng(0).integers(1, {VOCAB - 1}, size=({BATCH}, {SRC_LEN}))\n"
+        f"ids[:, -1] = {EOS}\n"
+        "r0 = rss()\n"
+        "open('/proc/self/clear_refs', 'w').write('5')   # peak RSS := current (drops the load peak)\n"
+        f"m.generate(ids, max_new_tokens={NEW_TOKENS}, min_new_tokens={NEW_TOKENS}, num_beams=4,"
+        f" n_threads={threads})\n"
+        "peak = rss('VmHWM')   # ru_maxrss would include the parent's image before exec\n"
+        "print(r0, peak)\n"
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(fastattn.__file__)))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if out.returncode:
+        return None
+    r0, peak = map(int, out.stdout.split()[-2:])
+    return r0, peak
+
+
+def profile_step(hf_dir, threads, batch=8, beams=1, steps=NEW_TOKENS):
+    """Where a decode step's time goes: the model's layers wrapped with timers, greedy decoding
+    of `steps` tokens after a 128-token source; per-step milliseconds by component."""
+    import fastattn.models.seq2seq as s2s
+    m = fastattn.Seq2SeqTransformer.from_pretrained(hf_dir)
+    acc = {}
+
+    def timed(name, fn):
+        def wrapper(*a, **k):
+            t0 = time.perf_counter()
+            r = fn(*a, **k)
+            acc[name] = acc.get(name, 0.0) + time.perf_counter() - t0
+            return r
+        return wrapper
+
+    class _TimedLinear:
+        def __init__(self, name, lin):
+            self.name, self.lin, self.size = name, lin, lin.size
+
+        def __call__(self, *a, **k):
+            return timed(self.name, self.lin)(*a, **k)
+
+    ids = np.random.default_rng(0).integers(1, VOCAB - 1, size=(batch, SRC_LEN))
+    ids[:, -1] = EOS
+    m.generate(ids, max_new_tokens=4, min_new_tokens=4, num_beams=beams, n_threads=threads)
+    for L in m._layers["decoder"]:
+        L.self_attn.qkv = _TimedLinear("self-attn q,k,v GEMM", L.self_attn.qkv)
+        L.self_attn.o = _TimedLinear("self-attn out GEMM", L.self_attn.o)
+        L.cross_attn.q = _TimedLinear("cross-attn q GEMM", L.cross_attn.q)
+        L.cross_attn.o = _TimedLinear("cross-attn out GEMM", L.cross_attn.o)
+        L.cross_attn.kv = _TimedLinear("cross-attn k,v GEMM (once per source)", L.cross_attn.kv)
+        L.fc1 = _TimedLinear("FFN fc1 GEMM + activation", L.fc1)
+        L.fc2 = _TimedLinear("FFN fc2 GEMM", L.fc2)
+    m._out = _TimedLinear("output projection (32000 x 512)", m._out)
+    orig_sdpa, orig_ln = s2s._sdpa, s2s.ops.layer_norm
+    s2s._sdpa = timed("attention kernel (self + cross)", orig_sdpa)
+    s2s.ops.layer_norm = timed("layer norms", orig_ln)
+    orig_encode = m._encode
+
+    def encode_excluded(*a, **k):
+        # the encoder's attention and layer norms must not count as decode-step time
+        before = dict(acc)
+        t0 = time.perf_counter()
+        r = orig_encode(*a, **k)
+        for key in ("attention kernel (self + cross)", "layer norms"):
+            acc[key] = before.get(key, 0.0)
+        acc["encoder (once)"] = acc.get("encoder (once)", 0.0) + time.perf_counter() - t0
+        return r
+    m._encode = encode_excluded
+    try:
+        t0 = time.perf_counter()
+        m.generate(ids, max_new_tokens=steps, min_new_tokens=steps, num_beams=beams,
+                   n_threads=threads)
+        total = time.perf_counter() - t0
+    finally:
+        s2s._sdpa, s2s.ops.layer_norm = orig_sdpa, orig_ln
+    enc = acc.pop("encoder (once)", 0.0)
+    once = acc.pop("cross-attn k,v GEMM (once per source)", 0.0)
+    per_step = (total - enc - once) / steps
+    print(f"\n## one decode step, batch {batch}, beams {beams} ({steps} steps, cache up to "
+          f"{steps} positions); total {total:.2f} s, encoder {enc:.2f} s, cross k,v {once:.3f} s")
+    print("| component | ms per step | share |")
+    print("|---|---|---|")
+    rest = per_step
+    for k, v in sorted(acc.items(), key=lambda kv: -kv[1]):
+        print(f"| {k} | {1000 * v / steps:.2f} | {100 * v / steps / per_step:.0f}% |")
+        rest -= v / steps
+    print(f"| embedding, cache writes, reshapes, processors, search (Python) | {1000 * rest:.2f} | "
+          f"{100 * rest / per_step:.0f}% |")
+    print(f"| **step** | {1000 * per_step:.2f} | 100% |")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "fastattn_bench_marian"))
+    ap.add_argument("--systems", default="fastattn,transformers,ct2")
+    ap.add_argument("--works", default="0,1,2", help="indices into the work list")
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--profile-step", action="store_true",
+                    help="only print where one decode step's time goes (fastattn)")
+    args = ap.parse_args()
+    systems = args.systems.split(",")
+    works = [WORKS[int(i)] for i in args.works.split(",")]
+
+    hf_dir = os.path.join(args.dir, "hf")
+    ct2_dir = os.path.join(args.dir, "ct2")
+    if not os.path.exists(os.path.join(hf_dir, "model.safetensors")):
+        build_checkpoint(hf_dir)
+    import torch
+    torch.set_num_threads(args.threads)
+    if "ct2" in systems and not os.path.exists(os.path.join(ct2_dir, "model.bin")):
+        convert_ct2(hf_dir, ct2_dir)
+
+    if args.profile_step:
+        print(f"# loadavg before: {' '.join(loadavg())}; flags: {' '.join(cpu_flags()[1])}")
+        profile_step(hf_dir, args.threads)
+        profile_step(hf_dir, args.threads, batch=8, beams=4)
+        print(f"# loadavg after: {' '.join(loadavg())}")
+        return
+    model_name, flags = cpu_flags()
+    print(f"# CPU: {model_name}; flags: {' '.join(flags)}; os.cpu_count()={os.cpu_count()}")
+    print(f"# loadavg before: {' '.join(loadavg())}; threads: {args.threads}; "
+          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')}, "
+          f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE')}")
+    print(f"# fastattn {fastattn.__version__}, torch {torch.__version__}, numpy {np.__version__}")
+
+    rng = np.random.default_rng(0)
+    src = rng.integers(1, VOCAB - 1, size=(BATCH, SRC_LEN))
+    src[:, -1] = EOS
+
+    runners = {}
+    if "fastattn" in systems:
+        fa = fastattn.Seq2SeqTransformer.from_pretrained(hf_dir)
+
+        def run_fa(ids, beams):
+            return fa.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+                               num_beams=beams, n_threads=args.threads)
+        runners["fastattn"] = run_fa
+    if "transformers" in systems:
+        from transformers import MarianMTModel
+        hf = MarianMTModel.from_pretrained(hf_dir).eval()
+
+        def run_hf(ids, beams):
+            with torch.inference_mode():
+                return hf.generate(torch.as_tensor(ids), max_new_tokens=NEW_TOKENS,
+                                   min_new_tokens=NEW_TOKENS, num_beams=beams).numpy()
+        runners["transformers"] = run_hf
+    if "ct2" in systems:
+        import ctranslate2
+        tr = ctranslate2.Translator(ct2_dir, device="cpu", compute_type="float32",
+                                    inter_threads=1, intra_threads=args.threads)
+
+        def run_ct2(ids, beams):
+            toks = [[f"t{i}" for i in row] for row in ids]
+            res = tr.translate_batch(toks, beam_size=beams, max_decoding_length=NEW_TOKENS,
+                                     min_decoding_length=NEW_TOKENS, max_batch_size=0)
+            out = np.array([[int(t[1:]) for t in r.hypotheses[0]] for r in res])
+            return np.concatenate([np.full((len(ids), 1), PAD), out], axis=1)
+        runners["ct2"] = run_ct2
+
+    results = {}
+    for title, batch, beams in works:
+        ids = src[:batch]
+        times = {s: [] for s in runners}
+        outs = {}
+        for s, fn in runners.items():          # warm-up (and the outputs compared)
+            outs[s] = fn(ids, beams)
+            time.sleep(0.15)
+        for _ in range(args.repeats):
+            for s, fn in runners.items():
+                t0 = time.perf_counter()
+                fn(ids, beams)
+                times[s].append(time.perf_counter() - t0)
+                time.sleep(0.15)
+        row = {}
+        for s in runners:
+            med, mn = median_min(times[s])
+            eq = None
+            if "transformers" in outs and s != "transformers":
+                a, b = outs[s], outs["transformers"]
+                if a.shape == b.shape:
+                    eq = f"{int((a[:, 1:] == b[:, 1:]).sum())}/{b[:, 1:].size}"
+                else:
+                    eq = f"shape {a.shape} vs {b.shape}"
+            row[s] = {"median_s": med, "min_s": mn, "tokens_equal_to_transformers": eq,
+                      "shape": list(outs[s].shape)}
+        results[title] = row
+        print(f"\n## {title} ({batch} x {SRC_LEN} -> {NEW_TOKENS} tokens)")
+        print("| system | median s | min s | ms per token step | tokens equal to transformers |")
+        print("|---|---|---|---|---|")
+        for s, r in row.items():
+            print(f"| {s} | {r['median_s']:.3f} | {r['min_s']:.3f} | "
+                  f"{1000 * r['median_s'] / NEW_TOKENS:.1f} | {r['tokens_equal_to_transformers']} |")
+    print(f"\n# loadavg after: {' '.join(loadavg())}")
+    print(f"# peak RSS of this process: "
+          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+    if "fastattn" in systems:
+        r = rss_child(hf_dir, args.threads)
+        if r:
+            print(f"# fastattn alone: RSS after loading {r[0] / 2**20:.0f} MiB, peak after beam 4 x "
+                  f"batch 8 {r[1] / 2**20:.0f} MiB (+{(r[1] - r[0]) / 2**20:.0f} MiB)")
+            results["rss"] = {"loaded": r[0], "peak_beam4_b8": r[1]}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Decoder key/value cache: buffers allocated once, appended in place, reordered by index.
+
+Layout, per decoder layer l (n = rows: sources x beams, H heads, Dh = d_model / H):
+
+    self_k[l], self_v[l]   (n_max, H, max_len, Dh)   keys / values of the tokens fed so far;
+                                                      step t writes [:, :, t], the attention
+                                                      kernel reads the strided view [:n, :, :t+1]
+    cross_k[l], cross_v[l] (B, H, S, Dh)             the encoder output's projections, computed
+                                                      once per source (strided views of one GEMM)
+    memory_mask            (B, 1, 1, S) bool         True = source token (not padding)
+
+The buffers come from ``np.empty``: the operating system commits their pages when they are first
+written, so a buffer sized for ``max_len`` costs memory only for the positions actually used.
+
+Rows of one source are contiguous (``group`` rows per source, beam j of source b at row
+``b * group + j``); the cross-attention reads one source's keys once for all its rows.
+
+Reordering (beam search) copies only the rows that change: row i takes row beam_idx[i]'s
+keys; a source row that is itself overwritten is first saved in a twin buffer (allocated on the
+first reorder). Rows are copied one by one (a slice per row: faster here than ``np.take`` into a
+strided view, and no temporary).
+Dropping finished sources compacts the rows in place (a forward copy of the rows that move).
+Nothing allocated per step grows with the step number.
+"""
+import numpy as np
+
+__all__ = ["KVCache"]
+
+
+class KVCache:
+    """Self- and cross-attention keys / values for every decoder layer (see module docstring)."""
+
+    def __init__(self, n_layers, n_rows, n_heads, head_dim, max_len, n_src, src_len, dtype):
+        shape = (n_rows, n_heads, max_len, head_dim)
+        self.self_k = [np.empty(shape, dtype) for _ in range(n_layers)]
+        self.self_v = [np.empty(shape, dtype) for _ in range(n_layers)]
+        self._alt_k = [None] * n_layers          # the reorder targets, made on first reorder
+        self._alt_v = [None] * n_layers
+        self.cross_k = [None] * n_layers
+        self.cross_v = [None] * n_layers
+        self._mask = None                          # (B, 1, 1, S) bool
+        self.max_len = max_len
+        self.length = 0                           # tokens fed so far
+        self.n_rows = n_rows
+        self.n_src = n_src
+        self.group = n_rows // n_src
+
+    # -- filling ---------------------------------------------------------------------------------
+
+    def set_cross(self, layer, k, v):
+        """k, v (B, H, S, Dh): the cross-attention keys / values of `layer` (kept as given)."""
+        self.cross_k[layer] = k
+        self.cross_v[layer] = v
+
+    def cross(self, layer):
+        return self.cross_k[layer][:self.n_src], self.cross_v[layer][:self.n_src]
+
+    def set_memory_mask(self, mask, group):
+        """mask (B, S) bool, True = source token."""
+        self._mask = np.ascontiguousarray(mask[:, None, None, :])
+        self.group = group
+
+    @property
+    def memory_mask(self):
+        """(n_src, 1, 1, S) bool, True = source token."""
+        return self._mask[:self.n_src]
+
+    def append(self, layer, k_new, v_new):
+        """Write k_new, v_new (n, T, H, Dh) at positions [length, length + T).
+
+        Returns the (n, H, length + T, Dh) views of all keys and values so far.
+        """
+        t0, T = self.length, k_new.shape[1]
+        if t0 + T > self.max_len:
+            raise ValueError(f"the cache holds {self.max_len} positions; cannot feed position "
+                             f"{t0 + T - 1}")
+        n = self.n_rows
+        K, V = self.self_k[layer], self.self_v[layer]
+        K[:n, :, t0:t0 + T] = k_new.transpose(0, 2, 1, 3)
+        V[:n, :, t0:t0 + T] = v_new.transpose(0, 2, 1, 3)
+        return K[:n, :, :t0 + T], V[:n, :, :t0 + T]
+
+    def advance(self, T):
+        self.length += T
+
+    # -- reordering --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _compact(buf, idx, length):
+        """buf[i, :, :length] = buf[idx[i], :, :length] for strictly increasing idx (idx[i] >= i):
+        a forward copy never reads a row it has already overwritten."""
+        for i in np.flatnonzero(idx != np.arange(len(idx))):
+            buf[i, :, :length] = buf[idx[i], :, :length]
+
+    def reorder(self, beam_idx):
+        """Row i of the cache becomes (a copy of) row beam_idx[i] (beam search). Rows must stay
+        with their source: beam_idx[i] // group == i // group."""
+        idx = np.asarray(beam_idx)
+        n = self.n_rows
+        if idx.dtype.kind not in "iu" or idx.shape != (n,):
+            raise ValueError(f"beam_idx must be {n} integer row indices, got {idx.dtype} "
+                             f"shape {idx.shape}")
+        idx = idx.astype(np.int64, copy=False)
+        if n and (idx.min() < 0 or idx.max() >= n):
+            raise ValueError(f"beam_idx entries must be in [0, {n})")
+        rows = np.arange(n)
+        if np.any(idx // self.group != rows // self.group):
+            raise ValueError("beam_idx must keep every row with its source "
+                             f"(beam_idx[i] // {self.group} == i // {self.group})")
+        if np.array_equal(idx, rows):
+            return
+        t = self.length
+        moved = np.flatnonzero(idx != rows)
+        src = idx[moved]
+        saved = np.zeros(n, bool)
+        saved[np.intersect1d(src, moved)] = True      # sources overwritten before being read
+        plan = [(int(i), int(j), bool(saved[j])) for i, j in zip(moved, src)]
+        keep = np.flatnonzero(saved)
+        for layer in range(len(self.self_k)):
+            for bufs, alts in ((self.self_k, self._alt_k), (self.self_v, self._alt_v)):
+                cur = bufs[layer]
+                if keep.size and alts[layer] is None:
+                    alts[layer] = np.empty_like(cur)
+                alt = alts[layer]
+                for j in keep:
+                    alt[j, :, :t] = cur[j, :, :t]
+                for i, j, from_alt in plan:
+                    cur[i, :, :t] = (alt if from_alt else cur)[j, :, :t]
+
+    def select_sources(self, keep):
+        """Keep only the sources `keep` (increasing source indices) and their rows."""
+        keep = np.asarray(keep, dtype=np.int64)
+        g = self.group
+        rows = (keep[:, None] * g + np.arange(g)).reshape(-1)
+        if keep.ndim != 1 or np.any(np.diff(keep) <= 0) or (keep.size and (
+                keep[0] < 0 or keep[-1] >= self.n_src)):
+            raise ValueError(f"keep must be increasing source indices in [0, {self.n_src})")
+        for K, V in zip(self.self_k, self.self_v):
+            self._compact(K, rows, self.length)
+            self._compact(V, rows, self.length)
+        for ck, cv in zip(self.cross_k, self.cross_v):
+            for i, s in enumerate(keep):
+                if s != i:
+                    ck[i] = ck[s]
+                    cv[i] = cv[s]
+        m = self._mask
+        for i, s in enumerate(keep):
+            if s != i:
+                m[i] = m[s]
+        self.n_src = len(keep)
+        self.n_rows = len(rows)

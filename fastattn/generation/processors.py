@@ -1,0 +1,226 @@
+"""Logits processors: one small object per decoding rule, applied in transformers' order.
+
+Each processor is called as ``scores = proc(sequences, scores)`` with
+
+    sequences  (n, cur_len) int64   the decoder tokens so far (start token first), one per row
+    scores     (n, V) float32       next-token scores of those rows (modified in place or replaced)
+
+Only :class:`NoBadWords` with multi-token entries reads the tokens (``needs_history``); for
+the others the search passes a zero-stride stand-in of the right shape, so that no per-step
+copy of the history is made.
+
+The order (``build_processors``) is transformers' ``_get_logits_processor`` restricted to the
+rules implemented here: bad words, minimum length (``min_length`` / ``min_new_tokens``), forced
+EOS at the length limit, suppressed tokens; when sampling then temperature, top-k, top-p; and
+``renormalize_logits`` (a log-softmax) last.
+"""
+import math
+
+import numpy as np
+
+from ..models._dense import log_softmax
+
+__all__ = [
+    "NoBadWords", "MinLength", "ForcedEOS", "SuppressTokens", "Temperature", "TopK", "TopP",
+    "Renormalize", "build_processors", "history",
+]
+
+_NEG_INF = -np.inf
+
+
+def _token_list(ids, name, vocab):
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+        raise TypeError(f"{name} must be a list of token ids, got {type(ids).__name__}")
+    out = []
+    for t in ids:
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+            raise TypeError(f"{name} must hold integer token ids, got {t!r}")
+        if not 0 <= t < vocab:
+            raise ValueError(f"{name} holds token id {int(t)} outside [0, {vocab})")
+        out.append(int(t))
+    return out
+
+
+class NoBadWords:
+    """Forbid completing any of the token sequences in `bad_words_ids`.
+
+    A one-token entry is forbidden everywhere; a longer entry forbids its last token where the
+    row's sequence ends with the entry's prefix (the start token counts as part of the sequence,
+    as in transformers). One-token entries equal to EOS are dropped (transformers does too).
+    """
+
+    def __init__(self, bad_words_ids, eos_id, vocab):
+        if isinstance(bad_words_ids, (str, bytes)) or not hasattr(bad_words_ids, "__iter__"):
+            raise ValueError(f"bad_words_ids must be a list of lists of token ids, got "
+                             f"{bad_words_ids!r}")
+        words = []
+        for w in bad_words_ids:
+            if isinstance(w, (str, bytes)) or not hasattr(w, "__iter__"):
+                raise ValueError(f"bad_words_ids must be a list of lists of token ids, got "
+                                 f"entry {w!r}")
+            w = _token_list(w, "bad_words_ids", vocab)
+            if not w:
+                raise ValueError("bad_words_ids entries must be non-empty")
+            words.append(w)
+        if not words:
+            raise ValueError("bad_words_ids must not be empty")
+        words = [w for w in words if w != [eos_id]]
+        self.single = np.array(sorted({w[0] for w in words if len(w) == 1}), dtype=np.int64)
+        self.multi = [(np.array(w[:-1], dtype=np.int64), w[-1]) for w in words if len(w) > 1]
+        self.needs_history = bool(self.multi)
+
+    def __call__(self, seqs, scores):
+        if self.single.size:
+            scores[:, self.single] = _NEG_INF
+        cur = seqs.shape[1]
+        for prefix, last in self.multi:
+            m = prefix.size
+            if m > cur:
+                continue
+            hit = np.all(seqs[:, cur - m:] == prefix, axis=1)
+            scores[hit, last] = _NEG_INF
+        return scores
+
+
+class MinLength:
+    """Forbid EOS while the sequence (start token included) is shorter than `min_length`."""
+
+    needs_history = False
+
+    def __init__(self, min_length, eos_id):
+        self.min_length = min_length
+        self.eos_id = eos_id
+
+    def __call__(self, seqs, scores):
+        if seqs.shape[1] < self.min_length:
+            scores[:, self.eos_id] = _NEG_INF
+        return scores
+
+
+class ForcedEOS:
+    """At the last position allowed by `max_length`, EOS gets 0 and every other token -inf."""
+
+    needs_history = False
+
+    def __init__(self, max_length, eos_id):
+        self.max_length = max_length
+        self.eos_id = eos_id
+
+    def __call__(self, seqs, scores):
+        if seqs.shape[1] == self.max_length - 1:
+            scores[...] = _NEG_INF
+            scores[:, self.eos_id] = 0.0
+        return scores
+
+
+class SuppressTokens:
+    """Tokens that are never generated (score -inf)."""
+
+    needs_history = False
+
+    def __init__(self, ids, vocab):
+        self.ids = np.array(sorted(set(_token_list(ids, "suppress_tokens", vocab))), np.int64)
+
+    def __call__(self, seqs, scores):
+        scores[:, self.ids] = _NEG_INF
+        return scores
+
+
+class Temperature:
+    needs_history = False
+
+    def __init__(self, temperature):
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.floating)) \
+                or not temperature > 0 or not math.isfinite(temperature):
+            raise ValueError(f"temperature must be a positive float, got {temperature!r}")
+        self.temperature = float(temperature)
+
+    def __call__(self, seqs, scores):
+        scores /= scores.dtype.type(self.temperature)
+        return scores
+
+
+class TopK:
+    """Keep the k highest scores (ties with the k-th kept too), -inf elsewhere."""
+
+    needs_history = False
+
+    def __init__(self, top_k, min_tokens_to_keep=1):
+        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k <= 0:
+            raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
+        self.k = max(int(top_k), min_tokens_to_keep)
+
+    def __call__(self, seqs, scores):
+        V = scores.shape[1]
+        k = min(self.k, V)
+        if k == V:
+            return scores
+        kth = np.partition(scores, V - k, axis=1)[:, V - k:V - k + 1]    # k-th largest, (n, 1)
+        scores[scores < kth] = _NEG_INF
+        return scores
+
+
+class TopP:
+    """Nucleus filter: drop the lowest-probability tokens whose total mass is <= 1 - top_p."""
+
+    needs_history = False
+
+    def __init__(self, top_p, min_tokens_to_keep=1):
+        if isinstance(top_p, bool) or not isinstance(top_p, (int, float, np.floating)) or \
+                not 0.0 <= top_p <= 1.0:
+            raise ValueError(f"top_p must be a float in [0, 1], got {top_p!r}")
+        self.p = float(top_p)
+        self.min_keep = min_tokens_to_keep
+
+    def __call__(self, seqs, scores):
+        order = np.argsort(scores, axis=1, kind="stable")                 # ascending
+        srt = np.take_along_axis(scores, order, axis=1)
+        m = srt[:, -1:]
+        m = np.where(np.isfinite(m), m, 0)
+        e = np.exp(srt - m)
+        cum = np.cumsum(e, axis=1) / e.sum(axis=1, keepdims=True)
+        drop = cum <= (1 - self.p)
+        drop[:, -self.min_keep:] = False
+        rows = np.nonzero(drop)
+        scores[rows[0], order[rows]] = _NEG_INF
+        return scores
+
+
+class Renormalize:
+    """log_softmax of the processed scores (transformers' ``renormalize_logits``)."""
+
+    needs_history = False
+
+    def __call__(self, seqs, scores):
+        return log_softmax(scores, out=scores)
+
+
+def history(seqs, rows, cur, procs):
+    """The (n, cur) token history for `procs`: a copy of seqs[rows, :cur] when a processor reads
+    it, else a zero-stride stand-in carrying only the shape (no per-step allocation)."""
+    if any(p.needs_history for p in procs):
+        return seqs[rows, :cur]
+    return np.broadcast_to(np.int64(0), (len(rows), cur))
+
+
+def build_processors(p, vocab, eos_id, sampling_min_keep=1):
+    """The processor list for resolved generation settings `p` (a dict), in transformers' order."""
+    procs = []
+    if p["bad_words_ids"] is not None:
+        procs.append(NoBadWords(p["bad_words_ids"], eos_id, vocab))
+    if eos_id is not None and p["min_length"] > 0:
+        procs.append(MinLength(p["min_length"], eos_id))
+    if p["forced_eos_token_id"] is not None:
+        procs.append(ForcedEOS(p["max_length"], p["forced_eos_token_id"]))
+    if p["suppress_tokens"] is not None:
+        procs.append(SuppressTokens(p["suppress_tokens"], vocab))
+    if p["do_sample"]:
+        if p["temperature"] is not None and p["temperature"] != 1.0:
+            procs.append(Temperature(p["temperature"]))
+        if p["top_k"] is not None and p["top_k"] != 0:
+            procs.append(TopK(p["top_k"], sampling_min_keep))
+        if p["top_p"] is not None and p["top_p"] < 1.0:
+            procs.append(TopP(p["top_p"], sampling_min_keep))
+    if p["renormalize_logits"]:
+        procs.append(Renormalize())
+    return procs

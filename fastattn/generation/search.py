@@ -1,0 +1,411 @@
+"""Search strategies over a Seq2SeqTransformer: greedy, beam, multinomial sampling.
+
+The strategies talk to the model only through a :class:`DecoderState` (feed tokens, get
+logits, reorder rows, drop finished sources), so they are independent of the network.
+
+Semantics follow transformers' ``generate`` (``generation/utils.py``, 5.x), re-derived here:
+
+- decoding starts from ``[decoder_start_token_id]``; ``cur_len`` counts it. ``max_length``
+  bounds ``cur_len`` (``max_new_tokens + 1`` when given).
+- greedy / sampling: scores = float32 logits of the last position -> processors -> argmax (or a
+  draw from softmax). A row that produced EOS gets ``pad`` afterwards; decoding stops when every
+  row has finished or ``cur_len == max_length``. Finished rows leave the step batch here (their
+  outputs no longer change), so the work shrinks as rows end.
+- beam search (transformers' vectorised beam search): per source, ``2 * num_beams`` candidates
+  by accumulated log-probability (log_softmax, then the processors); candidates ending in EOS
+  (or reaching ``max_length``) among the first ``num_beams`` compete for the finished set with
+  score ``sum_logprobs / new_len ** length_penalty``; the ``num_beams`` best unfinished ones
+  continue. A source stops when no running beam can improve its finished set (heuristic chosen
+  by ``early_stopping``: True = as soon as num_beams hypotheses are finished, False = the best
+  running score at the current length, "never" = at the best reachable length) and then leaves
+  the step batch. All score arithmetic is float32 in transformers' order, so that rankings
+  match bit for bit where the logits do.
+"""
+import numpy as np
+
+from ..models._dense import log_softmax
+from ..models.marian import GENERATION_DEFAULTS
+from .processors import build_processors, history
+
+__all__ = ["DecoderState", "generate", "greedy_search", "beam_search"]
+
+_F32 = np.float32
+_BIG = _F32(-1.0e9)
+
+
+class DecoderState:
+    """Incremental decoding over a model's KV cache (the step API).
+
+    Rows: ``num_beams`` per source, row ``b * num_beams + j`` is beam j of source b.
+
+    Methods
+    -------
+    step(tokens) : tokens (n,) int -> logits (n, vocab) in the model dtype; appends one position.
+    reorder(beam_idx) : row i continues from row beam_idx[i] (same source).
+    select_sources(keep) : keep only these sources (increasing indices) and their rows.
+    """
+
+    def __init__(self, model, input_ids, attention_mask, encoder_output, num_beams, max_length,
+                 n_threads):
+        self.model = model
+        self.n_threads = n_threads
+        if isinstance(num_beams, bool) or not isinstance(num_beams, (int, np.integer)) or \
+                num_beams < 1:
+            raise ValueError(f"num_beams must be a positive integer, got {num_beams!r}")
+        P = model.config["max_position_embeddings"]
+        if max_length is None:
+            max_length = P
+        if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or \
+                not 1 <= max_length <= P:
+            raise ValueError(f"max_length must be an integer in [1, {P}], got {max_length!r}")
+        if encoder_output is None:
+            if input_ids is None:
+                raise ValueError("give input_ids or encoder_output")
+            ids, mask = model._check_source(input_ids, attention_mask)
+            memory = model._encode(ids, mask, n_threads)
+        else:
+            if input_ids is not None:
+                raise ValueError("give input_ids or encoder_output, not both")
+            mem = np.asarray(encoder_output)
+            if mem.ndim != 3 or mem.shape[2] != model.d_model:
+                raise ValueError(f"encoder_output must be (B, S, {model.d_model}), got {mem.shape}")
+            B, S, _ = mem.shape
+            if attention_mask is None:
+                mask = np.ones((B, S), bool)
+            else:
+                mask = np.asarray(attention_mask) != 0
+                if mask.shape != (B, S):
+                    raise ValueError(f"attention_mask must have shape {(B, S)}, got {mask.shape}")
+            memory = np.ascontiguousarray(mem.reshape(B * S, -1), dtype=model.dtype)
+        self.cache = model._start_cache(memory, mask, int(num_beams), int(max_length), n_threads)
+        self.num_beams = int(num_beams)
+
+    @property
+    def length(self):
+        """Tokens fed so far."""
+        return self.cache.length
+
+    @property
+    def n_rows(self):
+        return self.cache.n_rows
+
+    def step(self, tokens):
+        t = np.asarray(tokens)
+        if t.dtype.kind not in "iu":
+            raise TypeError(f"tokens must be integer token ids, got dtype {t.dtype}")
+        t = t.reshape(-1).astype(np.int64, copy=False)
+        if t.size != self.cache.n_rows:
+            raise ValueError(f"tokens must hold one id per row ({self.cache.n_rows}), got {t.size}")
+        V = self.model.vocab_size
+        if t.size and (t.min() < 0 or t.max() >= V):
+            raise ValueError(f"tokens must be ids in [0, {V})")
+        h = self.model._decode(self.cache, t[:, None], self.n_threads)
+        return self.model._project(h, self.n_threads)
+
+    def reorder(self, beam_idx):
+        self.cache.reorder(beam_idx)
+
+    def select_sources(self, keep):
+        self.cache.select_sources(keep)
+
+
+# ---------------------------------------------------------------------------------------------
+# settings
+# ---------------------------------------------------------------------------------------------
+
+def _check_int(v, name, lo):
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+    return int(v)
+
+
+def resolve_settings(model, user):
+    """Merge user arguments, the checkpoint's generation config and transformers' defaults."""
+    ckpt = model.generation_config
+    p = {}
+    for k, default in GENERATION_DEFAULTS.items():
+        v = user.get(k)
+        if v is None:
+            v = ckpt.get(k)
+        if v is None:
+            v = default
+        p[k] = v
+    c = model.config
+    # length: max_new_tokens (user, then checkpoint) > checkpoint max_length > 20 new tokens
+    mnt = user.get("max_new_tokens")
+    if mnt is None:
+        mnt = ckpt.get("max_new_tokens")
+    if mnt is not None:
+        p["max_length"] = _check_int(mnt, "max_new_tokens", 0) + 1
+    elif ckpt.get("max_length") is not None:
+        p["max_length"] = _check_int(ckpt["max_length"], "max_length", 1)
+    else:
+        p["max_length"] = min(GENERATION_DEFAULTS["max_length"] + 1, c["max_position_embeddings"])
+    if p["max_length"] > c["max_position_embeddings"]:
+        raise ValueError(f"max_new_tokens / max_length ask for {p['max_length']} decoder "
+                         f"positions, "
+                         f"more than max_position_embeddings={c['max_position_embeddings']}")
+    mn = user.get("min_new_tokens")
+    if mn is None:
+        mn = ckpt.get("min_new_tokens")
+    if mn is not None:
+        p["min_length"] = _check_int(mn, "min_new_tokens", 0) + 1
+    else:
+        p["min_length"] = _check_int(p["min_length"], "min_length", 0)
+    p["num_beams"] = _check_int(p["num_beams"], "num_beams", 1)
+    es = p["early_stopping"]
+    if es not in (True, False, "never"):
+        raise ValueError(f"early_stopping must be True, False or 'never', got {es!r}")
+    lp = p["length_penalty"]
+    if isinstance(lp, bool) or not isinstance(lp, (int, float, np.floating)):
+        raise ValueError(f"length_penalty must be a float, got {lp!r}")
+    p["length_penalty"] = float(lp)
+    if not isinstance(p["do_sample"], (bool, np.bool_)):
+        raise ValueError(f"do_sample must be True or False, got {p['do_sample']!r}")
+    p["do_sample"] = bool(p["do_sample"])
+    t = p["temperature"]
+    if isinstance(t, bool) or not isinstance(t, (int, float, np.floating)) or not 0 < t < np.inf:
+        raise ValueError(f"temperature must be a positive float, got {t!r}")
+    tp = p["top_p"]
+    if isinstance(tp, bool) or not isinstance(tp, (int, float, np.floating)) or not 0 <= tp <= 1:
+        raise ValueError(f"top_p must be a float in [0, 1], got {tp!r}")
+    _check_int(p["top_k"], "top_k", 0)
+    p["eos_token_id"] = ckpt.get("eos_token_id", model.eos_id)
+    if p["eos_token_id"] is None:
+        p["eos_token_id"] = model.eos_id
+    p["pad_token_id"] = ckpt.get("pad_token_id", model.pad_id)
+    if p["pad_token_id"] is None:
+        p["pad_token_id"] = model.pad_id
+    p["decoder_start_token_id"] = model.decoder_start_id
+    return p
+
+
+def generate(model, input_ids, attention_mask=None, *, seed=None, n_threads=None, **user):
+    """See :meth:`Seq2SeqTransformer.generate`."""
+    p = resolve_settings(model, user)
+    ids, mask = model._check_source(input_ids, attention_mask)
+    B = ids.shape[0]
+    start = p["decoder_start_token_id"]
+    if p["max_length"] <= 1:                                  # max_new_tokens=0
+        return np.full((B, 1), start, np.int64)
+    V = model.vocab_size
+    K = p["num_beams"]
+    min_keep = 2 if K > 1 else 1
+    procs = build_processors(p, V, p["eos_token_id"], min_keep)
+    if p["do_sample"]:
+        if seed is not None:
+            _check_int(seed, "seed", 0)
+        rng = np.random.SeedSequence(seed)
+    else:
+        rng = None
+    memory = model._encode(ids, mask, n_threads)
+    cache = model._start_cache(memory, mask, K, p["max_length"], n_threads)
+    state = _State(model, cache, n_threads)
+    if K == 1:
+        return greedy_search(state, procs, p, B, rng)
+    return beam_search(state, procs, p, B, K, rng)
+
+
+class _State:
+    """DecoderState without the argument checks (used by the search loops)."""
+
+    def __init__(self, model, cache, n_threads):
+        self.model, self.cache, self.n_threads = model, cache, n_threads
+
+    def step(self, tokens):
+        h = self.model._decode(self.cache, tokens[:, None], self.n_threads)
+        return self.model._project(h, self.n_threads)
+
+
+def _scores_f32(logits):
+    # transformers copies the last position's logits to float32 before any processing
+    return logits if logits.dtype == _F32 else logits.astype(_F32)
+
+
+def greedy_search(state, procs, p, B, rng):
+    """Greedy (or, with `rng`, multinomial) decoding -> int64 (B, 1 + T)."""
+    max_len, eos, pad = p["max_length"], p["eos_token_id"], p["pad_token_id"]
+    seqs = np.full((B, max_len), pad, np.int64)               # every row's tokens, start first
+    seqs[:, 0] = p["decoder_start_token_id"]
+    active = np.arange(B)                                      # source row of each cache row
+    streams = None
+    if rng is not None:
+        # one generator per source row: a row's draws do not depend on the rest of the batch
+        streams = [np.random.default_rng(s) for s in rng.spawn(B)]
+    cur = 1
+    tokens = seqs[:, 0].copy()
+    while True:
+        scores = _scores_f32(state.step(tokens))               # (n, V)
+        hist = history(seqs, active, cur, procs)
+        for proc in procs:
+            scores = proc(hist, scores)
+        if streams is None:
+            nxt = np.argmax(scores, axis=1)
+        else:
+            nxt = _draw(scores, [streams[r] for r in active])
+        seqs[active, cur] = nxt
+        cur += 1
+        if cur >= max_len:
+            break
+        done = nxt == eos
+        if done.all():
+            break
+        if done.any():
+            keep = np.flatnonzero(~done)
+            state.cache.select_sources(keep)
+            active = active[keep]
+            nxt = nxt[keep]
+        tokens = nxt
+    return seqs[:, :cur]
+
+
+def _draw(scores, gens):
+    """One token per row from softmax(scores), by inverse CDF with each row's own generator."""
+    m = scores.max(axis=1, keepdims=True)
+    e = np.exp((scores - m).astype(np.float64))
+    cdf = np.cumsum(e, axis=1)
+    out = np.empty(scores.shape[0], np.int64)
+    for i, g in enumerate(gens):
+        u = g.random() * cdf[i, -1]
+        j = int(np.searchsorted(cdf[i], u, side="right"))
+        j = min(j, scores.shape[1] - 1)
+        while e[i, j] == 0:                    # never land on a forbidden token
+            j -= 1
+        out[i] = j
+    return out
+
+
+def _topk_desc(x, k):
+    """Indices of the k largest entries of each row of x (n, m), sorted descending; ties keep
+    the lower index first."""
+    m = x.shape[1]
+    if k < m:
+        part = np.argpartition(x, m - k, axis=1)[:, m - k:]
+    else:
+        part = np.broadcast_to(np.arange(m), x.shape).copy()
+    vals = np.take_along_axis(x, part, axis=1)
+    # sort by value descending, then index ascending
+    out = np.empty_like(part)
+    for r in range(x.shape[0]):
+        o = np.lexsort((part[r], -vals[r]))
+        out[r] = part[r][o]
+    return out
+
+
+def _sample_desc(acc, k, gens):
+    """Beam sampling: k candidates per row drawn without replacement from softmax(acc), then
+    sorted by score descending (transformers' beam-sample selection; our own random streams)."""
+    out = np.empty((acc.shape[0], k), np.int64)
+    for r, g in enumerate(gens):
+        a = acc[r].astype(np.float64)
+        e = np.exp(a - a.max())
+        ok = np.flatnonzero(e > 0)
+        pr = e[ok] / e[ok].sum()
+        pick = ok[g.choice(ok.size, size=min(k, ok.size), replace=False, p=pr)]
+        if pick.size < k:          # fewer possible tokens than candidates: add -inf ones
+            rest = np.setdiff1d(np.arange(acc.shape[1]), pick)[:k - pick.size]
+            pick = np.concatenate([pick, rest])
+        out[r] = pick[np.lexsort((pick, -acc[r, pick]))]
+    return out
+
+
+def beam_search(state, procs, p, B, K, rng=None):
+    """Beam search with transformers' semantics -> int64 (B, 1 + T).
+
+    With `rng` (a SeedSequence; do_sample=True), the 2 * num_beams candidates of each source are
+    sampled instead of taken best-first (beam sampling), source b drawing from stream b."""
+    streams = None if rng is None else [np.random.default_rng(s) for s in rng.spawn(B)]
+    max_len, eos, pad = p["max_length"], p["eos_token_id"], p["pad_token_id"]
+    lp, es = p["length_penalty"], p["early_stopping"]
+    K2 = 2 * K
+    start = p["decoder_start_token_id"]
+    # per source (all B kept; `active` lists those still searching)
+    run_seq = np.full((B, K, max_len), pad, np.int64)       # running beams' tokens
+    run_seq[:, :, 0] = start
+    run_score = np.zeros((B, K), _F32)                        # accumulated log-probs
+    run_score[:, 1:] = _BIG
+    fin_seq = run_seq.copy()                                  # finished hypotheses
+    fin_score = np.full((B, K), _BIG, _F32)
+    fin_len = np.zeros((B, K), np.int64)                      # generated tokens per hypothesis
+    fin_done = np.zeros((B, K), bool)                         # slot holds a finished hypothesis
+    open_ = np.ones(B, bool)                                  # early-stop heuristic unsatisfied
+    active = np.arange(B)
+    tokens = np.full(B * K, start, np.int64)
+    cur = 1
+    top_mask = np.zeros(K2, bool)
+    top_mask[:K] = True
+    while True:
+        n = active.size
+        logits = _scores_f32(state.step(tokens))                     # (n*K, V)
+        V = logits.shape[1]
+        lprobs = log_softmax(logits, out=logits if logits.flags.writeable else None)
+        hist = history(run_seq.reshape(B * K, max_len),
+                       (active[:, None] * K + np.arange(K)).reshape(-1), cur, procs)
+        for proc in procs:
+            lprobs = proc(hist, lprobs)
+        acc = lprobs.reshape(n, K, V)
+        acc += run_score[active][:, :, None]                            # float32, in place
+        acc = acc.reshape(n, K * V)
+        if streams is None:
+            top = _topk_desc(acc, K2)                                    # (n, 2K)
+        else:
+            top = _sample_desc(acc, K2, [streams[b] for b in active])
+        top_lp = np.take_along_axis(acc, top, axis=1)                    # (n, 2K)
+        top_beam = top // V
+        top_tok = top % V
+        cand_seq = np.take_along_axis(run_seq[active], top_beam[:, :, None], axis=1)  # (n,2K,L)
+        cand_seq[:, :, cur] = top_tok
+        hits = top_tok == eos
+        if cur + 1 >= max_len:
+            hits[...] = True
+        # -- the running beams for the next step: best K among candidates that did not stop
+        run_lp = top_lp + hits.astype(_F32) * _BIG
+        nxt = _topk_desc(run_lp, K)                                      # (n, K)
+        new_run_seq = np.take_along_axis(cand_seq, nxt[:, :, None], axis=1)
+        new_run_score = np.take_along_axis(run_lp, nxt, axis=1)
+        src_beam = np.take_along_axis(top_beam, nxt, axis=1)             # (n, K)
+        # -- the finished set: merge the new finished candidates (top K positions only)
+        just = hits & top_mask[None, :]
+        cand = top_lp / _F32((cur + 1 - 1) ** lp)
+        full = fin_done[active].all(axis=1, keepdims=True) & (es is True)
+        cand = cand + full.astype(_F32) * _BIG
+        cand = cand + (~open_[active])[:, None].astype(_F32) * _BIG
+        cand = cand + (~just).astype(_F32) * _BIG
+        m_score = np.concatenate([fin_score[active], cand], axis=1)          # (n, 3K)
+        m_seq = np.concatenate([fin_seq[active], cand_seq], axis=1)
+        m_len = np.concatenate([fin_len[active], np.full((n, K2), cur, np.int64)], axis=1)
+        m_done = np.concatenate([fin_done[active], just], axis=1)
+        sel = _topk_desc(m_score, K)
+        fin_score[active] = np.take_along_axis(m_score, sel, axis=1)
+        fin_seq[active] = np.take_along_axis(m_seq, sel[:, :, None], axis=1)
+        fin_len[active] = np.take_along_axis(m_len, sel, axis=1)
+        fin_done[active] = np.take_along_axis(m_done, sel, axis=1)
+        run_seq[active] = new_run_seq
+        run_score[active] = new_run_score
+        cur += 1
+        # -- can a running beam still improve the finished set?
+        if es == "never" and lp > 0.0:
+            best_len = max_len - 1
+        else:
+            best_len = cur - 1
+        best = run_score[active][:, :1] / _F32(best_len ** lp)
+        worst = np.where(fin_done[active], fin_score[active].min(axis=1, keepdims=True), _BIG)
+        open_[active] &= np.any(best > worst, axis=1)
+        if hits.all():
+            break
+        # sources whose result can no longer change leave the batch
+        live = open_[active].copy()
+        if es is True:
+            live &= ~fin_done[active].all(axis=1)
+        if not live.any():
+            break
+        # cache rows: row (i, j) continues beam src_beam[i, j] of the same source
+        rows = (np.arange(n)[:, None] * K + src_beam).reshape(-1)
+        state.cache.reorder(rows)
+        if not live.all():
+            keep = np.flatnonzero(live)
+            state.cache.select_sources(keep)
+            active = active[keep]
+        tokens = run_seq[active, :, cur - 1].reshape(-1)
+    T = int(fin_len[:, 0].max())
+    return fin_seq[:, 0, :1 + T].copy()

@@ -1,0 +1,52 @@
+"""KVCache: append in place, reorder by beam index, drop sources."""
+import numpy as np
+import pytest
+
+from fastattn.generation import KVCache
+
+
+def _filled(rng, n_src=3, group=4, t=5):
+    c = KVCache(2, n_src * group, 2, 3, 8, n_src, 6, np.float32)
+    for _ in range(t):
+        for layer in range(2):
+            k = rng.standard_normal((n_src * group, 1, 2, 3)).astype(np.float32)
+            c.append(layer, k, k + 1)
+        c.advance(1)
+    c.set_memory_mask(np.ones((n_src, 6), bool), group)
+    for layer in range(2):
+        x = rng.standard_normal((n_src, 2, 6, 3)).astype(np.float32)
+        c.set_cross(layer, x, x)
+    return c
+
+
+def test_reorder_matches_gather():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        c = _filled(rng)
+        before = [k[:12, :, :5].copy() for k in c.self_k]
+        idx = np.concatenate([g * 4 + rng.integers(0, 4, 4) for g in range(3)])
+        c.reorder(idx)
+        for layer in range(2):
+            np.testing.assert_array_equal(c.self_k[layer][:12, :, :5], before[layer][idx])
+            np.testing.assert_array_equal(c.self_v[layer][:12, :, :5], before[layer][idx] + 1)
+
+
+def test_reorder_checks_and_select_sources():
+    rng = np.random.default_rng(1)
+    c = _filled(rng)
+    with pytest.raises(ValueError, match="source"):
+        c.reorder(np.arange(12)[::-1])
+    with pytest.raises(ValueError, match="beam_idx"):
+        c.reorder(np.arange(5))
+    before = c.self_k[0][:12, :, :5].copy()
+    cross = c.cross_k[0].copy()
+    c.select_sources([0, 2])
+    assert (c.n_src, c.n_rows) == (2, 8)
+    np.testing.assert_array_equal(c.self_k[0][:8, :, :5], before[[0, 1, 2, 3, 8, 9, 10, 11]])
+    np.testing.assert_array_equal(c.cross(0)[0], cross[[0, 2]])
+    with pytest.raises(ValueError, match="keep"):
+        c.select_sources([1, 0])
+    with pytest.raises(ValueError, match="positions"):
+        for _ in range(4):
+            c.append(0, np.zeros((8, 1, 2, 3), np.float32), np.zeros((8, 1, 2, 3), np.float32))
+            c.advance(1)
