@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 
-from ..attention import scaled_dot_product_attention as _sdpa
+from ..functional import scaled_dot_product_attention as _sdpa
 from . import _dense as ops
 from . import marian as _marian
 
