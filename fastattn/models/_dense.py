@@ -10,17 +10,7 @@ import numpy as np
 from .._ops import PackedLinear
 from .._ops import layer_norm as _layer_norm
 
-__all__ = ["Linear", "check_activation", "layer_norm", "log_softmax"]
-
-# Marian's activation_function values (transformers' names: swish is silu)
-_ACTIVATIONS = ("relu", "gelu", "swish", "silu")
-
-
-def check_activation(name):
-    """`name` if the models support it, else a ValueError naming activation_function."""
-    if not isinstance(name, str) or name not in _ACTIVATIONS:
-        raise ValueError(f"activation_function must be one of {sorted(_ACTIVATIONS)}, got {name!r}")
-    return name
+__all__ = ["Linear", "layer_norm", "log_softmax"]
 
 
 class Linear:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._encoder_ops import canonical_activation
+from ..io.huggingface import canonical_activation
 
 __all__ = ["EncoderConfig", "SUPPORTED_MODEL_TYPES", "load_config", "load_weights"]
 

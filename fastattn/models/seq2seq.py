@@ -20,6 +20,7 @@ import os
 import numpy as np
 
 from ..functional import scaled_dot_product_attention as _sdpa
+from ..io.huggingface import canonical_activation
 from . import _dense as ops
 from . import marian as _marian
 
@@ -172,7 +173,7 @@ class Seq2SeqTransformer:
             "tie_word_embeddings": bool(tie_word_embeddings),
             "layer_norm_eps": float(layer_norm_eps),
         }
-        ops.check_activation(activation_function)
+        canonical_activation(activation_function, "activation_function")
         if positions not in _POSITIONS:
             raise ValueError(f"positions must be one of {_POSITIONS}, got {positions!r}")
         for which in ("encoder", "decoder"):
@@ -335,7 +336,7 @@ class Seq2SeqTransformer:
         else:
             self._pos_enc = self._pos_dec = positions_table(
                 c["max_position_embeddings"], d, c["positions"], self._dtype)
-        act = c["activation_function"]
+        act = canonical_activation(c["activation_function"], "activation_function")
         self._out = ops.Linear(self._w_out, self._b_out)
 
         def attn(p, cross):

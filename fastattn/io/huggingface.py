@@ -1,7 +1,7 @@
-"""Hugging Face activation names -> fastattn's fused GEMM epilogues (fastattn._ops).
+"""What Hugging Face checkpoints share across model types: the activation names of configs.
 
-The encoder's dense maths is :class:`fastattn.PackedLinear` (activation fused into the first FFN
-GEMM) and :func:`fastattn.layer_norm`; this module only maps the names configs use.
+The model-specific readers (``fastattn/models/bert.py``, ``fastattn/models/marian.py``) map
+config fields and weight names; both name activations through :func:`canonical_activation`.
 """
 
 __all__ = ["canonical_activation"]
