@@ -14,8 +14,6 @@ import scipy.special as sp
 from fastattn import _ops
 from fastattn._kernels import _gemm as _g
 
-ISAS = ["scalar", "baseline", "avx2", "avx2-wide", "avx512"]
-_ORDER = ["scalar", "baseline", "avx2", "avx512"]
 EPS32 = float(np.finfo(np.float32).eps)
 # ci/sanitize.sh runs an -O0 ASan build, 10-50x slower: sweep every 9973rd bit pattern there
 SWEEP_STEP = 9973 if os.environ.get("FASTATTN_SANITIZED") else 97
@@ -30,21 +28,6 @@ ATOL = {np.float32: 2e-19, np.float64: 1e-300}
 # Why the float32 tails need ~80 eps: gelu(x) ~ x exp(-x^2 / 2) there, so the float32 rounding
 # of x / sqrt 2 (or of u in the tanh form) alone moves the result by |x|^2 eps; the kernel adds
 # a few eps more. Away from the tails (x >= -3) it is within 4e-6 (test_gelu_core_accuracy).
-
-
-@pytest.fixture(params=ISAS)
-def isa(request):
-    name = request.param
-    cpu = _g.cpu_isa()
-    if name == "avx2-wide":
-        if cpu not in ("avx2", "avx512"):
-            pytest.skip("needs AVX2")
-    elif _ORDER.index(name) > _ORDER.index(cpu):
-        pytest.skip(f"CPU runs up to {cpu}")
-    before = _g.isa()
-    assert _g.set_isa(name) == name
-    yield name
-    _g.set_isa(before)
 
 
 def _kernel(x, code, n_threads=2):

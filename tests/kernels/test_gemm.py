@@ -16,27 +16,10 @@ import scipy.special as sp
 from fastattn import _ops
 from fastattn._kernels import _gemm as _g
 
-ISAS = ["scalar", "baseline", "avx2", "avx2-wide", "avx512"]
-_ORDER = ["scalar", "baseline", "avx2", "avx512"]
 EPS = {np.float32: float(np.finfo(np.float32).eps), np.float64: float(np.finfo(np.float64).eps)}
 DTYPES = [np.float32, np.float64]
 ACTS = [None, "relu", "gelu", "gelu_tanh", "silu"]
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-@pytest.fixture(params=ISAS)
-def isa(request):
-    name = request.param
-    cpu = _g.cpu_isa()
-    if name == "avx2-wide":
-        if cpu not in ("avx2", "avx512"):
-            pytest.skip("needs AVX2")
-    elif _ORDER.index(name) > _ORDER.index(cpu):
-        pytest.skip(f"CPU runs up to {cpu}")
-    before = _g.isa()
-    assert _g.set_isa(name) == name
-    yield name
-    _g.set_isa(before)
 
 
 def _act64(name, z):
