@@ -6,7 +6,7 @@ from scipy.special import softmax as sp_softmax
 import fastattn
 from fastattn import scaled_dot_product_attention as sdpa
 from fastattn._kernels import _attention as _k
-from conftest import ATOL, RTOL, assert_close
+from tolerances import ATOL, RTOL, assert_close
 from reference import sdpa_ref
 
 DTYPES = [np.float32, np.float64]

@@ -5,7 +5,7 @@ from scipy.special import softmax as sp_softmax
 
 import fastattn
 from fastattn._kernels import _attention as _k
-from conftest import ATOL, RTOL
+from tolerances import ATOL, RTOL
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

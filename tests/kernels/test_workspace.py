@@ -88,7 +88,7 @@ werr = float(np.max(np.abs(w - wref))) if w is not None else 0.0
 print(json.dumps({"err": err, "werr": werr}))
 """
 
-from conftest import CHILD_TOL as TOL  # noqa: E402
+from tolerances import CHILD_TOL as TOL  # noqa: E402
 
 
 def _run(case):

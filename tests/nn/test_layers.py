@@ -14,7 +14,7 @@ from fastattn.nn import (FeedForward, LayerNorm, MultiHeadAttention, PositionalE
                              Transformer, TransformerDecoderLayer, TransformerEncoderLayer,
                              sinusoidal_positions)
 
-from conftest import BLOCK_TOL as TOL  # noqa: E402
+from tolerances import BLOCK_TOL as TOL  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------

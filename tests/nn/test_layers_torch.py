@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 from fastattn.nn import (MultiHeadAttention, Transformer, TransformerDecoder,  # noqa: E402
                              TransformerDecoderLayer, TransformerEncoder, TransformerEncoderLayer)
 
-from conftest import TORCH_TOL as TOL  # noqa: E402
+from tolerances import TORCH_TOL as TOL  # noqa: E402
 TDT = {np.float32: torch.float32, np.float64: torch.float64}
 DTYPES = [np.float32, np.float64]
 
