@@ -196,7 +196,7 @@ def test_fresh_process_first_call_is_generate(checkpoint, tmp_path):
     root = os.path.dirname(os.path.dirname(fastattn.__file__))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                       timeout=120)
+                       timeout=120, cwd=tmp_path)    # not the checkout: it would shadow the build
     assert r.returncode == 0, r.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "g.npy"), ref_g)
     np.testing.assert_array_equal(np.load(tmp_path / "b.npy"), ref_b)

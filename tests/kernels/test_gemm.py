@@ -19,7 +19,10 @@ from fastattn._kernels import _gemm as _g
 EPS = {np.float32: float(np.finfo(np.float32).eps), np.float64: float(np.finfo(np.float64).eps)}
 DTYPES = [np.float32, np.float64]
 ACTS = [None, "relu", "gelu", "gelu_tanh", "silu"]
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# child interpreters import the fastattn this process imported (an in-place build or the
+# installed wheel) and run from tests/, so that a source checkout never shadows it
+FASTATTN_ROOT = os.path.dirname(os.path.dirname(_ops.__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _act64(name, z):
@@ -438,9 +441,9 @@ def test_first_call_in_fresh_process(case, dtype):
         print("ok")
     """)
     env = dict(os.environ, FASTATTN_NO_WORKSPACE_CACHE="1")
-    env["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p])
+    env["PYTHONPATH"] = os.pathsep.join([FASTATTN_ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          timeout=300)
+                          timeout=300, cwd=TESTS)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("ok")
 

@@ -30,12 +30,13 @@ def test_first_call_in_a_fresh_process(tmp_path):
     np.save(tmp_path / "ids.npy", ids)
     np.save(tmp_path / "mask.npy", mask)
     env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # the fastattn this process uses (an in-place build or the installed wheel)
+    root = os.path.dirname(os.path.dirname(fastattn.__file__))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     res = subprocess.run(
         [sys.executable, "-c", CHILD, str(tmp_path / "m"), str(tmp_path / "ids.npy"),
          str(tmp_path / "mask.npy"), str(tmp_path / "h.npy"), str(tmp_path / "v.npy")],
-        env=env, capture_output=True, text=True, timeout=300)
+        env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     hidden, vec = np.load(tmp_path / "h.npy"), np.load(tmp_path / "v.npy")
     # reference: the same checkpoint in float64 in this process
