@@ -17,6 +17,9 @@ Activations: ``None``, ``"relu"``, ``"gelu"`` (exact, through erf), ``"gelu_tanh
 (alias ``"swish"``). At the infinities they return their limits (``gelu(-inf) = -0``, where
 torch returns NaN); NaN stays NaN.
 """
+import math
+import os
+
 import numpy as np
 
 from ._kernels import _gemm as _g
@@ -44,6 +47,34 @@ def _activation_code(activation):
                          f"(or an alias: {sorted(k for k in _ACT_ALIASES if k)}), "
                          f"got {activation!r}")
     return _g.ACTIVATIONS[_ACT_ALIASES[key]]
+
+
+# Cache-line alignment of the buffers the GEMM streams with full-vector loads and stores: the
+# packed weights (every micro-kernel step loads NR elements of a panel) and the output y (its
+# tiles are loaded and stored whole between K blocks and in the epilogue). NumPy's large
+# allocations start 16 bytes past a page boundary, so every 64-byte AVX-512 access to them
+# straddles two cache lines; single-threaded at M = 1024-2048 that cost 2-19% of the GEMM time
+# (bench/results/bench_gemm.txt). Alignment does not change the results (same kernels, same
+# summation order). The aligned allocation costs a few microseconds more than np.empty, so a
+# y under _ALIGN_MIN_BYTES (decode steps, where reading the weights is the work) keeps plain
+# np.empty. Under ci/sanitize.sh (FASTATTN_SANITIZED) the buffers keep their exact size, so that
+# ASan's redzone starts right after the last element and a small overrun is caught.
+_ALIGN = 64
+_ALIGN_MIN_BYTES = 1 << 18
+_EXACT_ALLOC = bool(os.environ.get("FASTATTN_SANITIZED"))
+
+
+def _aligned_empty(shape, dtype):
+    """np.empty(shape, dtype) for a tuple shape and a np.dtype, C-contiguous, its data starting
+    on a _ALIGN-byte boundary: a view into a slightly larger 1-D buffer (exactly sized, and not
+    aligned, under the sanitizer)."""
+    if _EXACT_ALLOC:
+        return np.empty(shape, dtype=dtype)
+    n = math.prod(shape)
+    isz = dtype.itemsize
+    raw = np.empty(n + _ALIGN // isz, dtype=dtype)
+    off = (-raw.ctypes.data % _ALIGN) // isz
+    return raw[off:off + n].reshape(shape)
 
 
 def _common_dtype(named):
@@ -100,8 +131,8 @@ class _Packed:
 
     def repack(self):
         level = _g.isa_level()
-        # exact size: an overrun would hit the allocator's redzone under ASan
-        buf = np.empty(_g.packed_size(self.N, self.K, self.dtype.itemsize), dtype=self.dtype)
+        # cache-line aligned (exact size under the sanitizer: see _aligned_empty)
+        buf = _aligned_empty((_g.packed_size(self.N, self.K, self.dtype.itemsize),), self.dtype)
         if buf.size:
             _g.pack_weight(self.weight, buf)
         self.buf, self.level = buf, level
@@ -144,7 +175,8 @@ def _linear_packed(x, packed, bias, act, residual, n_threads, out, x_name="x"):
                 raise ValueError(f"out must not overlap {name}")
         y = out
     else:
-        y = np.empty(out_shape, dtype=dtype)
+        y = (_aligned_empty(out_shape, dtype) if M * N * dtype.itemsize >= _ALIGN_MIN_BYTES
+             else np.empty(out_shape, dtype=dtype))
     if M == 0 or N == 0:
         return y
     x2 = kernel_ready(x, dtype).reshape(M, K)

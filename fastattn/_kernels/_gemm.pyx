@@ -15,8 +15,10 @@
 #   whatever item or register-block position computes it; MC and NC depend on the shape only.
 #   So results are identical for any thread count (tests/kernels/test_gemm.py checks 1/2/3/8).
 #
-#   Memory: the packed weights (K * Npad elements, allocated at their exact size and owned by
-#   the caller as a NumPy array); no other workspace (the micro-kernel's edge tiles are on the
+#   Memory: the packed weights (K * Npad elements, owned by the caller as a NumPy array; _ops
+#   starts them, and outputs from 256 KiB up, on a 64-byte boundary: unaligned, every AVX-512
+#   panel load straddled two cache lines, 2-19% slower at large M; exact size and unaligned
+#   under the sanitizer); no other workspace (the micro-kernel's edge tiles are on the
 #   stack) and nothing cached between calls, so FASTATTN_NO_WORKSPACE_CACHE has nothing to
 #   switch off here. x is read in place (an experiment packing x into MR-row panels per item
 #   measured 10-40% slower: with 256-column items the packing is not amortised).
