@@ -18,3 +18,16 @@ int fa_cpu_level(void)
     return FA_ISA_SCALAR;
 #endif
 }
+
+int fa_select_level(int level)
+{
+    int cpu = fa_cpu_level();
+#if FA_X86
+    if (level == FA_ISA_AVX2_WIDE && cpu >= FA_ISA_AVX2) return level;
+#endif
+    if (level < 0 || level > cpu || level == FA_ISA_AVX2_WIDE) level = cpu;
+#if !FA_GNU_VECTORS
+    level = FA_ISA_SCALAR;
+#endif
+    return level;
+}

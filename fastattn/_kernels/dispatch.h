@@ -26,5 +26,8 @@ enum {
 
 /* The best of FA_ISA_SCALAR .. FA_ISA_AVX512 this CPU (and compiler) supports. */
 int fa_cpu_level(void);
+/* The kernel set a request for `level` gets: the level itself when the CPU has it (the test-only
+ * FA_ISA_AVX2_WIDE needs AVX2), else the CPU's best (a negative level asks for the best). */
+int fa_select_level(int level);
 
 #endif

@@ -140,21 +140,13 @@ static int fa_isa_level = -1;
 /* Select the kernels for `level` (clamped to what the CPU supports). Returns the level used. */
 int fa_init(int level)
 {
-    int cpu = fa_cpu_level();
-#if FA_X86
-    if (level == FA_ISA_AVX2_WIDE && cpu >= FA_ISA_AVX2) {
-        FA_FILL(fa_f32, f32_avx2wide);
-        FA_FILL(fa_f64, f64_avx2wide);
-        fa_isa_level = level;
-        return level;
-    }
-#endif
-    if (level < 0 || level > cpu) level = cpu;
-#if !FA_GNU_VECTORS
-    level = FA_ISA_SCALAR;
-#endif
+    level = fa_select_level(level);
     switch (level) {
 #if FA_X86
+    case FA_ISA_AVX2_WIDE:
+        FA_FILL(fa_f32, f32_avx2wide);
+        FA_FILL(fa_f64, f64_avx2wide);
+        break;
     case FA_ISA_AVX512:
         FA_FILL(fa_f32, f32_avx512);
         FA_FILL(fa_f64, f64_avx512);

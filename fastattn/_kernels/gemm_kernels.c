@@ -196,21 +196,13 @@ static int gm_isa_level = -1;
 /* Select the kernels for `level` (clamped to what the CPU supports). Returns the level used. */
 int gm_init(int level)
 {
-    int cpu = fa_cpu_level();
-#if FA_X86
-    if (level == FA_ISA_AVX2_WIDE && cpu >= FA_ISA_AVX2) {
-        GM_FILL(gm_f32, float, f32_avx2wide, 6, 64, 128);
-        GM_FILL(gm_f64, double, f64_avx2wide, 6, 32, 128);
-        gm_isa_level = level;
-        return level;
-    }
-#endif
-    if (level < 0 || level > cpu) level = cpu;
-#if !FA_GNU_VECTORS
-    level = FA_ISA_SCALAR;
-#endif
+    level = fa_select_level(level);
     switch (level) {
 #if FA_X86
+    case FA_ISA_AVX2_WIDE:
+        GM_FILL(gm_f32, float, f32_avx2wide, 6, 64, 128);
+        GM_FILL(gm_f64, double, f64_avx2wide, 6, 32, 128);
+        break;
     case FA_ISA_AVX512:
         GM_FILL(gm_f32, float, f32_avx512, 6, 64, 128);
         GM_FILL(gm_f64, double, f64_avx512, 6, 32, 128);

@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("safetensors")
 
 from encoder_checkpoints import padded_batch, write_numpy_bert  # noqa: E402
+import fastattn  # noqa: E402
 from fastattn.models import EncoderModel  # noqa: E402
 
 CHILD = r"""
