@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 export FASTATTN_FAIL_NO_OPENMP=1
 python -m pip install ".[test]" && pytest tests
 # the property tests once more with the workspace cache off: every call allocates exactly its plan
-FASTATTN_NO_WORKSPACE_CACHE=1 pytest -q tests/test_properties.py
+FASTATTN_NO_WORKSPACE_CACHE=1 pytest -q tests/kernels/test_properties.py
