@@ -23,7 +23,9 @@ import time
 
 import numpy as np
 
-import fastattn                     # first: fastattn's OpenMP runtime settings win (see PEERS.md)
+if "--torch-first" in sys.argv:     # users often import torch first: its libgomp then serves both
+    import torch  # noqa: F401
+import fastattn                     # by default first: fastattn's OpenMP settings win (PEERS.md)
 
 D_MODEL, LAYERS, HEADS, FFN, VOCAB = 512, 6, 8, 2048, 32000
 BATCH, SRC_LEN, NEW_TOKENS = 8, 128, 64
@@ -214,6 +216,8 @@ def profile_step(hf_dir, threads, batch=8, beams=1, steps=NEW_TOKENS):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--torch-first", action="store_true",
+                    help="import torch before fastattn (the other import order)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "fastattn_bench_marian"))
     ap.add_argument("--systems", default="fastattn,transformers,ct2")
