@@ -1,10 +1,29 @@
-"""What Hugging Face checkpoints share across model types: the activation names of configs.
+"""What Hugging Face checkpoints share across model types: JSON files, activation names.
 
 The model-specific readers (``fastattn/models/bert.py``, ``fastattn/models/marian.py``) map
 config fields and weight names; both name activations through :func:`canonical_activation`.
 """
 
-__all__ = ["canonical_activation"]
+import json
+import os
+
+__all__ = ["canonical_activation", "read_json"]
+
+
+def read_json(path, what="JSON file", expect=None):
+    """The JSON value in `path` (checked to be an `expect` instance when given, e.g. dict):
+    FileNotFoundError / ValueError naming `what` and the path."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{what} not found: {path}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} {path} is not valid JSON: {exc}") from None
+    if expect is not None and not isinstance(data, expect):
+        raise ValueError(f"{what} {path} must hold a JSON {expect.__name__}, got "
+                         f"{type(data).__name__}")
+    return data
 
 # Hugging Face `hidden_act` / DistilBERT `activation` strings -> fastattn's activation names.
 # Each alias has the same formula in transformers/activations.py (checked there): "gelu" and

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..io.huggingface import canonical_activation
+from ..io.huggingface import read_json as _read_json
 
 __all__ = ["EncoderConfig", "SUPPORTED_MODEL_TYPES", "load_config", "load_weights"]
 
@@ -53,16 +54,6 @@ class EncoderConfig:
         if self.positions_after_padding:
             return self.max_position_embeddings - self.pad_token_id - 1
         return self.max_position_embeddings
-
-
-def _read_json(path, what):
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{what} not found: {path}")
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{what} {path} is not valid JSON: {exc}") from exc
 
 
 def _int_field(cfg, name, path, default=None, minimum=1):

@@ -15,10 +15,11 @@ Marian against the vanilla Transformer (what ``modeling_marian.py`` computes):
 - decoding starts from ``decoder_start_token_id`` (= the pad id); ``forced_eos_token_id`` and
   ``bad_words_ids = [[pad]]`` usually come with the checkpoint's generation config.
 """
-import json
 import os
 
 import numpy as np
+
+from ..io.huggingface import read_json as _read_json
 
 __all__ = ["read_config", "read_generation_config", "read_weights", "GENERATION_DEFAULTS"]
 
@@ -88,19 +89,6 @@ _GEN_NEUTRAL = {
 }
 
 
-def _read_json(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path} does not exist") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
-    return data
-
-
 def _single_id(value, field, where):
     if isinstance(value, list):
         if len(value) != 1:
@@ -121,7 +109,7 @@ def read_config(path):
     config.json itself (used only when the folder has no generation_config.json).
     """
     where = os.path.join(path, "config.json")
-    raw = _read_json(where)
+    raw = _read_json(where, os.path.basename(where), dict)
     model_type = raw.get("model_type")
     if model_type != "marian":
         raise ValueError(f"{where}: model_type={model_type!r} is not supported (only 'marian')")
@@ -208,7 +196,7 @@ def read_generation_config(path, legacy):
     (``legacy``), as transformers does (``GenerationConfig.from_model_config``)."""
     where = os.path.join(path, "generation_config.json")
     if os.path.exists(where):
-        return check_generation_config(_read_json(where), where)
+        return check_generation_config(_read_json(where, os.path.basename(where), dict), where)
     return check_generation_config(legacy, os.path.join(path, "config.json"))
 
 
