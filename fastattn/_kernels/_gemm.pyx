@@ -49,6 +49,8 @@ cdef extern from "gemm_kernels.h" nogil:
                      const float *bias, int act, const float *res, Py_ssize_t res_rs,
                      float *y, Py_ssize_t y_rs) noexcept nogil
         void (*act)(const float *x, Py_ssize_t n, float *y, int act) noexcept nogil
+        void (*ln)(const float *x, const float *res, Py_ssize_t n, const float *gamma,
+                   const float *beta, double eps, float *y) noexcept nogil
     ctypedef struct gm_ops_f64:
         int mr, nr, kc
         void (*pack)(const double *w, Py_ssize_t w_rs, Py_ssize_t N, Py_ssize_t K,
@@ -58,14 +60,10 @@ cdef extern from "gemm_kernels.h" nogil:
                      const double *bias, int act, const double *res, Py_ssize_t res_rs,
                      double *y, Py_ssize_t y_rs) noexcept nogil
         void (*act)(const double *x, Py_ssize_t n, double *y, int act) noexcept nogil
+        void (*ln)(const double *x, const double *res, Py_ssize_t n, const double *gamma,
+                   const double *beta, double eps, double *y) noexcept nogil
     gm_ops_f32 gm_f32
     gm_ops_f64 gm_f64
-    void gm_layer_norm_row_f32(const float *x, const float *res, Py_ssize_t n,
-                               const float *gamma, const float *beta, double eps,
-                               float *y) noexcept nogil
-    void gm_layer_norm_row_f64(const double *x, const double *res, Py_ssize_t n,
-                               const double *gamma, const double *beta, double eps,
-                               double *y) noexcept nogil
     int fa_cpu_level()
     int gm_init(int level)
     int gm_current_level()
@@ -255,15 +253,13 @@ def layer_norm(cnp.ndarray x, object res, object gamma, object beta, double eps,
     with nogil, parallel(num_threads=nthr):
         for r in prange(rows, schedule='static'):
             if isz == 4:
-                gm_layer_norm_row_f32(<const float *>xp + r * n,
-                                      (<const float *>rp + r * n) if rp != NULL else NULL, n,
-                                      <const float *>gp, <const float *>bp, eps,
-                                      <float *>yp + r * n)
+                gm_f32.ln(<const float *>xp + r * n,
+                          (<const float *>rp + r * n) if rp != NULL else NULL, n,
+                          <const float *>gp, <const float *>bp, eps, <float *>yp + r * n)
             else:
-                gm_layer_norm_row_f64(<const double *>xp + r * n,
-                                      (<const double *>rp + r * n) if rp != NULL else NULL, n,
-                                      <const double *>gp, <const double *>bp, eps,
-                                      <double *>yp + r * n)
+                gm_f64.ln(<const double *>xp + r * n,
+                          (<const double *>rp + r * n) if rp != NULL else NULL, n,
+                          <const double *>gp, <const double *>bp, eps, <double *>yp + r * n)
 
 
 # ---------------------------------------------------------------- run-time facts, testing hook

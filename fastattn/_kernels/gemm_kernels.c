@@ -146,37 +146,6 @@
 #include "gemm_tile.h"
 #endif
 
-/* ---- residual + LayerNorm over one row of n elements (n >= 1):
- *   s = x + res (rounded to T, as the unfused x + res would be), mean and biased variance of s
- *   in double over two passes (no cancellation from sum(s^2) - n mean^2), then
- *   y = (s - mean) / sqrt(var + eps) * gamma + beta. res, gamma, beta may be NULL (0, 1, 0);
- *   y may be x (each element is read before it is written). */
-#define GM_LN_ROW(T, sfx)                                                                      \
-    void gm_layer_norm_row_##sfx(const T *x, const T *res, ptrdiff_t n, const T *gamma,       \
-                                 const T *beta, double eps, T *y)                             \
-    {                                                                                          \
-        double sum = 0.0, ss = 0.0;                                                            \
-        for (ptrdiff_t j = 0; j < n; j++) {                                                    \
-            T s = res ? (T)(x[j] + res[j]) : x[j];                                             \
-            sum += (double)s;                                                                  \
-        }                                                                                      \
-        double mean = sum / (double)n;                                                         \
-        for (ptrdiff_t j = 0; j < n; j++) {                                                    \
-            T s = res ? (T)(x[j] + res[j]) : x[j];                                             \
-            double d = (double)s - mean;                                                       \
-            ss += d * d;                                                                       \
-        }                                                                                      \
-        double rstd = 1.0 / sqrt(ss / (double)n + eps);                                        \
-        for (ptrdiff_t j = 0; j < n; j++) {                                                    \
-            T s = res ? (T)(x[j] + res[j]) : x[j];                                             \
-            double v = ((double)s - mean) * rstd;                                              \
-            if (gamma) v *= (double)gamma[j];                                                  \
-            if (beta) v += (double)beta[j];                                                    \
-            y[j] = (T)v;                                                                       \
-        }                                                                                      \
-    }
-GM_LN_ROW(float, f32)
-GM_LN_ROW(double, f64)
 
 /* ---- dispatch tables */
 #define GM_FILL(tab, T, sfx, MR, NR, KC)          \
@@ -187,6 +156,7 @@ GM_LN_ROW(double, f64)
         (tab).pack = gm_pack_##sfx;               \
         (tab).item = gm_item_##sfx;               \
         (tab).act = gm_act_array_##sfx;           \
+        (tab).ln = gm_ln_row_##sfx;               \
     } while (0)
 
 gm_ops_f32 gm_f32;

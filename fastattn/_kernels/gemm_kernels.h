@@ -3,7 +3,7 @@
  *   pack      W (N, K) -> panels (gemm_tile.h has the layout)
  *   item      one (row block, column block) of y = act(x @ W.T + bias) + res
  *   act       y = act(x) elementwise
- * plus the residual + LayerNorm row kernel (plain C; it is bound by memory, not arithmetic). */
+ *   ln        one row of residual + LayerNorm (vectorised; sums in double) */
 #ifndef FASTATTN_GEMM_KERNELS_H
 #define FASTATTN_GEMM_KERNELS_H
 
@@ -32,9 +32,9 @@ enum {
                      ptrdiff_t npad, ptrdiff_t n0, ptrdiff_t nc, const T *bias, int act,        \
                      const T *res, ptrdiff_t res_rs, T *y, ptrdiff_t y_rs);                     \
         void (*act)(const T *x, ptrdiff_t n, T *y, int act);                                    \
-    } gm_ops_##sfx;                                                                             \
-    void gm_layer_norm_row_##sfx(const T *x, const T *res, ptrdiff_t n, const T *gamma,        \
-                                 const T *beta, double eps, T *y);
+        void (*ln)(const T *x, const T *res, ptrdiff_t n, const T *gamma, const T *beta,        \
+                   double eps, T *y);                                                           \
+    } gm_ops_##sfx;
 
 GM_DECLARE_OPS(float, f32)
 GM_DECLARE_OPS(double, f64)

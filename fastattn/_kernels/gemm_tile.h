@@ -375,6 +375,63 @@ GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM
     }
 }
 
+/* ------------------------------------------------------------------ residual + LayerNorm
+ * One row of n elements (n >= 1):
+ *   s = x + res (rounded to T, as the unfused x + res would be), mean and biased variance of s
+ *   in double over two passes (no cancellation from sum(s^2) - n mean^2), then
+ *   y = (s - mean) / sqrt(var + eps) * gamma + beta in double, rounded once to T.
+ * res, gamma, beta may be NULL (0, 1, 0); y may be x (each element is read before it is
+ * written). The sums run in GM_VW double lanes over the whole vectors, then the lanes in order,
+ * then the tail: the order depends on n only, never on the thread or the row's position. */
+GM_TARGET static void GM_NAME(ln_row)(const GM_T *x, const GM_T *res, ptrdiff_t n,
+                                      const GM_T *gamma, const GM_T *beta, double eps, GM_T *y)
+{
+    double sum = 0.0, ss = 0.0;
+    ptrdiff_t j, nv = 0;
+#if GM_VW > 1
+    typedef double VD __attribute__((vector_size(GM_VW * sizeof(double))));
+#define GM_LN_S(j) (res ? VLOAD(x + (j)) + VLOAD(res + (j)) : VLOAD(x + (j)))
+#define GM_LN_D(v) __builtin_convertvector((v), VD)
+    nv = n / GM_VW * GM_VW;
+    VD acc = {0};
+    for (j = 0; j < nv; j += GM_VW) acc += GM_LN_D(GM_LN_S(j));
+    for (int t = 0; t < GM_VW; t++) sum += acc[t];
+#endif
+    for (j = nv; j < n; j++) sum += (double)(res ? (GM_T)(x[j] + res[j]) : x[j]);
+    const double mean = sum / (double)n;
+#if GM_VW > 1
+    const VD mean_v = (VD){0} + mean;
+    acc = (VD){0};
+    for (j = 0; j < nv; j += GM_VW) {
+        VD d = GM_LN_D(GM_LN_S(j)) - mean_v;
+        acc += d * d;
+    }
+    for (int t = 0; t < GM_VW; t++) ss += acc[t];
+#endif
+    for (j = nv; j < n; j++) {
+        double d = (double)(res ? (GM_T)(x[j] + res[j]) : x[j]) - mean;
+        ss += d * d;
+    }
+    const double rstd = 1.0 / sqrt(ss / (double)n + eps);
+#if GM_VW > 1
+    const VD rstd_v = (VD){0} + rstd;
+    for (j = 0; j < nv; j += GM_VW) {
+        VD d = (GM_LN_D(GM_LN_S(j)) - mean_v) * rstd_v;
+        if (gamma) d *= GM_LN_D(VLOAD(gamma + j));
+        if (beta) d += GM_LN_D(VLOAD(beta + j));
+        VSTORE(y + j, __builtin_convertvector(d, V));
+    }
+#undef GM_LN_S
+#undef GM_LN_D
+#endif
+    for (j = nv; j < n; j++) {
+        double d = ((double)(res ? (GM_T)(x[j] + res[j]) : x[j]) - mean) * rstd;
+        if (gamma) d *= (double)gamma[j];
+        if (beta) d += (double)beta[j];
+        y[j] = (GM_T)d;
+    }
+}
+
 /* One work item: y[0:m, n0:n0+nc] over the whole K (never split between threads).
  *   x    (m, K)   the item's rows (already offset to its first row)
  *   y    (m, N)   the same rows of the output, column 0; res likewise (or NULL)

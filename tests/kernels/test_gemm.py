@@ -358,8 +358,8 @@ def _ln64(x, res, g, b, eps):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("C", [1, 2, 7, 64, 385, 1024])
-def test_layer_norm(rng, dtype, C):
+@pytest.mark.parametrize("C", [1, 2, 7, 15, 16, 17, 64, 385, 1024])
+def test_layer_norm(rng, dtype, C, isa):
     x = (rng.standard_normal((3, 5, C)) * 3 + 10).astype(dtype)
     res = rng.standard_normal((3, 5, C)).astype(dtype)
     g = rng.standard_normal(C).astype(dtype)
@@ -374,6 +374,18 @@ def test_layer_norm(rng, dtype, C):
                                   _ops.layer_norm(x, g, b, n_threads=3))
     xt = np.ascontiguousarray(x.transpose(2, 1, 0)).transpose(2, 1, 0)
     np.testing.assert_array_equal(_ops.layer_norm(xt, g, b), _ops.layer_norm(x, g, b))
+
+
+def test_layer_norm_row_independent_of_batch_and_isa_agree(rng, isa):
+    """A row's LayerNorm does not depend on the other rows, and every ISA's kernel agrees with
+    the float64 reference to float32 rounding (the vector and tail paths included)."""
+    x = rng.standard_normal((6, 100)).astype(np.float32) * 5 - 3
+    g = rng.standard_normal(100).astype(np.float32)
+    full = _ops.layer_norm(x, g, None, 1e-6)
+    for r in range(6):
+        np.testing.assert_array_equal(_ops.layer_norm(x[r:r + 1], g, None, 1e-6), full[r:r + 1])
+    ref = _ln64(x, None, g, None, 1e-6)
+    assert np.abs(full - ref).max() <= 4 * np.finfo(np.float32).eps * np.abs(ref).max()
 
 
 def test_layer_norm_matches_torch():
