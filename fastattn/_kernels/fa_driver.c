@@ -76,7 +76,7 @@ ptrdiff_t fa_scratch_bytes(int bk, int pad, int Ev, int itemsize)
     /* the layout sdpa_item carves out of it: scores (BQ, ncols_max) and acc (BQ, evp) in the
      * input dtype, then m, l, ca, cb (BQ,) as doubles, then rowmax (BQ,) in the input dtype */
     ptrdiff_t ncols_max = round_up(bk, pad);
-    ptrdiff_t evp = round_up(Ev > 0 ? Ev : 1, pad);
+    ptrdiff_t evp = round_up(Ev > 0 ? Ev : 1, itemsize == 4 ? FA_PADV_F32 : FA_PADV_F64);
     return (FA_BQ * ncols_max + FA_BQ * evp) * itemsize + 4 * FA_BQ * (ptrdiff_t)sizeof(double)
            + FA_BQ * itemsize;
 }
@@ -98,7 +98,7 @@ void fa_problem_tiling(fa_problem *p, int itemsize)
     p->pad = itemsize == 4 ? FA_PAD_F32 : FA_PAD_F64;
     p->bk = fa_key_block(p->E, p->Ev, p->S, itemsize);
     p->ncols_max = round_up(p->bk, p->pad);
-    p->evp = round_up(p->Ev > 0 ? p->Ev : 1, p->pad);
+    p->evp = round_up(p->Ev > 0 ? p->Ev : 1, itemsize == 4 ? FA_PADV_F32 : FA_PADV_F64);
     p->n_kt = (p->S + p->bk - 1) / p->bk;
     p->n_qb = (p->L + FA_BQ - 1) / FA_BQ;
     /* few query rows read K and V in place (no packing); with many keys as well, the keys are

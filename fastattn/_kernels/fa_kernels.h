@@ -11,10 +11,15 @@
 #define FA_V_NONFINITE 1
 #define FA_V_BIG 2
 
-/* Columns of a packed key tile and of the value/accumulator tiles must be a multiple of these
- * (the widest register block of any ISA: 4 vectors of 16 floats / 8 doubles). */
+/* Columns of a packed key tile must be a multiple of these (the widest register block of any
+ * ISA: 4 vectors of 16 floats / 8 doubles). */
 #define FA_PAD_F32 64
 #define FA_PAD_F64 32
+/* Columns of the value / accumulator tiles (evp) only a multiple of the widest vector: the last
+ * value panel may be narrower than NR (pack_v, pv_tile), so a 32-wide head does not pay for
+ * 64 columns of P @ V. */
+#define FA_PADV_F32 16
+#define FA_PADV_F64 8
 
 #define FA_DECLARE_OPS(T, sfx)                                                                  \
     typedef struct {                                                                            \

@@ -14,7 +14,8 @@
  *   q_tile  (nq, E)      query rows, row stride q_rs, last dim contiguous
  *   kt      (E, ncols)   a key tile, transposed and zero-padded to ncols (a multiple of NR)
  *   scores  (nq, ncols)  raw q.k dot products, later the probabilities P
- *   vp      (nk, evp)    a value tile, zero-padded to evp columns (a multiple of NR)
+ *   vp      (nk, evp)    a value tile, zero-padded to evp columns (a multiple of the widest
+ *                        vector; panels of NR columns, the last one possibly narrower)
  *   acc     (nq, evp)    the un-normalised output accumulator
  * Vector code uses GCC/Clang generic vectors, so one source serves SSE2, AVX2 and AVX-512:
  * the compiler lowers the same expressions for the ISA named in FA_TARGET.
@@ -40,7 +41,9 @@ typedef FA_I FA_NAME(ivec) __attribute__((vector_size(FA_VW * sizeof(FA_T)), ali
 
 /* Packing, done once per key/value tile (not once per query block):
  *   kp  panels of NR key columns: kp[(c / NR) * E * NR + e * NR + c % NR] = k[c, e], zero for c >= nk
- *   vp  panels of NR value columns: vp[(c / NR) * nk * NR + j * NR + c % NR] = v[j, c], zero for c >= Ev
+ *   vp  panels of NR value columns, the last one pw = min(NR, evp - c0) wide (a multiple of VW):
+ *       vp[c0 * nk + j * pw + c - c0] = v[j, c] for the panel starting at column c0, zero for
+ *       c >= Ev
  * so that both micro-kernels below stream through memory contiguously. */
 FA_TARGET static void FA_NAME(pack_k)(const FA_T *k, ptrdiff_t k_rs, int nk, int E, int ncols, FA_T *kp)
 {
@@ -72,13 +75,14 @@ FA_TARGET static int FA_NAME(pack_v)(const FA_T *v, ptrdiff_t v_rs, int nk, int 
 #endif
     for (int c0 = 0; c0 < evp; c0 += FA_NR) {
         FA_T *panel = vp + (ptrdiff_t)c0 * nk;
-        int w = Ev - c0 < FA_NR ? Ev - c0 : FA_NR;
+        int pw = evp - c0 < FA_NR ? evp - c0 : FA_NR;
+        int w = Ev - c0 < pw ? Ev - c0 : pw;
         for (int j = 0; j < nk; j++) {
             const FA_T *vrow = v + j * v_rs + c0;
-            FA_T *dst = panel + (ptrdiff_t)j * FA_NR;
+            FA_T *dst = panel + (ptrdiff_t)j * pw;
 #if FA_VW > 1
-            if (w == FA_NR) {
-                for (int t = 0; t < FA_NV; t++) {
+            if (w == pw) {
+                for (int t = 0; t < pw / FA_VW; t++) {
                     V x = VLOAD(vrow + t * FA_VW);
                     VSTORE(dst + t * FA_VW, x);
                     vprobe += x * 0;                      /* inf * 0 and NaN * 0 are NaN */
@@ -88,7 +92,7 @@ FA_TARGET static int FA_NAME(pack_v)(const FA_T *v, ptrdiff_t v_rs, int nk, int 
                 continue;
             }
 #endif
-            for (int c = 0; c < FA_NR; c++) {
+            for (int c = 0; c < pw; c++) {
                 FA_T x = c < w ? vrow[c] : 0;
                 dst[c] = x;
                 probe += x * 0;
@@ -153,29 +157,31 @@ FA_NAME(qk_block)(const FA_T *qr, ptrdiff_t q_rs, const int mr, int E, const FA_
     }
 }
 
-/* One register block: `mr` rows against one panel of NR value columns (c0 .. c0 + NR):
+/* One register block: `mr` rows against one panel of nvv vectors of value columns (c0 ..
+ * c0 + nvv VW; mr and nvv compile-time constants after inlining):
  * acc[r, c] = ca[r] * acc[r, c] + cb[r] * sum_{j < nk} p[r, j] * v[j, c]. */
 FA_TARGET static inline __attribute__((always_inline)) void
 FA_NAME(pv_block)(const FA_T *pr, int p_rs, const int mr, int nk, const FA_T *panel,
-                  FA_T *acc, int evp, const double *ca, const double *cb)
+                  FA_T *acc, int evp, const double *ca, const double *cb, const int nvv)
 {
     V a[FA_MR][FA_NV];
     const FA_T *pp[FA_MR];
+    const int pw = nvv * FA_VW;
     for (int r = 0; r < mr; r++) {
         pp[r] = pr + (ptrdiff_t)r * p_rs;
-        for (int v = 0; v < FA_NV; v++) a[r][v] = (V){0};
+        for (int v = 0; v < nvv; v++) a[r][v] = (V){0};
     }
     for (int j = 0; j < nk; j++) {
         V vv[FA_NV];
-        for (int v = 0; v < FA_NV; v++) vv[v] = VLOAD(panel + (ptrdiff_t)j * FA_NR + v * FA_VW);
+        for (int v = 0; v < nvv; v++) vv[v] = VLOAD(panel + (ptrdiff_t)j * pw + v * FA_VW);
         for (int r = 0; r < mr; r++) {
             FA_T pj = pp[r][j];
-            for (int v = 0; v < FA_NV; v++) a[r][v] += pj * vv[v];
+            for (int v = 0; v < nvv; v++) a[r][v] += pj * vv[v];
         }
     }
     for (int r = 0; r < mr; r++) {
         FA_T car = (FA_T)ca[r], cbr = (FA_T)cb[r];
-        for (int v = 0; v < FA_NV; v++) {
+        for (int v = 0; v < nvv; v++) {
             FA_T *dst = acc + (ptrdiff_t)r * evp + v * FA_VW;
             VSTORE(dst, VLOAD(dst) * car + a[r][v] * cbr);
         }
@@ -194,6 +200,22 @@ FA_NAME(pv_block)(const FA_T *pr, int p_rs, const int mr, int nk, const FA_T *pa
     case 7: CALL(FA_MR > 7 ? 7 : 1); break;               \
     default: break;                                       \
     }
+
+/* Every row block of P against one value panel of nvv vectors (a compile-time constant after
+ * inlining); acc already offset to the panel's first column. */
+FA_TARGET static inline __attribute__((always_inline)) void
+FA_NAME(pv_rows)(const FA_T *p, int p_rs, int nq, int nk, const FA_T *panel, FA_T *acc, int evp,
+                 const double *ca, const double *cb, const int nvv)
+{
+    int r0 = 0;
+    for (; r0 + FA_MR <= nq; r0 += FA_MR)
+        FA_NAME(pv_block)(p + (ptrdiff_t)r0 * p_rs, p_rs, FA_MR, nk, panel,
+                          acc + (ptrdiff_t)r0 * evp, evp, ca + r0, cb + r0, nvv);
+#define FA_PV_CALL(k) FA_NAME(pv_block)(p + (ptrdiff_t)r0 * p_rs, p_rs, k, nk, panel, \
+                                        acc + (ptrdiff_t)r0 * evp, evp, ca + r0, cb + r0, nvv)
+    FA_REMAINDER(FA_PV_CALL, nq - r0)
+#undef FA_PV_CALL
+}
 #endif
 
 /* scores = scale * q_tile @ k_tile.T for r < nq, c < ncols (kp packed by pack_k), and
@@ -264,14 +286,32 @@ FA_TARGET static void FA_NAME(pv_tile)(const FA_T *p, int p_rs, int nq, int nk,
          * of P passes over it */
         for (int c0 = 0; c0 < evp; c0 += FA_NR) {
             const FA_T *panel = vp + (ptrdiff_t)c0 * nkp;
-            int r0 = 0;
-            for (; r0 + FA_MR <= nq; r0 += FA_MR)
-                FA_NAME(pv_block)(p + (ptrdiff_t)r0 * p_rs, p_rs, FA_MR, nk, panel,
-                                  acc + (ptrdiff_t)r0 * evp + c0, evp, ca + r0, cb + r0);
-#define FA_PV_CALL(k) FA_NAME(pv_block)(p + (ptrdiff_t)r0 * p_rs, p_rs, k, nk, panel, \
-                                        acc + (ptrdiff_t)r0 * evp + c0, evp, ca + r0, cb + r0)
-            FA_REMAINDER(FA_PV_CALL, nq - r0)
-#undef FA_PV_CALL
+            int nvv = (evp - c0 < FA_NR ? evp - c0 : FA_NR) / FA_VW;
+            switch (nvv) {
+            case FA_NV:
+                FA_NAME(pv_rows)(p, p_rs, nq, nk, panel, acc + c0, evp, ca, cb, FA_NV);
+                break;
+#if FA_NV > 1
+            case 1:
+                FA_NAME(pv_rows)(p, p_rs, nq, nk, panel, acc + c0, evp, ca, cb, 1);
+                break;
+#endif
+#if FA_NV > 2
+            case 2:
+                FA_NAME(pv_rows)(p, p_rs, nq, nk, panel, acc + c0, evp, ca, cb, 2);
+                break;
+#endif
+#if FA_NV > 3
+            case 3:
+                FA_NAME(pv_rows)(p, p_rs, nq, nk, panel, acc + c0, evp, ca, cb, 3);
+                break;
+#endif
+#if FA_NV > 4
+#error "FA_NV > 4: extend the panel-width switch"
+#endif
+            default:
+                break;
+            }
         }
         return;
     }
@@ -280,14 +320,15 @@ FA_TARGET static void FA_NAME(pv_tile)(const FA_T *p, int p_rs, int nq, int nk,
         FA_T car = (FA_T)ca[r0], cbr = (FA_T)cb[r0];
         for (int c0 = 0; c0 < evp; c0 += FA_NR) {
             const FA_T *panel = vp + (ptrdiff_t)c0 * nkp;
+            const int pw = evp - c0 < FA_NR ? evp - c0 : FA_NR, nvv = pw / FA_VW;
             V a[FA_NV];
-            for (int v = 0; v < FA_NV; v++) a[v] = (V){0};
+            for (int v = 0; v < nvv; v++) a[v] = (V){0};
             for (int j = 0; j < nk; j++) {
                 FA_T pj = pr[j];
                 if (pj == 0) continue;
-                for (int v = 0; v < FA_NV; v++) a[v] += pj * VLOAD(panel + (ptrdiff_t)j * FA_NR + v * FA_VW);
+                for (int v = 0; v < nvv; v++) a[v] += pj * VLOAD(panel + (ptrdiff_t)j * pw + v * FA_VW);
             }
-            for (int v = 0; v < FA_NV; v++) {
+            for (int v = 0; v < nvv; v++) {
                 FA_T *dst = acc + (ptrdiff_t)r0 * evp + c0 + v * FA_VW;
                 VSTORE(dst, VLOAD(dst) * car + a[v] * cbr);
             }

@@ -338,6 +338,15 @@ def test_every_isa_agrees(rng, dtype, isa):
             m2 = mask.copy()
             m2[:, 17] = False
             _check(q, k, v, dtype, attn_mask=m2)
+        # value widths that end on every panel width (the last value panel may be 1 to NV
+        # vectors wide), with and without the skip-zero path
+        for Ev in (8, 16, 24, 32, 48, 64, 80, 112):
+            q, k, v = _qkv(rng, (1, 2, 40, 70, 32, Ev), dtype)
+            _check(q, k, v, dtype)
+            v[0, 0, 5, Ev - 1] = np.inf
+            mask = np.ones((40, 70), bool)
+            mask[:, 5] = False
+            _check(q, k, v, dtype, attn_mask=mask)
         x = rng.standard_normal((5, 37)).astype(dtype)
         np.testing.assert_allclose(fastattn.softmax(x), sp_softmax(x, axis=-1), rtol=RTOL[dtype] * 10, atol=ATOL[dtype])
     finally:
