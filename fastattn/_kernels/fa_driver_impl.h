@@ -24,6 +24,37 @@ static int FA_SFX(tile_allows_any)(const unsigned char *bm, const FA_T *fm, ptrd
     return 0;
 }
 
+/* A mask row shared by all query rows, over the nk keys of one tile (bm or fm set, at the
+ * tile's first key, key stride m_cs; some key allowed): returns the keys that matter, up to and
+ * including the last allowed one. *bmt / *fmt are set to NULL when every one of those keys is
+ * allowed with no change to its score (bool True, or an additive 0.0), else left as they are. */
+static int FA_SFX(shared_mask_extent)(const unsigned char *bm, const FA_T *fm, ptrdiff_t m_cs,
+                                      int nk, const unsigned char **bmt, const FA_T **fmt)
+{
+    int last = -1, neutral = 1;
+    for (int j = 0; j < nk; j++) {
+        if (bm != NULL) {
+            if (bm[j * m_cs]) last = j;
+            else neutral = 0;
+        } else {
+            FA_T x = fm[j * m_cs];
+            if (x != -(FA_T)INFINITY) last = j;
+            if (x != 0) neutral = 0;
+        }
+    }
+    /* keys after `last` are all disallowed: neutral only needs to hold before it */
+    if (!neutral) {
+        neutral = 1;
+        for (int j = 0; j <= last && neutral; j++)
+            neutral = bm != NULL ? bm[j * m_cs] != 0 : fm[j * m_cs] == 0;
+    }
+    if (neutral) {
+        *bmt = NULL;
+        *fmt = NULL;
+    }
+    return last + 1;
+}
+
 /* One work item: query rows [q0, q0 + nq) of one leading index against keys [kstart, kstop). */
 static void FA_SFX(sdpa_item)(
     const fa_problem *p,
@@ -70,6 +101,16 @@ static void FA_SFX(sdpa_item)(
             && !FA_SFX(tile_allows_any)(bm != NULL ? bm + k0 * m_cs : NULL,
                                         fm != NULL ? fm + k0 * m_cs : NULL, m_rs, m_cs, nq, nk))
             continue;
+        /* a mask shared by every query row (a key-padding mask): keys after its last allowed
+         * one are left out of the tile (they would add exact zeros to every sum), and where
+         * it allows every remaining key without changing a score (True, or 0.0) it is not
+         * applied per element at all */
+        const unsigned char *bmt = bm;
+        const FA_T *fmt = fm;
+        if ((bm != NULL || fm != NULL) && m_rs == 0)
+            nk = FA_SFX(shared_mask_extent)(bm != NULL ? bm + k0 * m_cs : NULL,
+                                            fm != NULL ? fm + k0 * m_cs : NULL, m_cs, nk,
+                                            &bmt, &fmt);
         int ncols = round_up(nk, pad);
         /* 1. scores = q_block @ k_tile.T */
         if (kp != NULL)
@@ -80,8 +121,8 @@ static void FA_SFX(sdpa_item)(
         for (int r = 0; r < nq; r++) {
             int lim = nk;
             if (causal && q0 + r - k0 + 1 < nk) lim = q0 + r - k0 + 1;
-            const unsigned char *bmr = bm != NULL ? bm + r * m_rs + k0 * m_cs : NULL;
-            const FA_T *fmr = fm != NULL ? fm + r * m_rs + k0 * m_cs : NULL;
+            const unsigned char *bmr = bmt != NULL ? bmt + r * m_rs + k0 * m_cs : NULL;
+            const FA_T *fmr = fmt != NULL ? fmt + r * m_rs + k0 * m_cs : NULL;
             ca[r] = FA_OPS.row_update(sc + (ptrdiff_t)r * ncols, nk, ncols, lim, rowmax[r], bmr, fmr,
                                       m_cs, &m[r], &l[r], &cb[r]);
         }

@@ -317,6 +317,38 @@ def test_torch_parity(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("S", [5, 130, 1100, 5000])
+def test_key_padding_mask_trims_keys_exactly(rng, dtype, S):
+    """A mask shared by every query row (B, 1, 1, S) lets the kernel leave out the keys after
+    the last allowed one and skip applying an all-allowing mask: the result must equal the
+    reference and, bit for bit, the result of dropping the padded keys altogether."""
+    B, H, L, E = 3, 2, 7, 16
+    q, k, v = _qkv(rng, (B, H, L, S, E, E), dtype)
+    lens = [S, max(1, S // 3), 1]
+    keep = np.arange(S)[None, :] < np.array(lens)[:, None]               # right padding
+    v[1, :, -1, 0] = np.nan                # a padded NaN value never reaches the output
+    bmask = keep[:, None, None, :]
+    fmask = np.where(bmask, 0.0, -np.inf).astype(dtype)
+    wmask = np.where(bmask, 0.25, -np.inf).astype(dtype)                  # not neutral
+    hole = bmask.copy()
+    hole[0, ..., S // 2] = False                                         # not a prefix
+    for mask in (bmask, fmask, wmask, hole):
+        out = sdpa(q, k, v, attn_mask=mask)
+        vv = np.where(np.isnan(v), 0, v)
+        ref = sdpa_ref(q, k, vv, attn_mask=mask)[0]
+        assert_close(out, ref, dtype)
+        for n in range(3):
+            if mask is hole and n == 0:
+                continue
+            alone = sdpa(q[n:n + 1], k[n:n + 1, :, :lens[n]], v[n:n + 1, :, :lens[n]],
+                         attn_mask=mask[n:n + 1, ..., :lens[n]])
+            np.testing.assert_array_equal(out[n:n + 1], alone)
+    # causal on top of a padding mask
+    assert_close(sdpa(q, k, np.nan_to_num(v), attn_mask=bmask, is_causal=True),
+                 sdpa_ref(q, k, np.nan_to_num(v), attn_mask=bmask, is_causal=True)[0], dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("isa", ["scalar", "baseline", "avx2", "avx2-wide", "avx512"])
 def test_every_isa_agrees(rng, dtype, isa):
     """Each micro-kernel set the CPU supports matches the reference ("avx2-wide" is the AVX-512
