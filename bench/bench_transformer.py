@@ -126,11 +126,20 @@ def main(argv=None):
     print(f"speed-up fastattn / torch: median {mt / mf:.3f}x, min {min(tt) / min(tf):.3f}x")
     print("RESULT " + json.dumps({"order": args.order, "torch_ms": mt, "fastattn_ms": mf,
                                   "torch_min": min(tt) * 1e3, "fastattn_min": min(tf) * 1e3,
-                                  "err": err}))
+                                  "err": err, "gflop": forward_flops(layers, B, S, T, d) / 1e9}))
     if args.profile:
         _profile(fm, src, tgt, mask, repeats)
     limiter.restore_original_limits()
     return 0
+
+
+def forward_flops(layers, B, S, T, d, nhead=8, d_ff=2048):
+    """Multiply-add work of one forward (2 flops each): every linear layer, and the two
+    attention products per attention (the causal one counted for its lower triangle only)."""
+    enc_lin = B * S * (4 * d * d + 2 * d * d_ff)
+    dec_lin = B * T * (4 * d * d + 2 * d * d + 2 * d * d_ff) + B * S * 2 * d * d
+    att = 2 * B * d * (S * S + T * (T + 1) // 2 + T * S)      # QK^T and PV, all heads
+    return 2 * (layers * (enc_lin + dec_lin + att))
 
 
 def _both_orders(argv):
@@ -150,6 +159,20 @@ def _both_orders(argv):
         print(f"| {r['order']} | {r['torch_ms']:.0f} ms (min {r['torch_min']:.0f}) | "
               f"{r['fastattn_ms']:.0f} ms (min {r['fastattn_min']:.0f}) | "
               f"**{r['torch_ms'] / r['fastattn_ms']:.2f}×** |")
+    # the roofline: no float32 implementation can beat work / FMA peak
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_peak
+    threads = int(argv[argv.index("--threads") + 1]) if "--threads" in argv else 2
+    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    peak = bench_peak.peak(512 if "avx512f" in flags else 256, threads, bench_peak.build())
+    g = rows[0]["gflop"]
+    print(f"\n# work per forward {g:.1f} GFLOP; float32 FMA peak here {peak:.0f} GFLOPS "
+          f"({threads} threads, bench_peak.py) -> no float32 forward under {1e3 * g / peak:.0f} ms")
+    for r in rows:
+        print(f"# {r['order']}: torch {1e3 * g / r['torch_min']:.0f} GFLOPS "
+              f"({100e3 * g / r['torch_min'] / peak:.0f}% of peak), fastattn "
+              f"{1e3 * g / r['fastattn_min']:.0f} GFLOPS ({100e3 * g / r['fastattn_min'] / peak:.0f}%)"
+              f"; 1.25x torch's median needs {100e3 * g / (r['torch_ms'] / 1.25) / peak:.0f}% of peak")
     return 0
 
 

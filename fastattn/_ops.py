@@ -323,6 +323,22 @@ class PackedLinear:
 
     def __call__(self, x, residual=None, n_threads=None, *, out=None):
         """``act(x @ weight.T + bias) + residual`` for x (..., K) -> (..., N)."""
+        pk = self._packed
+        if (out is None and type(x) is np.ndarray and x.ndim == 2 and x.dtype == pk.dtype
+                and x.shape[0] > 0 and x.shape[1] == pk.K > 0 and pk.N > 0
+                and x.flags.c_contiguous and x.flags.aligned
+                and (residual is None
+                     or (type(residual) is np.ndarray and residual.dtype == pk.dtype
+                         and residual.shape == (x.shape[0], pk.N)
+                         and residual.flags.c_contiguous and residual.flags.aligned))):
+            # what the models pass on every call (a decode step makes dozens): nothing to
+            # convert or check beyond the tests above, so straight to the kernel
+            M, N = x.shape[0], pk.N
+            y = (_aligned_empty((M, N), pk.dtype) if M * N * pk.dtype.itemsize >= _ALIGN_MIN_BYTES
+                 else np.empty((M, N), dtype=pk.dtype))
+            _g.gemm(x, pk.current(), N, self._bias, self._act, residual, y,
+                    _effective_n_threads(n_threads))
+            return y
         x = as_array(x, "x")
         residual = None if residual is None else as_array(residual, "residual")
         w = self._packed.weight

@@ -478,3 +478,28 @@ def test_built_with_openmp():
     if os.environ.get("FASTATTN_SKIP_OPENMP_TEST"):
         pytest.skip("FASTATTN_SKIP_OPENMP_TEST is set")
     assert _g.openmp_enabled()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fast_call_path_agrees_with_checked_path(rng, dtype):
+    """PackedLinear's direct path (2-D C-contiguous input of the weight's dtype, what the models
+    pass) gives the bits of the general path, and anything else still goes through the checks."""
+    from fastattn.models import _dense
+    w = rng.standard_normal((70, 33)).astype(dtype)
+    b = rng.standard_normal(70).astype(dtype)
+    layer = _ops.PackedLinear(w, b, activation="gelu")
+    x = rng.standard_normal((9, 33)).astype(dtype)
+    res = rng.standard_normal((9, 70)).astype(dtype)
+    fast = layer(x, residual=res)
+    slow = layer(np.asfortranarray(x), residual=np.asfortranarray(res))
+    np.testing.assert_array_equal(fast, slow)
+    np.testing.assert_allclose(fast, _ops.gelu(x.astype(np.float64) @ w.T.astype(np.float64) + b)
+                               + res, rtol=1e-4 if dtype == np.float32 else 1e-10, atol=1e-5)
+    with pytest.raises(ValueError, match="in_features"):
+        layer(np.ones((2, 32), dtype))
+    with pytest.raises(ValueError, match="residual"):
+        layer(x, residual=np.ones((9, 69), dtype))
+    # the models' LayerNorm shortcut agrees with the public function
+    g, be = rng.standard_normal(33).astype(dtype), rng.standard_normal(33).astype(dtype)
+    np.testing.assert_array_equal(_dense.layer_norm(x, g, be, 1e-5),
+                                  _ops.layer_norm(np.asfortranarray(x), g, be, 1e-5))
