@@ -348,6 +348,40 @@ FA_TARGET static void FA_NAME(pv_tile)(const FA_T *p, int p_rs, int nq, int nk,
 #endif
 }
 
+#if FA_VW > 1
+/* The sum of a vector's lanes by a butterfly (lane t plus lane t ^ w, for w = VW/2 down to 1):
+ * a fixed order, log2(VW) shuffle-add steps instead of VW - 1 dependent scalar adds. */
+#define FA_X2(w) 0 ^ (w), 1 ^ (w)
+#define FA_X4(w) FA_X2(w), 2 ^ (w), 3 ^ (w)
+#define FA_X8(w) FA_X4(w), 4 ^ (w), 5 ^ (w), 6 ^ (w), 7 ^ (w)
+#define FA_X16(w) FA_X8(w), 8 ^ (w), 9 ^ (w), 10 ^ (w), 11 ^ (w), 12 ^ (w), 13 ^ (w), 14 ^ (w), 15 ^ (w)
+FA_TARGET static inline FA_T FA_NAME(hsum)(V a)
+{
+#if FA_VW == 16
+    a += __builtin_shufflevector(a, a, FA_X16(8));
+    a += __builtin_shufflevector(a, a, FA_X16(4));
+    a += __builtin_shufflevector(a, a, FA_X16(2));
+    a += __builtin_shufflevector(a, a, FA_X16(1));
+#elif FA_VW == 8
+    a += __builtin_shufflevector(a, a, FA_X8(4));
+    a += __builtin_shufflevector(a, a, FA_X8(2));
+    a += __builtin_shufflevector(a, a, FA_X8(1));
+#elif FA_VW == 4
+    a += __builtin_shufflevector(a, a, FA_X4(2));
+    a += __builtin_shufflevector(a, a, FA_X4(1));
+#elif FA_VW == 2
+    a += __builtin_shufflevector(a, a, FA_X2(1));
+#else
+#error "FA_VW must be 1, 2, 4, 8 or 16"
+#endif
+    return a[0];
+}
+#undef FA_X2
+#undef FA_X4
+#undef FA_X8
+#undef FA_X16
+#endif
+
 /* Few query rows (decode): each key and value row is used by so few queries that packing it
  * would cost as much as the arithmetic, so these read K and V in place.
  *   scores[r, j] = sum_e q[r, e] * k[j, e]      (vectorised along e, 4 keys at a time)
@@ -373,13 +407,8 @@ FA_TARGET static void FA_NAME(qk_direct)(const FA_T *q, ptrdiff_t q_rs, int nq, 
                 a2 += qv * VLOAD(k2 + e);
                 a3 += qv * VLOAD(k3 + e);
             }
-            FA_T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-            for (int t = 0; t < FA_VW; t++) {
-                s0 += a0[t];
-                s1 += a1[t];
-                s2 += a2[t];
-                s3 += a3[t];
-            }
+            FA_T s0 = FA_NAME(hsum)(a0), s1 = FA_NAME(hsum)(a1), s2 = FA_NAME(hsum)(a2),
+                 s3 = FA_NAME(hsum)(a3);
             for (; e < E; e++) {
                 s0 += qr[e] * k0[e];
                 s1 += qr[e] * k1[e];
@@ -399,8 +428,7 @@ FA_TARGET static void FA_NAME(qk_direct)(const FA_T *q, ptrdiff_t q_rs, int nq, 
             V a = (V){0};
             int e = 0;
             for (; e + FA_VW <= E; e += FA_VW) a += VLOAD(qr + e) * VLOAD(kj + e);
-            FA_T s0 = 0;
-            for (int t = 0; t < FA_VW; t++) s0 += a[t];
+            FA_T s0 = FA_NAME(hsum)(a);
             for (; e < E; e++) s0 += qr[e] * kj[e];
             srow[j] = s0;
         }
@@ -427,18 +455,43 @@ FA_TARGET static void FA_NAME(qk_direct)(const FA_T *q, ptrdiff_t q_rs, int nq, 
 FA_TARGET static void FA_NAME(pv_direct)(const FA_T *p, int p_rs, int nq, int nk,
                                          const FA_T *v, ptrdiff_t v_rs, int Ev, FA_T *acc, int evp)
 {
+    /* per row and column: the tile's sum_j p[j] v[j, c] in registers (keys in order, p == 0
+     * skipped), then added to acc once; columns in blocks of NR, then single vectors, then
+     * scalars, each column with the same arithmetic */
     for (int r = 0; r < nq; r++) {
         const FA_T *pr = p + (ptrdiff_t)r * p_rs;
         FA_T *ar = acc + (ptrdiff_t)r * evp;
-        for (int j = 0; j < nk; j++) {
-            FA_T pj = pr[j];
-            if (pj == 0) continue;
-            const FA_T *vj = v + j * v_rs;
-            int c = 0;
+        int c = 0;
 #if FA_VW > 1
-            for (; c + FA_VW <= Ev; c += FA_VW) VSTORE(ar + c, VLOAD(ar + c) + pj * VLOAD(vj + c));
+        for (; c + FA_NR <= Ev; c += FA_NR) {
+            V a[FA_NV];
+            for (int t = 0; t < FA_NV; t++) a[t] = (V){0};
+            for (int j = 0; j < nk; j++) {
+                FA_T pj = pr[j];
+                if (pj == 0) continue;
+                const FA_T *vj = v + j * v_rs + c;
+                for (int t = 0; t < FA_NV; t++) a[t] += pj * VLOAD(vj + t * FA_VW);
+            }
+            for (int t = 0; t < FA_NV; t++) VSTORE(ar + c + t * FA_VW, VLOAD(ar + c + t * FA_VW) + a[t]);
+        }
+        for (; c + FA_VW <= Ev; c += FA_VW) {
+            V a = (V){0};
+            for (int j = 0; j < nk; j++) {
+                FA_T pj = pr[j];
+                if (pj == 0) continue;
+                a += pj * VLOAD(v + j * v_rs + c);
+            }
+            VSTORE(ar + c, VLOAD(ar + c) + a);
+        }
 #endif
-            for (; c < Ev; c++) ar[c] += pj * vj[c];
+        for (; c < Ev; c++) {
+            FA_T a = 0;
+            for (int j = 0; j < nk; j++) {
+                FA_T pj = pr[j];
+                if (pj == 0) continue;
+                a += pj * v[j * v_rs + c];
+            }
+            ar[c] += a;
         }
     }
 }
