@@ -33,7 +33,8 @@ void sk_topk_row_f32(const float *x, ptrdiff_t nseg, ptrdiff_t seglen, ptrdiff_t
 void sk_topk_row_f64(const double *x, ptrdiff_t nseg, ptrdiff_t seglen, ptrdiff_t seg_stride,
                      const double *add, ptrdiff_t k, int64_t *idx, double *val);
 
-/* Select the log-softmax build for the running CPU; returns 1 for AVX2, 0 for the baseline. */
-int sk_init(void);
+/* Select the log-softmax build: AVX2 when avx2 is nonzero and the CPU has it, else the
+ * baseline one. Returns 1 for AVX2, 0 for the baseline. */
+int sk_init(int avx2);
 
 #endif

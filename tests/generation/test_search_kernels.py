@@ -89,6 +89,24 @@ def test_log_softmax_threads_bitwise(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_log_softmax_builds_bitwise(rng, dtype):
+    # the AVX2 build runs the same operations (no FMA) on the same lanes as the baseline one
+    x = (rng.standard_normal((9, 1029)) * 5).astype(dtype)
+    x[2, ::3] = -np.inf
+    before = _search.log_softmax_isa()
+    try:
+        if _search.set_log_softmax_isa("avx2") != "avx2":
+            pytest.skip("this CPU has no AVX2")
+        a = _search.log_softmax_rows(x)
+        assert _search.set_log_softmax_isa("baseline") == "baseline"
+        b = _search.log_softmax_rows(x)
+    finally:
+        _search.set_log_softmax_isa(before)
+    assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
+    _check_lsm(b, x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_log_softmax_in_place_and_out(rng, dtype):
     x = rng.standard_normal((7, 70)).astype(dtype)
     want = _search.log_softmax_rows(x)
