@@ -160,8 +160,16 @@ def _extensions():
                  "fastattn/_kernels/dispatch.h", "fastattn/_kernels/_openmp.pxd"],
         **common,
     )
+    # beam search's row kernels: log-softmax of the logits, top-k over a source's beams
+    search = Extension(
+        "fastattn._kernels._search",
+        sources=["fastattn/_kernels/_search.pyx", "fastattn/_kernels/search_kernels.c",
+                 "fastattn/_kernels/dispatch.c"],
+        depends=["fastattn/_kernels/search_kernels.h", "fastattn/_kernels/dispatch.h"],
+        **common,
+    )
     return cythonize(
-        [ext, gemm],
+        [ext, gemm, search],
         compiler_directives={
             "language_level": 3,
             "boundscheck": debug,

@@ -23,6 +23,8 @@ Semantics follow transformers' ``generate`` (``generation/utils.py``, 5.x), re-d
 """
 import numpy as np
 
+from .._kernels import _search
+from .._threads import _effective_n_threads
 from ..models._dense import log_softmax
 from ..models.marian import GENERATION_DEFAULTS
 from .processors import build_processors, history
@@ -275,21 +277,10 @@ def _draw(scores, gens):
     return out
 
 
-def _topk_desc(x, k):
+def _topk_desc(x, k, n_threads=1):
     """Indices of the k largest entries of each row of x (n, m), sorted descending; ties keep
-    the lower index first."""
-    m = x.shape[1]
-    if k < m:
-        part = np.argpartition(x, m - k, axis=1)[:, m - k:]
-    else:
-        part = np.broadcast_to(np.arange(m), x.shape).copy()
-    vals = np.take_along_axis(x, part, axis=1)
-    # sort by value descending, then index ascending
-    out = np.empty_like(part)
-    for r in range(x.shape[0]):
-        o = np.lexsort((part[r], -vals[r]))
-        out[r] = part[r][o]
-    return out
+    the lower index first (NaN ranks above every number). One pass per row in C."""
+    return _search.topk_desc(x, k, n_threads=n_threads)
 
 
 def _sample_desc(acc, k, gens):
@@ -334,23 +325,30 @@ def beam_search(state, procs, p, B, K, rng=None):
     cur = 1
     top_mask = np.zeros(K2, bool)
     top_mask[:K] = True
+    nthr = _effective_n_threads(state.n_threads)
     while True:
         n = active.size
         logits = _scores_f32(state.step(tokens))                     # (n*K, V)
         V = logits.shape[1]
-        lprobs = log_softmax(logits, out=logits if logits.flags.writeable else None)
+        lprobs = log_softmax(logits, out=logits if logits.flags.writeable else None,
+                             n_threads=nthr)
         hist = history(run_seq.reshape(B * K, max_len),
                        (active[:, None] * K + np.arange(K)).reshape(-1), cur, procs)
         for proc in procs:
             lprobs = proc(hist, lprobs)
-        acc = lprobs.reshape(n, K, V)
-        acc += run_score[active][:, :, None]                            # float32, in place
-        acc = acc.reshape(n, K * V)
         if streams is None:
-            top = _topk_desc(acc, K2)                                    # (n, 2K)
+            # acc = lprobs + running score (float32, one rounding), read by the selection
+            # without being stored: the top 2K of each source over its K * V candidates
+            top_lp = np.empty((n, K2), lprobs.dtype)
+            add = run_score[active].astype(lprobs.dtype, copy=False)
+            top = _search.topk_desc(lprobs.reshape(n, K * V), K2, add=add, out_val=top_lp,
+                                    n_threads=nthr)                      # (n, 2K)
         else:
+            acc = lprobs.reshape(n, K, V)
+            acc += run_score[active][:, :, None]                        # float32, in place
+            acc = acc.reshape(n, K * V)
             top = _sample_desc(acc, K2, [streams[b] for b in active])
-        top_lp = np.take_along_axis(acc, top, axis=1)                    # (n, 2K)
+            top_lp = np.take_along_axis(acc, top, axis=1)                # (n, 2K)
         top_beam = top // V
         top_tok = top % V
         cand_seq = np.take_along_axis(run_seq[active], top_beam[:, :, None], axis=1)  # (n,2K,L)

@@ -5,14 +5,19 @@
 -> ``act(x @ w.T + b) + residual`` with bias, activation and residual in the GEMM's epilogue.
 The weight is read when the layer is built, so models rebuild their layers after loading weights.
 """
+import math
+
 import numpy as np
 
 from .._kernels import _gemm as _g
+from .._kernels import _search
 from .._ops import PackedLinear
 from .._ops import layer_norm as _layer_norm
 from .._threads import _effective_n_threads
 
 __all__ = ["Linear", "layer_norm", "log_softmax"]
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 class Linear:
@@ -44,13 +49,26 @@ def layer_norm(x, g, b, eps, n_threads=None):
     return _layer_norm(x, g, b, eps, n_threads=n_threads)
 
 
-def log_softmax(x, out=None):
-    """Row-wise log(softmax(x)) over the last axis of (N, V): x - max - log(sum(exp(x - max)))."""
-    m = x.max(axis=-1, keepdims=True)
-    m[~np.isfinite(m)] = 0          # an all -inf row stays -inf (torch: NaN; not reached here)
-    y = np.subtract(x, m, out=out)
-    s = np.exp(y).sum(axis=-1, keepdims=True)
-    with np.errstate(divide="ignore"):
-        np.log(s, out=s)
-    y -= s
-    return y
+def log_softmax(x, out=None, n_threads=None):
+    """Row-wise log(softmax(x)) over the last axis: x - max - log(sum(exp(x - max))).
+
+    The C kernel (fastattn/_kernels/search_kernels.c: exp in x's dtype, the sum in double, rows
+    in parallel, the same result for any thread count); out may be x (in place). A row with a
+    NaN or a +inf gives NaN; a row of only -inf stays -inf. float32 and float64 keep their
+    dtype; float16 is computed in float32, integers and bools in float64."""
+    x = np.asarray(x)
+    if x.dtype not in _FLOATS:
+        x = x.astype(np.float32 if x.dtype == np.float16 else np.float64)
+    if x.ndim < 1:
+        raise ValueError(f"x must have at least 1 dimension, got shape {x.shape}")
+    nthr = _effective_n_threads(n_threads)
+    x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1]) if x.ndim != 2 else x
+    if out is not None and out.dtype == x.dtype and out.shape == x.shape and \
+            out.flags.c_contiguous and out.flags.writeable:
+        _search.log_softmax_rows(x2, out.reshape(x2.shape), nthr)
+        return out
+    y = _search.log_softmax_rows(x2, None, nthr).reshape(x.shape)
+    if out is None:
+        return y
+    out[...] = y
+    return out

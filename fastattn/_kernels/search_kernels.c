@@ -1,0 +1,294 @@
+/* search_kernels.c -- beam search's per-row kernels (search_kernels.h): log-softmax of the
+ * logits and the top-k selection over a source's beams, both plain C plus GNU vectors.
+ *
+ * log_softmax_row, for a row x of n >= 1 elements (T = float or double):
+ *   m  = max_j x_j                             (exact)
+ *   y_j = x_j - m                              in T, the rounding of NumPy's x - m
+ *   s  = sum_j exp(y_j)                        exp in T (a polynomial, <= 2 ulp), the sum in
+ *                                              double: s >= 1 (the maximum contributes
+ *                                              exp(0) = 1), so log s is finite, its relative
+ *                                              error at most the terms' (float: ~2.4e-7)
+ *   out_j = y_j - (T)log(s)                    in T: NumPy's y -= log(s) with s rounded to T
+ * so the result differs from the former NumPy code (float32 exp and sum) only where the two
+ * float32 log(s) differ by an ulp. Special rows: any NaN, or a +inf (where x - m is inf - inf),
+ * gives a row of NaN (torch gives NaN there too); a row of only -inf stays -inf (every token
+ * forbidden: the search must see -inf, not NaN, which it would rank first; the former NumPy
+ * code gave NaN there, against its own comment).
+ * The sum's lanes and their order are fixed by the source (pass 2 below), the exps are the
+ * same polynomials in every build, and no FMA is enabled in any build, so results are bitwise
+ * the same with or without AVX2, and for any thread count (one row = one thread).
+ * Speed: about NumPy's on one thread (its exp uses AVX-512, 16 lanes; this one 8): the gain is
+ * the rows spread over the threads (32 x 32000 floats: 1.4 ms -> 0.9 ms on 2 threads).
+ *
+ * topk_row: one pass over the row keeping the best k so far in a small buffer sorted best
+ * first. An element enters only if it beats the k-th (strictly: it comes later than every
+ * element kept, so on equal values the kept one, with the lower index, wins), which once the
+ * buffer is full is tested a block of SK_BLOCK elements at a time with one vectorisable
+ * "any above the threshold" check (almost every block of a 128000-column row fails it). Values
+ * v = x + add are formed in T with one rounding, exactly NumPy's float32 acc += run_score, so
+ * the fused selection picks the same candidates as the former materialised acc. */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "dispatch.h"
+#include "search_kernels.h"
+
+#define SK_INLINE static inline
+
+/* ---------------------------------------------------------------------------- log-softmax */
+
+#if FA_GNU_VECTORS
+/* 32-byte vectors (one AVX2 register, two SSE2 ones): 8 floats or 4 doubles. Wider types are
+ * not native under AVX2 and GCC 12 keeps them on the stack (the first version, with 8-lane
+ * doubles, ran slower than NumPy) or crashes (__builtin_convertvector float -> double). */
+typedef float sk_vf __attribute__((vector_size(32), aligned(4)));
+typedef int32_t sk_vfi __attribute__((vector_size(32), aligned(4)));
+typedef double sk_vd __attribute__((vector_size(32), aligned(8)));
+typedef int64_t sk_vdi __attribute__((vector_size(32), aligned(8)));
+
+/* exp(x) for x <= 0 (or -inf), fa_tile.h's vexp: exp(x) = 2^n 2^f, n = round(x log2 e),
+ * r = x - n ln 2 in Cody and Waite's two steps (the first exact), f = r log2 e in [-1/2, 1/2],
+ * 2^f by a minimax polynomial (float: degree 6, relative error 1.9e-9, <= 2 ulp measured in
+ * tests/test_softmax.py; double: degree 11, 3.1e-18), 2^n written into the exponent bits by
+ * the rounding constant itself. x is clamped to -88 / -709 first, where 2^n's exponent field
+ * reaches 0, so -inf gives 0 and results below about -87.3 / -708 are flushed to 0 (nothing
+ * next to the row maximum's exp(0) = 1 in the sum). */
+#define SK_DEFINE_VEXP(name, TARGET, V, VI, I, lo, shift, mbits, bias, log2e, ln2hi, ln2lo,    \
+                       POLY)                                                                   \
+    TARGET static inline V name(V x)                                                           \
+    {                                                                                          \
+        const V vlo = (V){0} + (lo);                                                           \
+        VI c = x < vlo;                                                                        \
+        x = (V)(((VI)vlo & c) | ((VI)x & ~c));                                                 \
+        V t = x * (log2e) + (shift);               /* n + bias in the low bits, rounded */     \
+        V n = t - (shift);                                                                     \
+        V r = x - n * (ln2hi);                                                                 \
+        r = r - n * (ln2lo);                                                                   \
+        V f = r * (log2e);                                                                     \
+        V y;                                                                                   \
+        POLY                                                                                   \
+        /* n + bias is in [0, bias]: masked out of t's bits, so the shift never overflows */   \
+        return y * (V)(((VI)t & (I)(2 * (bias) + 1)) << (mbits));                              \
+    }
+#define SK_POLY_F                                                                              \
+    y = f * 0.00015345812158740183f + 0.001339993120947414f;                                   \
+    y = y * f + 0.009618488956522791f;                                                         \
+    y = y * f + 0.055503287769976636f;                                                         \
+    y = y * f + 0.24022646890639573f;                                                          \
+    y = y * f + 0.6931472057372526f;                                                           \
+    y = y * f + 1.0f;
+#define SK_POLY_D                                                                              \
+    y = f * 4.4352809446103363e-10 + 7.074105626245659e-09;                                    \
+    y = y * f + 1.0178198033328528e-07;                                                        \
+    y = y * f + 1.321543308959463e-06;                                                         \
+    y = y * f + 1.5252733489960805e-05;                                                        \
+    y = y * f + 0.00015403530462514614;                                                        \
+    y = y * f + 0.001333355814678995;                                                          \
+    y = y * f + 0.009618129107588335;                                                          \
+    y = y * f + 0.055504108664819925;                                                          \
+    y = y * f + 0.24022650695910155;                                                           \
+    y = y * f + 0.6931471805599453;                                                            \
+    y = y * f + 1.0;
+#define SK_DEFINE_VEXPS(sfx, TARGET)                                                           \
+    SK_DEFINE_VEXP(sk_vexpf_##sfx, TARGET, sk_vf, sk_vfi, int32_t, -88.0f,                     \
+                   12582912.0f + 127.0f, 23, 127, 1.44269502f, 0.693359375f, -2.12194440e-4f,  \
+                   SK_POLY_F)                                                                  \
+    SK_DEFINE_VEXP(sk_vexpd_##sfx, TARGET, sk_vd, sk_vdi, int64_t, -709.0,                     \
+                   6755399441055744.0 + 1023.0, 52, 1023, 1.4426950408889634,                  \
+                   6.93147180369123816490e-01,                                                 \
+                   1.90821492927058770002e-10, SK_POLY_D)
+
+/* pass 1 over whole vectors: lane-wise max skipping NaN (compare and select), NaN flags */
+#define SK_VEC_MAX(T, V, VI)                                                                   \
+    {                                                                                          \
+        V vm = (V){0} + ninf;                                                                  \
+        VI vnan = (VI){0};                                                                     \
+        for (; j + L <= n; j += L) {                                                           \
+            V v = *(const V *)(x + j);                                                         \
+            VI c = v > vm;                                                                     \
+            vm = (V)(((VI)v & c) | ((VI)vm & ~c));                                             \
+            vnan |= v != v;                                                                    \
+        }                                                                                      \
+        for (int l = 0; l < L; l++) {                                                          \
+            m = vm[l] > m ? vm[l] : m;                                                         \
+            nan |= vnan[l] != 0;                                                               \
+        }                                                                                      \
+    }
+/* pass 2: the exps summed in four double vectors of 4 lanes; each block of 2 vectors (16
+ * floats / 8 doubles) adds into them in a fixed way (float: the 16 exps widened in groups of
+ * 4 to s0..s3; double: the two vectors to s0, s2), reduced as (s0 + s1) + (s2 + s3) and then
+ * lane by lane. A tail shorter than a block is read from a copy padded with -inf (exp 0), so
+ * every element goes through the same polynomial. */
+#define SK_VEC_EXPSUM(T, V, sfx)                                                               \
+    {                                                                                          \
+        sk_vd s0 = (sk_vd){0}, s1 = (sk_vd){0}, s2 = (sk_vd){0}, s3 = (sk_vd){0};              \
+        for (; j + 2 * L <= n; j += 2 * L) {                                                   \
+            SK_EXP_ACC_##sfx(*(const V *)(x + j) - m, s0, s1)                                  \
+            SK_EXP_ACC_##sfx(*(const V *)(x + j + L) - m, s2, s3)                              \
+        }                                                                                      \
+        if (j < n) {                                                                           \
+            T pad[2 * L];                                                                      \
+            for (int l = 0; l < 2 * L; l++) pad[l] = j + l < n ? x[j + l] : ninf;              \
+            SK_EXP_ACC_##sfx(*(const V *)pad - m, s0, s1)                                      \
+            SK_EXP_ACC_##sfx(*(const V *)(pad + L) - m, s2, s3)                                \
+            j = n;                                                                             \
+        }                                                                                      \
+        s0 = (s0 + s1) + (s2 + s3);                                                            \
+        for (int l = 0; l < 4; l++) s += s0[l];                                                \
+    }
+#define SK_EXP_ACC_f32(d, sa, sb)                                                              \
+    {                                                                                          \
+        sk_vf e = SK_VEXPF(d);                                                                 \
+        sa += (sk_vd){e[0], e[1], e[2], e[3]};                                                 \
+        sb += (sk_vd){e[4], e[5], e[6], e[7]};                                                 \
+    }
+#define SK_EXP_ACC_f64(d, sa, sb)                                                              \
+    {                                                                                          \
+        sa += SK_VEXPD(d);                                                                     \
+        (void)sb;                                                                              \
+    }
+#define SK_LANES_f32 8
+#define SK_LANES_f64 4
+#else
+#define SK_VEC_MAX(T, V, VI)
+#define SK_VEC_EXPSUM(T, V, sfx)
+#define SK_LANES_f32 1
+#define SK_LANES_f64 1
+#endif
+
+/* One row (the maths at the top of this file). The plain loops finish what the vector passes
+ * left (nothing, for pass 2) and are the whole computation without GNU vectors (MSVC). */
+#define SK_DEFINE_LSM(name, TARGET, T, V, VI, sfx)                                             \
+    TARGET static void name(const T *x, ptrdiff_t n, T *y)                                     \
+    {                                                                                          \
+        enum { L = SK_LANES_##sfx };                                                           \
+        const T ninf = -(T)INFINITY;                                                           \
+        ptrdiff_t j = 0;                                                                       \
+        T m = ninf;                                                                            \
+        int nan = 0;                                                                           \
+        SK_VEC_MAX(T, V, VI)                                                                   \
+        for (; j < n; j++) {                                                                   \
+            m = x[j] > m ? x[j] : m;                                                           \
+            nan |= x[j] != x[j];                                                               \
+        }                                                                                      \
+        if (nan || m == (T)INFINITY) {                                                         \
+            for (j = 0; j < n; j++) y[j] = (T)NAN;                                             \
+            return;                                                                            \
+        }                                                                                      \
+        if (m == ninf) {                                                                       \
+            for (j = 0; j < n; j++) y[j] = ninf;                                               \
+            return;                                                                            \
+        }                                                                                      \
+        double s = 0.0;                                                                        \
+        j = 0;                                                                                 \
+        SK_VEC_EXPSUM(T, V, sfx)                                                               \
+        for (; j < n; j++) s += exp((double)(T)(x[j] - m));                                    \
+        const T ls = (T)log(s);                                                                \
+        /* pass 3: each x[j] is read before y[j] is written, so y may be x */                  \
+        for (j = 0; j < n; j++) y[j] = (T)(x[j] - m) - ls;                                     \
+    }
+
+/* one build per ISA, every function carrying the ISA's target attribute (as gemm_tile.h) */
+#if FA_GNU_VECTORS
+SK_DEFINE_VEXPS(base, )
+#define SK_VEXPF sk_vexpf_base
+#define SK_VEXPD sk_vexpd_base
+SK_DEFINE_LSM(sk_lsm_f32_base, , float, sk_vf, sk_vfi, f32)
+SK_DEFINE_LSM(sk_lsm_f64_base, , double, sk_vd, sk_vdi, f64)
+#undef SK_VEXPF
+#undef SK_VEXPD
+#if FA_X86
+/* "avx2" without "fma": the same operations in one register instead of two, never fused */
+#define SK_AVX2 __attribute__((target("avx2")))
+SK_DEFINE_VEXPS(avx2, SK_AVX2)
+#define SK_VEXPF sk_vexpf_avx2
+#define SK_VEXPD sk_vexpd_avx2
+SK_DEFINE_LSM(sk_lsm_f32_avx2, SK_AVX2, float, sk_vf, sk_vfi, f32)
+SK_DEFINE_LSM(sk_lsm_f64_avx2, SK_AVX2, double, sk_vd, sk_vdi, f64)
+#undef SK_VEXPF
+#undef SK_VEXPD
+#endif
+#else
+SK_DEFINE_LSM(sk_lsm_f32_base, , float, , , f32)
+SK_DEFINE_LSM(sk_lsm_f64_base, , double, , , f64)
+#endif
+
+sk_ops sk_ops_now = {sk_lsm_f32_base, sk_lsm_f64_base};
+
+int sk_init(int avx2)
+{
+#if FA_X86
+    if (avx2 && fa_cpu_level() >= FA_ISA_AVX2) {
+        sk_ops_now.log_softmax_row_f32 = sk_lsm_f32_avx2;
+        sk_ops_now.log_softmax_row_f64 = sk_lsm_f64_avx2;
+        return 1;
+    }
+#endif
+    (void)avx2;
+    sk_ops_now.log_softmax_row_f32 = sk_lsm_f32_base;
+    sk_ops_now.log_softmax_row_f64 = sk_lsm_f64_base;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------- top-k */
+
+#define SK_BLOCK 16    /* elements per threshold test once the buffer is full */
+
+/* a beats b, given that a comes later in the row: a NaN beats any number, a number beats a
+ * number only when strictly greater (equal values keep the earlier element) */
+#define SK_BEATS(a, b) ((a) > (b) || ((a) != (a) && (b) == (b)))
+
+#define SK_TOPK(T, sfx)                                                                        \
+    /* insert v (logical index i, later than all kept) into the sorted buffer of cnt < k or    \
+     * cnt == k (then the last entry drops out); returns the new count */                      \
+    SK_INLINE ptrdiff_t sk_insert_##sfx(T *bv, int64_t *bi, ptrdiff_t cnt, ptrdiff_t k, T v,   \
+                                        int64_t i)                                             \
+    {                                                                                          \
+        ptrdiff_t p = cnt < k ? cnt : k - 1;                                                   \
+        while (p > 0 && SK_BEATS(v, bv[p - 1])) {                                              \
+            bv[p] = bv[p - 1];                                                                 \
+            bi[p] = bi[p - 1];                                                                 \
+            p--;                                                                               \
+        }                                                                                      \
+        bv[p] = v;                                                                             \
+        bi[p] = i;                                                                             \
+        return cnt < k ? cnt + 1 : k;                                                          \
+    }                                                                                          \
+                                                                                               \
+    void sk_topk_row_##sfx(const T *x, ptrdiff_t nseg, ptrdiff_t seglen, ptrdiff_t seg_stride, \
+                           const T *add, ptrdiff_t k, int64_t *idx, T *val)                    \
+    {                                                                                          \
+        ptrdiff_t cnt = 0; /* the buffer is (val, idx)[0..cnt), best first */                  \
+        if (k <= 0) return;                                                                    \
+        for (ptrdiff_t s = 0; s < nseg; s++) {                                                 \
+            const T *xs = x + s * seg_stride;                                                  \
+            /* -0.0 is the identity of IEEE addition (x + -0 == x bit for bit, -0 included) */ \
+            const T a = add ? add[s] : (T)-0.0;                                                \
+            const int64_t base = (int64_t)s * (int64_t)seglen;                                 \
+            ptrdiff_t j = 0;                                                                   \
+            for (; j < seglen && cnt < k; j++) /* filling: every element enters */             \
+                cnt = sk_insert_##sfx(val, idx, cnt, k, (T)(xs[j] + a), base + j);             \
+            for (; j + SK_BLOCK <= seglen; j += SK_BLOCK) {                                    \
+                /* !(v <= thr) holds for v > thr and for NaN on either side: a superset of     \
+                 * the elements that may enter, decided exactly below */                       \
+                const T thr = val[k - 1];                                                      \
+                int hit = 0;                                                                   \
+                for (int l = 0; l < SK_BLOCK; l++) hit |= !((T)(xs[j + l] + a) <= thr);        \
+                if (!hit) continue;                                                            \
+                for (int l = 0; l < SK_BLOCK; l++) {                                           \
+                    T v = (T)(xs[j + l] + a);                                                  \
+                    if (SK_BEATS(v, val[k - 1]))                                               \
+                        cnt = sk_insert_##sfx(val, idx, cnt, k, v, base + j + l);              \
+                }                                                                              \
+            }                                                                                  \
+            for (; j < seglen; j++) {                                                          \
+                T v = (T)(xs[j] + a);                                                          \
+                if (SK_BEATS(v, val[k - 1])) cnt = sk_insert_##sfx(val, idx, cnt, k, v, base + j); \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+SK_TOPK(float, f32)
+SK_TOPK(double, f64)

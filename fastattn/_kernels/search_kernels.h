@@ -1,0 +1,40 @@
+/* search_kernels.h -- the per-row kernels of beam search that the Cython driver (_search.pyx)
+ * runs over rows in parallel, per dtype:
+ *   log_softmax_row   y = log(softmax(x)) over one row (y may be x)
+ *   topk_row          indices (and values) of the k largest of one row, best first
+ * One thread computes a whole row, always in the same order, so results do not depend on the
+ * thread count. sk_init() picks the AVX2 build of log_softmax_row where the CPU has it (same
+ * results: no FMA is enabled, so the compiler cannot fuse, and the vector lanes are fixed by
+ * the source, not by the ISA). */
+#ifndef FASTATTN_SEARCH_KERNELS_H
+#define FASTATTN_SEARCH_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dispatch.h"
+
+typedef struct {
+    void (*log_softmax_row_f32)(const float *x, ptrdiff_t n, float *y);
+    void (*log_softmax_row_f64)(const double *x, ptrdiff_t n, double *y);
+} sk_ops;
+
+extern sk_ops sk_ops_now;
+
+/* Top k of the logical row  v[s * seglen + j] = x[s * seg_stride + j] + add[s]
+ * (s < nseg, j < seglen; add NULL: v = x), i.e. the concatenation of nseg segments, each
+ * shifted by its own addend (beam search: segments are a source's beams, add their running
+ * scores). idx[0..k) gets the logical indices, val[0..k) the values (also the working buffer).
+ * Order: NaN first (NaN ranks above every number, as in torch.topk), then by value
+ * descending, equal values (-0 == +0, -inf == -inf, NaN == NaN) by lower index first.
+ * Requires 0 <= k <= nseg * seglen. */
+void sk_topk_row_f32(const float *x, ptrdiff_t nseg, ptrdiff_t seglen, ptrdiff_t seg_stride,
+                     const float *add, ptrdiff_t k, int64_t *idx, float *val);
+void sk_topk_row_f64(const double *x, ptrdiff_t nseg, ptrdiff_t seglen, ptrdiff_t seg_stride,
+                     const double *add, ptrdiff_t k, int64_t *idx, double *val);
+
+/* Select the log-softmax build: AVX2 when avx2 is nonzero and the CPU has it, else the
+ * baseline one. Returns 1 for AVX2, 0 for the baseline. */
+int sk_init(int avx2);
+
+#endif
