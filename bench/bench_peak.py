@@ -1,11 +1,13 @@
-"""The float32 multiply-add ceiling of this machine, for the roofline arithmetic in the notes.
+"""The float32 multiply-add ceiling and memory read bandwidth of this machine (roofline figures).
 
     python bench/bench_peak.py [--threads 2]
 
 Compiles bench/fma_peak.c (register-only FMA chains, no memory traffic) with the C compiler
 Python was built with and prints GFLOPS for AVX2 and, where the CPU has it, AVX-512, for 1 and
 --threads threads (best of 5). Nothing runs faster than this on float32 multiply-adds: a
-forward pass of F flops cannot take less than F / peak seconds.
+forward pass of F flops cannot take less than F / peak seconds. Also the read bandwidth over a
+2 GiB buffer (DRAM) and a 32 MiB one: a decode step that reads W bytes of weights from DRAM
+cannot take less than W / bandwidth.
 """
 import argparse
 import os
@@ -19,6 +21,11 @@ from _common import cpu_line
 
 def peak(width, threads, exe):
     out = subprocess.run([exe, str(width), str(threads)], capture_output=True, text=True)
+    return float(out.stdout) if out.returncode in (0, 1) and out.stdout.strip() else float("nan")
+
+
+def read_bw(threads, mib, exe):
+    out = subprocess.run([exe, "bw", str(threads), str(mib)], capture_output=True, text=True)
     return float(out.stdout) if out.returncode in (0, 1) and out.stdout.strip() else float("nan")
 
 
@@ -41,6 +48,9 @@ def main():
     for w in widths:
         for t in sorted({1, args.threads}):
             print(f"fp32 FMA peak, {w}-bit vectors, {t} thread(s): {peak(w, t, exe):.1f} GFLOPS")
+    for mib in (2048, 32):
+        for t in sorted({1, args.threads}):
+            print(f"read bandwidth, {mib} MiB buffer, {t} thread(s): {read_bw(t, mib, exe):.1f} GB/s")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@
  */
 
 #define GM_NR (GM_NV * GM_VW)
+/* software prefetch distance along the packed panel: 4 KiB ahead, in k steps */
+#define GM_PF_K (4096 / (GM_NR * (ptrdiff_t)sizeof(GM_T)))
 
 #if GM_VW > 1
 typedef GM_T GM_NAME(vec) __attribute__((vector_size(GM_VW * sizeof(GM_T)), aligned(sizeof(GM_T))));
@@ -328,7 +330,9 @@ GM_TARGET static void GM_NAME(pack)(const GM_T *w, ptrdiff_t w_rs, ptrdiff_t N, 
  * Each k step loads NV vectors of the panel and broadcasts one x element per row: MR * NV
  * independent multiply-add chains (12 on AVX2 floats: 6 rows x 2 ymm), enough to hide the FMA
  * latency. Partial panels go through a stack tile so nothing outside y's nv columns is read or
- * written. */
+ * written. The first row block over a panel (`prefetch`) also asks for the panel's data 4 KiB
+ * ahead: with few rows (a decode step) the weights stream from DRAM and the hardware prefetcher
+ * alone left the M = 8 output projection at 16 GB/s of the 27 measured (21 with this). */
 #if GM_VW > 1
 #define GM_ACC V
 #define GM_ZERO ((V){0})
@@ -341,7 +345,7 @@ GM_TARGET static void GM_NAME(pack)(const GM_T *w, ptrdiff_t w_rs, ptrdiff_t N, 
 
 GM_TARGET static inline __attribute__((always_inline)) void
 GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM_T *panel,
-            GM_T *y, ptrdiff_t y_rs, ptrdiff_t nv, int first)
+            GM_T *y, ptrdiff_t y_rs, ptrdiff_t nv, int first, int prefetch)
 {
     GM_ACC acc[GM_MR][GM_NV];
     GM_T tmp[GM_MR][GM_NR];
@@ -359,6 +363,9 @@ GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM
     }
     for (ptrdiff_t k = 0; k < kcb; k++) {
         GM_ACC wv[GM_NV];
+        if (prefetch)      /* a prefetch never faults: past the buffer's end is harmless */
+            for (ptrdiff_t b = 0; b < GM_NR * (ptrdiff_t)sizeof(GM_T); b += 64)
+                __builtin_prefetch((const char *)(panel + (k + GM_PF_K) * GM_NR) + b);
         for (int v = 0; v < GM_NV; v++) wv[v] = VLOAD(panel + k * GM_NR + v * GM_VW);
         for (int r = 0; r < mr; r++) {
             GM_T xe = xp[r][k];                        /* scalar * vector: a broadcast */
@@ -456,7 +463,7 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
                 int mr = m - i0 < GM_MR ? (int)(m - i0) : GM_MR;
                 const GM_T *xb = x + i0 * x_rs + k0;
                 GM_T *yb = y + i0 * y_rs + j0;
-#define GM_CALL(R) GM_NAME(mk)(xb, x_rs, R, kcb, panel, yb, y_rs, nv, first)
+#define GM_CALL(R) GM_NAME(mk)(xb, x_rs, R, kcb, panel, yb, y_rs, nv, first, i0 == 0)
                 switch (mr) {
                 case GM_MR: GM_CALL(GM_MR); break;
                 case 1: GM_CALL(1); break;
@@ -491,6 +498,7 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
 }
 
 #undef GM_NR
+#undef GM_PF_K
 #undef GM_ACC
 #undef GM_ZERO
 #undef VLOAD
