@@ -17,12 +17,15 @@ Rows of one source are contiguous (``group`` rows per source, beam j of source b
 
 Reordering (beam search) copies only the rows that change: row i takes row beam_idx[i]'s
 keys; a source row that is itself overwritten is first saved in a twin buffer (allocated on the
-first reorder). Rows are copied one by one (a slice per row: faster here than ``np.take`` into a
-strided view, and no temporary).
+first reorder). One C call copies every layer's moved rows (``_search.copy_cache_rows``: the
+buffers in parallel, each row's positions [:length] head by head, no temporary).
 Dropping finished sources compacts the rows in place (a forward copy of the rows that move).
 Nothing allocated per step grows with the step number.
 """
 import numpy as np
+
+from .._kernels import _search
+from .._threads import _effective_n_threads
 
 __all__ = ["KVCache"]
 
@@ -44,6 +47,7 @@ class KVCache:
         self.n_rows = n_rows
         self.n_src = n_src
         self.group = n_rows // n_src
+        self.n_threads = None                     # for reorder's copies (None: the default)
 
     # -- filling ---------------------------------------------------------------------------------
 
@@ -114,18 +118,17 @@ class KVCache:
         src = idx[moved]
         saved = np.zeros(n, bool)
         saved[np.intersect1d(src, moved)] = True      # sources overwritten before being read
-        plan = [(int(i), int(j), bool(saved[j])) for i, j in zip(moved, src)]
         keep = np.flatnonzero(saved)
-        for layer in range(len(self.self_k)):
-            for bufs, alts in ((self.self_k, self._alt_k), (self.self_v, self._alt_v)):
-                cur = bufs[layer]
-                if keep.size and alts[layer] is None:
-                    alts[layer] = np.empty_like(cur)
-                alt = alts[layer]
-                for j in keep:
-                    alt[j, :, :t] = cur[j, :, :t]
-                for i, j, from_alt in plan:
-                    cur[i, :, :t] = (alt if from_alt else cur)[j, :, :t]
+        if keep.size:
+            for layer in range(len(self.self_k)):
+                if self._alt_k[layer] is None:
+                    self._alt_k[layer] = np.empty_like(self.self_k[layer])
+                    self._alt_v[layer] = np.empty_like(self.self_v[layer])
+        # one C call for every layer's keys and values (buffers in parallel, GIL released):
+        # save the rows that are read after being overwritten, then copy the moved rows
+        _search.copy_cache_rows(self.self_k + self.self_v, self._alt_k + self._alt_v, keep,
+                                moved, src, saved[src].astype(np.uint8), t,
+                                _effective_n_threads(self.n_threads))
 
     def select_sources(self, keep):
         """Keep only the sources `keep` (increasing source indices) and their rows."""

@@ -555,6 +555,7 @@ class Seq2SeqTransformer:
         B, S = mask.shape
         d, H = c["d_model"], c["decoder_attention_heads"]
         cache = KVCache(c["decoder_layers"], B * group, H, d // H, max_len, B, S, self._dtype)
+        cache.n_threads = nthr
         for i, L in enumerate(self._layers["decoder"]):
             a = L.cross_attn
             kv = a.kv(memory, n_threads=nthr).reshape(B, S, 2, H, d // H)

@@ -31,6 +31,38 @@ def test_reorder_matches_gather():
             np.testing.assert_array_equal(c.self_v[layer][:12, :, :5], before[layer][idx] + 1)
 
 
+@pytest.mark.parametrize("n_threads", [1, 2, 3, 8])
+def test_reorder_any_thread_count_and_positions_past_length_untouched(n_threads):
+    rng = np.random.default_rng(2)
+    c = _filled(rng, t=5)
+    c.n_threads = n_threads
+    for k in c.self_k + c.self_v:
+        k[:, :, 5:] = 7.0                      # beyond the fed positions: must stay as they are
+    before = [k.copy() for k in c.self_k + c.self_v]
+    for _ in range(5):
+        idx = np.concatenate([g * 4 + rng.integers(0, 4, 4) for g in range(3)])
+        c.reorder(idx)
+        before = [b[idx] for b in before]
+        for b, k in zip(before, c.self_k + c.self_v):
+            np.testing.assert_array_equal(k[:12, :, :5], b[:, :, :5])
+            assert (k[:, :, 5:] == 7.0).all()
+
+
+def test_copy_cache_rows_rejects_bad_arguments():
+    from fastattn._kernels import _search
+    buf = np.zeros((4, 2, 6, 3), np.float32)
+    i64 = lambda *v: np.array(v, np.int64)
+    with pytest.raises(ValueError, match="row indices"):
+        _search.copy_cache_rows([buf], [None], i64(), i64(0), i64(4), np.zeros(1, np.uint8), 3, 1)
+    with pytest.raises(ValueError, match="max_len"):
+        _search.copy_cache_rows([buf], [None], i64(), i64(0), i64(1), np.zeros(1, np.uint8), 7, 1)
+    with pytest.raises(ValueError, match="twin"):
+        _search.copy_cache_rows([buf], [None], i64(1), i64(0), i64(1), np.ones(1, np.uint8), 3, 1)
+    with pytest.raises(ValueError, match="shape and dtype"):
+        _search.copy_cache_rows([buf, buf.astype(np.float64)], [None, None], i64(), i64(0),
+                                i64(1), np.zeros(1, np.uint8), 3, 1)
+
+
 def test_reorder_checks_and_select_sources():
     rng = np.random.default_rng(1)
     c = _filled(rng)
