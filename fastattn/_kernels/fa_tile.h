@@ -287,31 +287,25 @@ FA_TARGET static void FA_NAME(pv_tile)(const FA_T *p, int p_rs, int nq, int nk,
         for (int c0 = 0; c0 < evp; c0 += FA_NR) {
             const FA_T *panel = vp + (ptrdiff_t)c0 * nkp;
             int nvv = (evp - c0 < FA_NR ? evp - c0 : FA_NR) / FA_VW;
+            /* the panel width as a compile-time constant: 1 .. FA_NV vectors */
+#define FA_PV_WIDTH(w) FA_NAME(pv_rows)(p, p_rs, nq, nk, panel, acc + c0, evp, ca, cb, w)
             switch (nvv) {
-            case FA_NV:
-                FA_NAME(pv_rows)(p, p_rs, nq, nk, panel, acc + c0, evp, ca, cb, FA_NV);
-                break;
+            case FA_NV: FA_PV_WIDTH(FA_NV); break;
 #if FA_NV > 1
-            case 1:
-                FA_NAME(pv_rows)(p, p_rs, nq, nk, panel, acc + c0, evp, ca, cb, 1);
-                break;
+            case 1: FA_PV_WIDTH(1); break;
 #endif
 #if FA_NV > 2
-            case 2:
-                FA_NAME(pv_rows)(p, p_rs, nq, nk, panel, acc + c0, evp, ca, cb, 2);
-                break;
+            case 2: FA_PV_WIDTH(2); break;
 #endif
 #if FA_NV > 3
-            case 3:
-                FA_NAME(pv_rows)(p, p_rs, nq, nk, panel, acc + c0, evp, ca, cb, 3);
-                break;
+            case 3: FA_PV_WIDTH(3); break;
 #endif
 #if FA_NV > 4
 #error "FA_NV > 4: extend the panel-width switch"
 #endif
-            default:
-                break;
+            default: break;
             }
+#undef FA_PV_WIDTH
         }
         return;
     }
