@@ -24,7 +24,7 @@ import numpy as np
 
 from ._kernels import _gemm as _g
 from ._threads import _effective_n_threads
-from ._validation import as_array, kernel_ready, result_dtype
+from ._validation import as_array, check_out, kernel_ready, result_dtype
 
 __all__ = ["linear", "PackedLinear", "gelu", "silu", "relu", "layer_norm"]
 
@@ -160,16 +160,7 @@ def _linear_packed(x, packed, bias, act, residual, n_threads, out, x_name="x"):
         raise ValueError(f"residual must have the output's shape {out_shape}, got "
                          f"residual.shape={residual.shape}")
     if out is not None:
-        if not isinstance(out, np.ndarray):
-            raise TypeError(f"out must be a NumPy array or None, got {type(out).__name__}")
-        if out.shape != out_shape:
-            raise ValueError(f"out must have shape {out_shape}, got out.shape={out.shape}")
-        if out.dtype != dtype:
-            raise TypeError(f"out must have dtype {dtype}, got {out.dtype}")
-        if not (out.flags.c_contiguous and out.flags.aligned and out.flags.writeable
-                and out.dtype.isnative):
-            raise ValueError("out must be a writeable, aligned, C-contiguous array in native "
-                             "byte order")
+        check_out(out, "out", dtype, out_shape, aligned=True)
         for name, a in ((x_name, x), ("weight", packed.weight), ("bias", bias)):
             if a is not None and np.may_share_memory(out, a):
                 raise ValueError(f"out must not overlap {name}")

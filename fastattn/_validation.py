@@ -225,6 +225,24 @@ def check_choice(value, name, choices):
     return value
 
 
+def check_out(out, name, dtype, shape, *, aligned=False):
+    """A caller's output array: a NumPy array of exactly `dtype` and `shape`, writeable and
+    C-contiguous; with `aligned`, also element-aligned in native byte order (vector stores)."""
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{name} must be a NumPy array or None, got {type(out).__name__}")
+    if out.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {dtype}, got {out.dtype}")
+    if out.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {name}.shape={out.shape}")
+    ok = out.flags.c_contiguous and out.flags.writeable
+    if aligned:
+        ok = ok and out.flags.aligned and out.dtype.isnative
+    if not ok:
+        extra = ", aligned" if aligned else ""
+        order = " in native byte order" if aligned else ""
+        raise ValueError(f"{name} must be a writeable{extra} C-contiguous array{order}")
+
+
 def to_numpy(x):
     """np.asarray for arrays and anything array-like, torch tensors included (never imports torch)."""
     if hasattr(x, "detach") and hasattr(x, "cpu") and hasattr(x, "numpy"):

@@ -24,6 +24,8 @@ import operator
 
 import numpy as np
 
+from .._validation import check_out
+
 cnp.import_array()
 
 cdef extern from "search_kernels.h" nogil:
@@ -83,17 +85,6 @@ def _float_2d(x, name):
     return np.ascontiguousarray(x)
 
 
-def _check_out(out, name, dtype, shape):
-    if not isinstance(out, np.ndarray):
-        raise TypeError(f"{name} must be a NumPy array, got {type(out).__name__}")
-    if out.dtype != dtype:
-        raise TypeError(f"{name} must have dtype {dtype}, got {out.dtype}")
-    if out.shape != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {out.shape}")
-    if not out.flags.c_contiguous or not out.flags.writeable:
-        raise ValueError(f"{name} must be a writeable C-contiguous array")
-
-
 def _check_threads(n_threads):
     if isinstance(n_threads, (bool, np.bool_)) or not isinstance(n_threads, (int, np.integer)) \
             or n_threads < 1:
@@ -110,7 +101,7 @@ def log_softmax_rows(x, out=None, n_threads=1):
     if out is None:
         out = np.empty_like(x)
     else:
-        _check_out(out, "out", x.dtype, x.shape)
+        check_out(out, "out", x.dtype, x.shape)
         # the kernel reads x[j] before it writes out[j] of the same row: only exact aliasing
         # (in place) or no overlap is safe
         if out is not x and np.may_share_memory(x, out) and \
@@ -170,11 +161,11 @@ def topk_desc(x, k, out_idx=None, *, add=None, out_val=None, n_threads=1):
     if out_idx is None:
         out_idx = np.empty((n, k), np.int64)
     else:
-        _check_out(out_idx, "out_idx", np.dtype(np.int64), (n, k))
+        check_out(out_idx, "out_idx", np.dtype(np.int64), (n, k))
     if out_val is None:
         out_val = np.empty((n, k), x.dtype)
     else:
-        _check_out(out_val, "out_val", x.dtype, (n, k))
+        check_out(out_val, "out_val", x.dtype, (n, k))
     cdef int nthr0 = _check_threads(n_threads)
     if n == 0 or k == 0:
         return out_idx
