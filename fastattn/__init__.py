@@ -55,18 +55,7 @@ __all__ = [
     "silu",
     "relu",
     "layer_norm",
-    # the blocks (fastattn.nn)
-    "Linear",
-    "MultiHeadAttention",
-    "LayerNorm",
-    "FeedForward",
-    "PositionalEncoding",
-    "sinusoidal_positions",
-    "TransformerEncoderLayer",
-    "TransformerDecoderLayer",
-    "TransformerEncoder",
-    "TransformerDecoder",
-    "Transformer",
+    *nn.__all__,                          # the blocks
     # whole models (fastattn.models)
     "models",
     "EncoderModel",

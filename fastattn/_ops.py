@@ -77,6 +77,13 @@ def _aligned_empty(shape, dtype):
     return raw[off:off + n].reshape(shape)
 
 
+def _new_output(shape, dtype):
+    """A GEMM output: cache-line aligned from _ALIGN_MIN_BYTES up, plain np.empty below."""
+    if math.prod(shape) * dtype.itemsize >= _ALIGN_MIN_BYTES:
+        return _aligned_empty(shape, dtype)
+    return np.empty(shape, dtype=dtype)
+
+
 def _common_dtype(named):
     """The compute dtype of (name, array) pairs (None entries skipped), per the module rules."""
     named = [(n, a) for n, a in named if a is not None]
@@ -166,8 +173,7 @@ def _linear_packed(x, packed, bias, act, residual, n_threads, out, x_name="x"):
                 raise ValueError(f"out must not overlap {name}")
         y = out
     else:
-        y = (_aligned_empty(out_shape, dtype) if M * N * dtype.itemsize >= _ALIGN_MIN_BYTES
-             else np.empty(out_shape, dtype=dtype))
+        y = _new_output(out_shape, dtype)
     if M == 0 or N == 0:
         return y
     x2 = kernel_ready(x, dtype).reshape(M, K)
@@ -324,10 +330,8 @@ class PackedLinear:
                          and residual.flags.c_contiguous and residual.flags.aligned))):
             # what the models pass on every call (a decode step makes dozens): nothing to
             # convert or check beyond the tests above, so straight to the kernel
-            M, N = x.shape[0], pk.N
-            y = (_aligned_empty((M, N), pk.dtype) if M * N * pk.dtype.itemsize >= _ALIGN_MIN_BYTES
-                 else np.empty((M, N), dtype=pk.dtype))
-            _g.gemm(x, pk.current(), N, self._bias, self._act, residual, y,
+            y = _new_output((x.shape[0], pk.N), pk.dtype)
+            _g.gemm(x, pk.current(), pk.N, self._bias, self._act, residual, y,
                     _effective_n_threads(n_threads))
             return y
         x = as_array(x, "x")

@@ -31,24 +31,15 @@ static int FA_SFX(tile_allows_any)(const unsigned char *bm, const FA_T *fm, ptrd
 static int FA_SFX(shared_mask_extent)(const unsigned char *bm, const FA_T *fm, ptrdiff_t m_cs,
                                       int nk, const unsigned char **bmt, const FA_T **fmt)
 {
-    int last = -1, neutral = 1;
+    int last = -1, first_bad = nk;       /* last allowed key, first key that changes a score */
     for (int j = 0; j < nk; j++) {
-        if (bm != NULL) {
-            if (bm[j * m_cs]) last = j;
-            else neutral = 0;
-        } else {
-            FA_T x = fm[j * m_cs];
-            if (x != -(FA_T)INFINITY) last = j;
-            if (x != 0) neutral = 0;
-        }
+        int allowed = bm != NULL ? bm[j * m_cs] != 0 : fm[j * m_cs] != -(FA_T)INFINITY;
+        int neutral = bm != NULL ? allowed : fm[j * m_cs] == 0;
+        if (allowed) last = j;
+        if (!neutral && first_bad == nk) first_bad = j;
     }
-    /* keys after `last` are all disallowed: neutral only needs to hold before it */
-    if (!neutral) {
-        neutral = 1;
-        for (int j = 0; j <= last && neutral; j++)
-            neutral = bm != NULL ? bm[j * m_cs] != 0 : fm[j * m_cs] == 0;
-    }
-    if (neutral) {
+    /* keys after `last` are left out, so only those up to it need to be neutral */
+    if (first_bad > last) {
         *bmt = NULL;
         *fmt = NULL;
     }
@@ -240,7 +231,8 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
                          const FA_T *v, const unsigned char *bm, const FA_T *fm, FA_T *out,
                          FA_T *w, double *stats, int n_threads)
 {
-    const ptrdiff_t isz = sizeof(FA_T);
+    const ptrdiff_t isz = sizeof(FA_T);      /* for the debug range checks */
+    (void)isz;
     const int nd = p->nd, L = p->L, S = p->S, E = p->E, Ev = p->Ev, bk = p->bk, pad = p->pad;
     const int evp = p->evp, ncols_max = p->ncols_max, n_sp = p->n_sp, hg = p->head_group;
     const ptrdiff_t N = p->N, n_kt = p->n_kt, n_qb = p->n_qb;

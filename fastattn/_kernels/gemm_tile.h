@@ -332,13 +332,13 @@ GM_TARGET static void GM_NAME(pack)(const GM_T *w, ptrdiff_t w_rs, ptrdiff_t N, 
  * latency. Partial panels go through a stack tile so nothing outside y's nv columns is read or
  * written. Software prefetch of the weights (a prefetch never faults, so addresses past the
  * buffer's end are harmless), for the decode steps whose weights stream from DRAM:
- *   pf_lines == 0: the panel's own data 4 KiB ahead of k (an item of one row block: the
- *                  hardware prefetcher alone left the M = 8 output projection at 16 GB/s of
- *                  the 27 measured, 21 with this);
- *   pf_lines > 0:  pf_lines cache lines from pf (this row block's share of the next panel),
- *                  spread evenly over the k steps, so the next panel arrives while the row
- *                  blocks compute on this one (M = 32: the weights no longer wait for the
- *                  arithmetic or the other way round). */
+ *   ahead (an item of one row block): the panel's own data 4 KiB ahead of k (the hardware
+ *                  prefetcher alone left the M = 8 output projection at 16 GB/s of the 27
+ *                  measured, 21 with this);
+ *   pf_lines > 0:  pf_lines cache lines from pf (this row block's share of the next panel,
+ *                  several row blocks), spread evenly over the k steps, so the next panel
+ *                  arrives while the row blocks compute on this one (M = 32: the weights no
+ *                  longer wait for the arithmetic or the other way round). */
 #if GM_VW > 1
 #define GM_ACC V
 #define GM_ZERO ((V){0})
@@ -351,7 +351,7 @@ GM_TARGET static void GM_NAME(pack)(const GM_T *w, ptrdiff_t w_rs, ptrdiff_t N, 
 
 GM_TARGET static inline __attribute__((always_inline)) void
 GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM_T *panel,
-            GM_T *y, ptrdiff_t y_rs, ptrdiff_t nv, int first, int prefetch, const char *pf,
+            GM_T *y, ptrdiff_t y_rs, ptrdiff_t nv, int first, int ahead, const char *pf,
             ptrdiff_t pf_lines)
 {
     const ptrdiff_t pf_step = pf_lines > 0 ? (pf_lines + kcb - 1) / kcb : 0;
@@ -374,7 +374,7 @@ GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM
         if (pf_step) {
             for (ptrdiff_t q = k * pf_step; q < (k + 1) * pf_step && q < pf_lines; q++)
                 __builtin_prefetch(pf + q * 64, 0, 2);    /* to L2: L1 holds this panel */
-        } else if (prefetch) {
+        } else if (ahead) {
             for (ptrdiff_t b = 0; b < GM_NR * (ptrdiff_t)sizeof(GM_T); b += 64)
                 __builtin_prefetch((const char *)(panel + (k + GM_PF_K) * GM_NR) + b);
         }
@@ -469,20 +469,20 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
         ptrdiff_t kcb = K - k0 < GM_KC ? K - k0 : GM_KC;
         int first = k0 == 0, last = k0 + kcb >= K;
         const GM_T *blk = wp + k0 * npad;
+        /* several row blocks: each prefetches its share (per_rb lines) of the next panel */
+        const ptrdiff_t plines = kcb * GM_NR * (ptrdiff_t)sizeof(GM_T) / 64;
+        const ptrdiff_t per_rb = n_rb > 1 ? (plines + n_rb - 1) / n_rb : 0;
         for (ptrdiff_t j0 = n0; j0 < n0 + nc; j0 += GM_NR) {
             ptrdiff_t nv = n0 + nc - j0 < GM_NR ? n0 + nc - j0 : GM_NR;
             const GM_T *panel = blk + j0 * kcb;
-            /* several row blocks: each prefetches its share of the next panel in memory */
             const char *nxt = (const char *)(panel + kcb * GM_NR);
-            const ptrdiff_t plines = kcb * GM_NR * (ptrdiff_t)sizeof(GM_T) / 64;
-            const ptrdiff_t per_rb = n_rb > 1 ? (plines + n_rb - 1) / n_rb : 0;
             for (ptrdiff_t i0 = 0; i0 < m; i0 += GM_MR) {
                 int mr = m - i0 < GM_MR ? (int)(m - i0) : GM_MR;
-                ptrdiff_t pf_n = plines - (i0 / GM_MR) * per_rb;
-                pf_n = n_rb > 1 ? (pf_n < per_rb ? (pf_n > 0 ? pf_n : 0) : per_rb) : 0;
+                ptrdiff_t pf_n = plines - (i0 / GM_MR) * per_rb;   /* lines left for this one */
+                pf_n = pf_n < 0 ? 0 : pf_n > per_rb ? per_rb : pf_n;
                 const GM_T *xb = x + i0 * x_rs + k0;
                 GM_T *yb = y + i0 * y_rs + j0;
-#define GM_CALL(R) GM_NAME(mk)(xb, x_rs, R, kcb, panel, yb, y_rs, nv, first, i0 == 0, \
+#define GM_CALL(R) GM_NAME(mk)(xb, x_rs, R, kcb, panel, yb, y_rs, nv, first, n_rb == 1, \
                               nxt + (i0 / GM_MR) * per_rb * 64, pf_n)
                 switch (mr) {
                 case GM_MR: GM_CALL(GM_MR); break;
