@@ -380,63 +380,97 @@ FA_TARGET static inline FA_T FA_NAME(hsum)(V a)
  * would cost as much as the arithmetic, so these read K and V in place.
  *   scores[r, j] = sum_e q[r, e] * k[j, e]      (vectorised along e, 4 keys at a time)
  *   acc[r, c]   += sum_j p[r, j] * v[j, c]      (vectorised along c; p == 0 skipped, so a
- *                                                masked-out inf/NaN value never enters) */
+ *                                                masked-out inf/NaN value never enters)
+ * Query rows go in groups of FA_DG (4 where the ISA has 32 vector registers, else 2): each key
+ * or value vector is loaded once for the whole group (beam search's rows of one source share
+ * the cross-attention keys: a decode step with 4 beams read every key 4 times before). Every
+ * (row, key) and (row, column) keeps the arithmetic it has alone, in the same order, so a row's
+ * bits do not depend on the group it lands in or on how many rows there are. */
+#if FA_NV >= 4
+#define FA_DG 4
+#else
+#define FA_DG 2
+#endif
+
+/* the dot products of g rows (g a constant after inlining) with the tile's nk keys */
+FA_TARGET static inline __attribute__((always_inline)) void
+FA_NAME(qk_group)(const FA_T *q, ptrdiff_t q_rs, const int g, int E, const FA_T *k, ptrdiff_t k_rs,
+                  int nk, FA_T *scores, int ncols)
+{
+    int j = 0;
+#if FA_VW > 1
+    for (; j + 4 <= nk; j += 4) {
+        const FA_T *kr[4] = {k + j * k_rs, k + (j + 1) * k_rs, k + (j + 2) * k_rs,
+                             k + (j + 3) * k_rs};
+        V a[FA_DG][4];
+        for (int r = 0; r < g; r++)
+            for (int u = 0; u < 4; u++) a[r][u] = (V){0};
+        int e = 0;
+        for (; e + FA_VW <= E; e += FA_VW) {
+            V kv[4];
+            for (int u = 0; u < 4; u++) kv[u] = VLOAD(kr[u] + e);
+            for (int r = 0; r < g; r++) {
+                V qv = VLOAD(q + r * q_rs + e);
+                for (int u = 0; u < 4; u++) a[r][u] += qv * kv[u];
+            }
+        }
+        for (int r = 0; r < g; r++) {
+            const FA_T *qr = q + r * q_rs;
+            FA_T s[4];
+            for (int u = 0; u < 4; u++) s[u] = FA_NAME(hsum)(a[r][u]);
+            for (int e2 = e; e2 < E; e2++)
+                for (int u = 0; u < 4; u++) s[u] += qr[e2] * kr[u][e2];
+            for (int u = 0; u < 4; u++) scores[(ptrdiff_t)r * ncols + j + u] = s[u];
+        }
+    }
+    /* the last nk % 4 keys one at a time, with exactly the arithmetic of the loop above, so
+     * a key's score does not depend on how many keys follow it (a padded batch gives every
+     * row the bits it gets alone) */
+    for (; j < nk; j++) {
+        const FA_T *kj = k + j * k_rs;
+        V a[FA_DG];
+        for (int r = 0; r < g; r++) a[r] = (V){0};
+        int e = 0;
+        for (; e + FA_VW <= E; e += FA_VW) {
+            V kv = VLOAD(kj + e);
+            for (int r = 0; r < g; r++) a[r] += VLOAD(q + r * q_rs + e) * kv;
+        }
+        for (int r = 0; r < g; r++) {
+            const FA_T *qr = q + r * q_rs;
+            FA_T s0 = FA_NAME(hsum)(a[r]);
+            for (int e2 = e; e2 < E; e2++) s0 += qr[e2] * kj[e2];
+            scores[(ptrdiff_t)r * ncols + j] = s0;
+        }
+    }
+#else
+    for (; j < nk; j++) {
+        const FA_T *kj = k + j * k_rs;
+        for (int r = 0; r < g; r++) {
+            const FA_T *qr = q + r * q_rs;
+            FA_T s0 = 0;
+            for (int e = 0; e < E; e++) s0 += qr[e] * kj[e];
+            scores[(ptrdiff_t)r * ncols + j] = s0;
+        }
+    }
+#endif
+}
+
 FA_TARGET static void FA_NAME(qk_direct)(const FA_T *q, ptrdiff_t q_rs, int nq, int E,
                                          const FA_T *k, ptrdiff_t k_rs, int nk, FA_T scale,
                                          FA_T *scores, int ncols, FA_T *rowmax)
 {
+    int r0 = 0;
+    for (; r0 + FA_DG <= nq; r0 += FA_DG)
+        FA_NAME(qk_group)(q + r0 * q_rs, q_rs, FA_DG, E, k, k_rs, nk,
+                          scores + (ptrdiff_t)r0 * ncols, ncols);
+    for (; r0 < nq; r0++)
+        FA_NAME(qk_group)(q + r0 * q_rs, q_rs, 1, E, k, k_rs, nk, scores + (ptrdiff_t)r0 * ncols,
+                          ncols);
     for (int r = 0; r < nq; r++) {
-        const FA_T *qr = q + r * q_rs;
         FA_T *srow = scores + (ptrdiff_t)r * ncols;
-        int j = 0;
-#if FA_VW > 1
-        for (; j + 4 <= nk; j += 4) {
-            const FA_T *k0 = k + j * k_rs, *k1 = k0 + k_rs, *k2 = k1 + k_rs, *k3 = k2 + k_rs;
-            V a0 = (V){0}, a1 = (V){0}, a2 = (V){0}, a3 = (V){0};
-            int e = 0;
-            for (; e + FA_VW <= E; e += FA_VW) {
-                V qv = VLOAD(qr + e);
-                a0 += qv * VLOAD(k0 + e);
-                a1 += qv * VLOAD(k1 + e);
-                a2 += qv * VLOAD(k2 + e);
-                a3 += qv * VLOAD(k3 + e);
-            }
-            FA_T s0 = FA_NAME(hsum)(a0), s1 = FA_NAME(hsum)(a1), s2 = FA_NAME(hsum)(a2),
-                 s3 = FA_NAME(hsum)(a3);
-            for (; e < E; e++) {
-                s0 += qr[e] * k0[e];
-                s1 += qr[e] * k1[e];
-                s2 += qr[e] * k2[e];
-                s3 += qr[e] * k3[e];
-            }
-            srow[j] = s0;
-            srow[j + 1] = s1;
-            srow[j + 2] = s2;
-            srow[j + 3] = s3;
-        }
-        /* the last nk % 4 keys one at a time, with exactly the arithmetic of the loop above, so
-         * a key's score does not depend on how many keys follow it (a padded batch gives every
-         * row the bits it gets alone) */
-        for (; j < nk; j++) {
-            const FA_T *kj = k + j * k_rs;
-            V a = (V){0};
-            int e = 0;
-            for (; e + FA_VW <= E; e += FA_VW) a += VLOAD(qr + e) * VLOAD(kj + e);
-            FA_T s0 = FA_NAME(hsum)(a);
-            for (; e < E; e++) s0 += qr[e] * kj[e];
-            srow[j] = s0;
-        }
-#else
-        for (; j < nk; j++) {
-            const FA_T *kj = k + j * k_rs;
-            FA_T s0 = 0;
-            for (int e = 0; e < E; e++) s0 += qr[e] * kj[e];
-            srow[j] = s0;
-        }
-#endif
         FA_T m = -(FA_T)INFINITY;
         int nan = 0;
-        for (j = 0; j < nk; j++) {
+        for (int j = 0; j < nk; j++) {
             FA_T x = srow[j] * scale;
             srow[j] = x;
             m = x > m ? x : m;
@@ -446,49 +480,79 @@ FA_TARGET static void FA_NAME(qk_direct)(const FA_T *q, ptrdiff_t q_rs, int nq, 
     }
 }
 
-FA_TARGET static void FA_NAME(pv_direct)(const FA_T *p, int p_rs, int nq, int nk,
-                                         const FA_T *v, ptrdiff_t v_rs, int Ev, FA_T *acc, int evp)
+/* acc rows of g query rows (g a constant after inlining) += their P rows @ the tile's values.
+ * Per row and column: the tile's sum_j p[j] v[j, c] in registers (keys in order, p == 0
+ * skipped), then added to acc once; columns in blocks of NR, then single vectors, then
+ * scalars, each column with the same arithmetic. */
+FA_TARGET static inline __attribute__((always_inline)) void
+FA_NAME(pv_group)(const FA_T *p, int p_rs, const int g, int nk, const FA_T *v, ptrdiff_t v_rs,
+                  int Ev, FA_T *acc, int evp)
 {
-    /* per row and column: the tile's sum_j p[j] v[j, c] in registers (keys in order, p == 0
-     * skipped), then added to acc once; columns in blocks of NR, then single vectors, then
-     * scalars, each column with the same arithmetic */
-    for (int r = 0; r < nq; r++) {
-        const FA_T *pr = p + (ptrdiff_t)r * p_rs;
-        FA_T *ar = acc + (ptrdiff_t)r * evp;
-        int c = 0;
+    int c = 0;
 #if FA_VW > 1
-        for (; c + FA_NR <= Ev; c += FA_NR) {
-            V a[FA_NV];
-            for (int t = 0; t < FA_NV; t++) a[t] = (V){0};
-            for (int j = 0; j < nk; j++) {
-                FA_T pj = pr[j];
+    for (; c + FA_NR <= Ev; c += FA_NR) {
+        V a[FA_DG][FA_NV];
+        for (int r = 0; r < g; r++)
+            for (int t = 0; t < FA_NV; t++) a[r][t] = (V){0};
+        for (int j = 0; j < nk; j++) {
+            const FA_T *vj = v + j * v_rs + c;
+            V vv[FA_NV];
+            for (int t = 0; t < FA_NV; t++) vv[t] = VLOAD(vj + t * FA_VW);
+            for (int r = 0; r < g; r++) {
+                FA_T pj = p[(ptrdiff_t)r * p_rs + j];
                 if (pj == 0) continue;
-                const FA_T *vj = v + j * v_rs + c;
-                for (int t = 0; t < FA_NV; t++) a[t] += pj * VLOAD(vj + t * FA_VW);
+                for (int t = 0; t < FA_NV; t++) a[r][t] += pj * vv[t];
             }
-            for (int t = 0; t < FA_NV; t++) VSTORE(ar + c + t * FA_VW, VLOAD(ar + c + t * FA_VW) + a[t]);
         }
-        for (; c + FA_VW <= Ev; c += FA_VW) {
-            V a = (V){0};
-            for (int j = 0; j < nk; j++) {
-                FA_T pj = pr[j];
+        for (int r = 0; r < g; r++) {
+            FA_T *ar = acc + (ptrdiff_t)r * evp + c;
+            for (int t = 0; t < FA_NV; t++)
+                VSTORE(ar + t * FA_VW, VLOAD(ar + t * FA_VW) + a[r][t]);
+        }
+    }
+    for (; c + FA_VW <= Ev; c += FA_VW) {
+        V a[FA_DG];
+        for (int r = 0; r < g; r++) a[r] = (V){0};
+        for (int j = 0; j < nk; j++) {
+            V vv = VLOAD(v + j * v_rs + c);
+            for (int r = 0; r < g; r++) {
+                FA_T pj = p[(ptrdiff_t)r * p_rs + j];
                 if (pj == 0) continue;
-                a += pj * VLOAD(v + j * v_rs + c);
+                a[r] += pj * vv;
             }
-            VSTORE(ar + c, VLOAD(ar + c) + a);
         }
+        for (int r = 0; r < g; r++) {
+            FA_T *ar = acc + (ptrdiff_t)r * evp + c;
+            VSTORE(ar, VLOAD(ar) + a[r]);
+        }
+    }
 #endif
-        for (; c < Ev; c++) {
+    for (; c < Ev; c++) {
+        for (int r = 0; r < g; r++) {
+            const FA_T *pr = p + (ptrdiff_t)r * p_rs;
             FA_T a = 0;
             for (int j = 0; j < nk; j++) {
                 FA_T pj = pr[j];
                 if (pj == 0) continue;
                 a += pj * v[j * v_rs + c];
             }
-            ar[c] += a;
+            acc[(ptrdiff_t)r * evp + c] += a;
         }
     }
 }
+
+FA_TARGET static void FA_NAME(pv_direct)(const FA_T *p, int p_rs, int nq, int nk,
+                                         const FA_T *v, ptrdiff_t v_rs, int Ev, FA_T *acc, int evp)
+{
+    int r0 = 0;
+    for (; r0 + FA_DG <= nq; r0 += FA_DG)
+        FA_NAME(pv_group)(p + (ptrdiff_t)r0 * p_rs, p_rs, FA_DG, nk, v, v_rs, Ev,
+                          acc + (ptrdiff_t)r0 * evp, evp);
+    for (; r0 < nq; r0++)
+        FA_NAME(pv_group)(p + (ptrdiff_t)r0 * p_rs, p_rs, 1, nk, v, v_rs, Ev,
+                          acc + (ptrdiff_t)r0 * evp, evp);
+}
+#undef FA_DG
 
 /* acc[r, :] *= alpha[r] for rows whose running maximum moved; out[r, :Ev] = acc[r, :] * inv_l. */
 FA_TARGET static void FA_NAME(scale_rows)(FA_T *acc, int evp, int nq, const double *alpha)

@@ -405,3 +405,38 @@ def test_padding_changes_no_bit_of_a_row(dtype, E, L, S, S_pad):
     alone = sdpa(q[:1], k[:1, :, :S], v[:1, :, :S])
     batched = sdpa(q, k, v, mask)[:1]
     assert np.array_equal(alone, batched)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("isa", ["scalar", "baseline", "avx2", "avx2-wide", "avx512"])
+def test_decode_rows_have_their_own_bits(dtype, isa):
+    """The in-place (decode) path computes query rows in groups sharing each key and value load
+    (beam search's rows of one source): every row must still get exactly the bits it gets alone,
+    for any number of rows, head sizes with vector tails, key counts around the 4-key step, and
+    masked-out keys (p == 0, here over a NaN value) skipped per row."""
+    if isa == "avx512" and _k.cpu_isa() != "avx512":
+        pytest.skip("CPU has no AVX-512")
+    if isa in ("avx2", "avx2-wide") and _k.cpu_isa() not in ("avx2", "avx512"):
+        pytest.skip("CPU has no AVX2")
+    rng = np.random.default_rng(7)
+    before = _k.isa()
+    try:
+        assert _k.set_isa(isa) == isa
+        for E, Ev, S in ((5, 7, 9), (16, 16, 33), (40, 72, 130), (64, 64, 127)):
+            for L in (2, 3, 5, 8, 13, 16):
+                q = rng.standard_normal((2, 3, L, E)).astype(dtype)
+                k = rng.standard_normal((2, 3, S, E)).astype(dtype)
+                v = rng.standard_normal((2, 3, S, Ev)).astype(dtype)
+                v[1, 2, S // 2, Ev - 1] = np.nan
+                mask = rng.random((2, 3, L, S)) > 0.2
+                mask[1, 2, :, S // 2] = False
+                mask[0, 0, L - 1] = False                 # a row that allows no key
+                out = sdpa(q, k, v, mask)
+                assert np.isfinite(out).all()
+                ref = sdpa_ref(q, k, np.nan_to_num(v), attn_mask=mask)[0]
+                assert_close(out, ref, dtype)
+                for r in range(L):
+                    alone = sdpa(q[:, :, r:r + 1], k, v, mask[:, :, r:r + 1])
+                    np.testing.assert_array_equal(out[:, :, r:r + 1], alone)
+    finally:
+        _k.set_isa(before)
