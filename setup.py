@@ -120,7 +120,11 @@ class BuildExt(build_ext):
         with open(os.path.join(HERE, "fastattn", "_build_info.py"), "w") as f:
             f.write("# Written by setup.py at build time.\nBUILD_INFO = %r\n" % (build_info,))
         for ext in self.extensions:
-            ext.extra_compile_args = cflags
+            ext.extra_compile_args = list(cflags)
+            if not msvc and ext.name.endswith("._search"):
+                # the search kernels promise the same bits from every ISA build: nothing fused
+                # (AVX-512F and FMA targets would otherwise contract a * b + c)
+                ext.extra_compile_args.append("-ffp-contract=off")
             ext.extra_link_args = lflags
         super().build_extensions()
 

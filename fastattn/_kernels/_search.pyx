@@ -39,9 +39,10 @@ cdef extern from "search_kernels.h" nogil:
     void sk_topk_row_f64(const double *x, Py_ssize_t nseg, Py_ssize_t seglen,
                          Py_ssize_t seg_stride, const double *add, Py_ssize_t k, int64_t *idx,
                          double *val) noexcept nogil
-    int sk_init(int avx2)
+    int sk_init(int level)
 
-_AVX2 = bool(sk_init(1))
+_ISA_NAMES = ("baseline", "avx2", "avx512")
+_LEVEL = sk_init(2)
 
 cdef enum:
     _MIN_WORK = 16384      # elements per thread at least (a 32000-token row is one item)
@@ -50,17 +51,19 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def log_softmax_isa():
-    """'avx2' or 'baseline': the build of the log-softmax row kernel in use (same results)."""
-    return "avx2" if _AVX2 else "baseline"
+    """'avx512', 'avx2' or 'baseline': the build of the row kernels (log-softmax and top-k) in
+    use; every build gives the same bits."""
+    return _ISA_NAMES[_LEVEL]
 
 
 def set_log_softmax_isa(name):
-    """Select the log-softmax build by name (testing aid: 'avx2' falls back to 'baseline' on a
-    CPU without AVX2). Returns the name selected. Not thread-safe against running kernels."""
-    global _AVX2
-    if name not in ("avx2", "baseline"):
-        raise ValueError(f"isa must be 'avx2' or 'baseline', got {name!r}")
-    _AVX2 = bool(sk_init(name == "avx2"))
+    """Select the build of the row kernels by name (testing aid: a build the CPU lacks falls
+    back to the best one below it). Returns the name selected. Not thread-safe against running
+    kernels."""
+    global _LEVEL
+    if name not in _ISA_NAMES:
+        raise ValueError(f"isa must be one of {_ISA_NAMES}, got {name!r}")
+    _LEVEL = sk_init(_ISA_NAMES.index(name))
     return log_softmax_isa()
 
 

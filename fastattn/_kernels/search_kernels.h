@@ -3,9 +3,9 @@
  *   log_softmax_row   y = log(softmax(x)) over one row (y may be x)
  *   topk_row          indices (and values) of the k largest of one row, best first
  * One thread computes a whole row, always in the same order, so results do not depend on the
- * thread count. sk_init() picks the AVX2 build of log_softmax_row where the CPU has it (same
- * results: no FMA is enabled, so the compiler cannot fuse, and the vector lanes are fixed by
- * the source, not by the ISA). */
+ * thread count. sk_init() picks the AVX-512 or AVX2 build where the CPU has it (same results:
+ * nothing is fused (no FMA in the AVX2 build, -ffp-contract=off for this file), and the lanes
+ * of the sums are fixed by the source, not by the ISA). */
 #ifndef FASTATTN_SEARCH_KERNELS_H
 #define FASTATTN_SEARCH_KERNELS_H
 
@@ -17,6 +17,10 @@
 typedef struct {
     void (*log_softmax_row_f32)(const float *x, ptrdiff_t n, float *y);
     void (*log_softmax_row_f64)(const double *x, ptrdiff_t n, double *y);
+    void (*topk_row_f32)(const float *x, ptrdiff_t nseg, ptrdiff_t seglen, ptrdiff_t seg_stride,
+                         const float *add, ptrdiff_t k, int64_t *idx, float *val);
+    void (*topk_row_f64)(const double *x, ptrdiff_t nseg, ptrdiff_t seglen, ptrdiff_t seg_stride,
+                         const double *add, ptrdiff_t k, int64_t *idx, double *val);
 } sk_ops;
 
 extern sk_ops sk_ops_now;
@@ -33,8 +37,8 @@ void sk_topk_row_f32(const float *x, ptrdiff_t nseg, ptrdiff_t seglen, ptrdiff_t
 void sk_topk_row_f64(const double *x, ptrdiff_t nseg, ptrdiff_t seglen, ptrdiff_t seg_stride,
                      const double *add, ptrdiff_t k, int64_t *idx, double *val);
 
-/* Select the log-softmax build: AVX2 when avx2 is nonzero and the CPU has it, else the
- * baseline one. Returns 1 for AVX2, 0 for the baseline. */
-int sk_init(int avx2);
+/* Select the build of both kernels: the highest of level (0 baseline, 1 AVX2, 2 AVX-512F) that
+ * the CPU has. Returns the level selected. */
+int sk_init(int level);
 
 #endif

@@ -89,21 +89,42 @@ def test_log_softmax_threads_bitwise(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_log_softmax_builds_bitwise(rng, dtype):
-    # the AVX2 build runs the same operations (no FMA) on the same lanes as the baseline one
-    x = (rng.standard_normal((9, 1029)) * 5).astype(dtype)
-    x[2, ::3] = -np.inf
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_row_kernel_builds_bitwise(rng, dtype, isa):
+    # the AVX2 and AVX-512 builds run the same operations (nothing fused) on the same lanes as
+    # the baseline one: log-softmax bit for bit, top-k the same indices and values; rows of
+    # lengths around the 16-element blocks, -inf, NaN and a maximum of -0 among +0s
     before = _search.log_softmax_isa()
+    x = (rng.standard_normal((12, 1029)) * 5).astype(dtype)
+    x[2, ::3] = -np.inf
+    x[3, 7] = np.nan
+    x[4] = -np.abs(x[4])
+    x[4, 5], x[4, 900] = -0.0, 0.0
+    x[5, :] = -np.inf
+    x[6, 17] = np.inf
+    add = np.array([[0.5, -1.0]] * 4, dtype)
     try:
-        if _search.set_log_softmax_isa("avx2") != "avx2":
-            pytest.skip("this CPU has no AVX2")
-        a = _search.log_softmax_rows(x)
-        assert _search.set_log_softmax_isa("baseline") == "baseline"
-        b = _search.log_softmax_rows(x)
+        if _search.set_log_softmax_isa(isa) != isa:
+            pytest.skip(f"this CPU has no {isa}")
+        got = {}
+        for name in (isa, "baseline"):
+            assert _search.set_log_softmax_isa(name) == name
+            for n in (1, 15, 16, 17, 31, 33, 1029):
+                xs = np.ascontiguousarray(x[:, :n])
+                y = _search.log_softmax_rows(xs)
+                vals = np.empty((4, min(n, 9) if n > 1 else 1), dtype)
+                idx = _search.topk_desc(xs[:8].reshape(4, 2 * n), vals.shape[1], add=add,
+                                        out_val=vals)
+                got.setdefault(n, []).append((y, idx, vals))
     finally:
         _search.set_log_softmax_isa(before)
-    assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
-    _check_lsm(b, x)
+    for n, ((ya, ia, va), (yb, ib, vb)) in got.items():
+        assert np.array_equal(ya.view(np.uint8), yb.view(np.uint8)), n
+        assert np.array_equal(ia, ib), n
+        assert np.array_equal(va.view(np.uint8), vb.view(np.uint8)), n
+        if n == 1029:
+            rows = [0, 1, 2, 4, 7]          # the others: NaN / -inf rows, checked elsewhere
+            _check_lsm(yb[rows], x[rows])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
