@@ -6,7 +6,8 @@ Layout, per decoder layer l (n = rows: sources x beams, H heads, Dh = d_model / 
                                                       step t writes [:, :, t], the attention
                                                       kernel reads the strided view [:n, :, :t+1]
     cross_k[l], cross_v[l] (B, H, S, Dh)             the encoder output's projections, computed
-                                                      once per source (strided views of one GEMM)
+                                                      once per source (Seq2SeqTransformer stores
+                                                      contiguous copies; any strides work)
     memory_mask            (B, 1, 1, S) bool         True = source token (not padding)
 
 The buffers come from ``np.empty``: the operating system commits their pages when they are first

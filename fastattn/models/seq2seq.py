@@ -559,7 +559,11 @@ class Seq2SeqTransformer:
         for i, L in enumerate(self._layers["decoder"]):
             a = L.cross_attn
             kv = a.kv(memory, n_threads=nthr).reshape(B, S, 2, H, d // H)
-            cache.set_cross(i, kv[:, :, 0].transpose(0, 2, 1, 3), kv[:, :, 1].transpose(0, 2, 1, 3))
+            # one copy per source into (B, H, S, Dh) order: every step then reads each head's
+            # keys and values as one contiguous block (the strided views of the GEMM output put
+            # each 64-float key row 4 KiB from the next, ~20% slower per step)
+            cache.set_cross(i, np.ascontiguousarray(kv[:, :, 0].transpose(0, 2, 1, 3)),
+                            np.ascontiguousarray(kv[:, :, 1].transpose(0, 2, 1, 3)))
         cache.set_memory_mask(mask, group)
         return cache
 
