@@ -45,13 +45,81 @@ typedef FA_I FA_NAME(ivec) __attribute__((vector_size(FA_VW * sizeof(FA_T)), ali
  *       vp[c0 * nk + j * pw + c - c0] = v[j, c] for the panel starting at column c0, zero for
  *       c >= Ev
  * so that both micro-kernels below stream through memory contiguously. */
+#if FA_VW > 1
+/* r[i][j] <-> r[j][i] for a VW x VW block held in VW vectors: log2(VW) stages, stage s swapping
+ * the off-diagonal s x s sub-blocks of rows i and i + s (a lane t with bit s set takes the
+ * partner's lane t - s, the partner's lane t - s ... t takes this lane t + s). */
+#define FA_TA(s, t) (((t) & (s)) ? FA_VW + (t) - (s) : (t))
+#define FA_TB(s, t) (((t) & (s)) ? FA_VW + (t) : (t) + (s))
+#define FA_T2(F, s) F(s, 0), F(s, 1)
+#define FA_T4(F, s) FA_T2(F, s), F(s, 2), F(s, 3)
+#define FA_T8(F, s) FA_T4(F, s), F(s, 4), F(s, 5), F(s, 6), F(s, 7)
+#define FA_T16(F, s) FA_T8(F, s), F(s, 8), F(s, 9), F(s, 10), F(s, 11), F(s, 12), F(s, 13), \
+                     F(s, 14), F(s, 15)
+#if FA_VW == 16
+#define FA_TLIST FA_T16
+#elif FA_VW == 8
+#define FA_TLIST FA_T8
+#elif FA_VW == 4
+#define FA_TLIST FA_T4
+#else
+#define FA_TLIST FA_T2
+#endif
+#define FA_TSTAGE(s)                                                                 \
+    for (int i = 0; i < FA_VW; i++)                                                  \
+        if (!(i & (s))) {                                                            \
+            V a = r[i], b = r[i + (s)];                                              \
+            r[i] = __builtin_shufflevector(a, b, FA_TLIST(FA_TA, s));                \
+            r[i + (s)] = __builtin_shufflevector(a, b, FA_TLIST(FA_TB, s));          \
+        }
+FA_TARGET static inline __attribute__((always_inline)) void FA_NAME(transpose)(V *r)
+{
+#if FA_VW >= 16
+    FA_TSTAGE(8)
+#endif
+#if FA_VW >= 8
+    FA_TSTAGE(4)
+#endif
+#if FA_VW >= 4
+    FA_TSTAGE(2)
+#endif
+    FA_TSTAGE(1)
+}
+#undef FA_TSTAGE
+#undef FA_TLIST
+#undef FA_T2
+#undef FA_T4
+#undef FA_T8
+#undef FA_T16
+#undef FA_TA
+#undef FA_TB
+#endif
+
 FA_TARGET static void FA_NAME(pack_k)(const FA_T *k, ptrdiff_t k_rs, int nk, int E, int ncols, FA_T *kp)
 {
     for (int c0 = 0; c0 < ncols; c0 += FA_NR) {
         FA_T *panel = kp + (ptrdiff_t)c0 * E;
         int w = nk - c0 < FA_NR ? nk - c0 : FA_NR;
         if (w < FA_NR) memset(panel, 0, sizeof(FA_T) * (size_t)E * FA_NR);
-        for (int j = 0; j < w; j++) {
+        int j0 = 0;
+#if FA_VW > 1
+        /* VW keys x VW head elements at a time: VW row loads, an in-register transpose, VW
+         * contiguous stores (the scalar loop below stored every element to its own line:
+         * ~12% of an 8 x 8 x 128 x 128 x 64 call) */
+        const int e_full = E / FA_VW * FA_VW;
+        for (; j0 + FA_VW <= w; j0 += FA_VW) {
+            const FA_T *kb = k + (c0 + j0) * k_rs;
+            for (int e0 = 0; e0 < e_full; e0 += FA_VW) {
+                V r[FA_VW];
+                for (int i = 0; i < FA_VW; i++) r[i] = VLOAD(kb + i * k_rs + e0);
+                FA_NAME(transpose)(r);
+                for (int i = 0; i < FA_VW; i++) VSTORE(panel + (ptrdiff_t)(e0 + i) * FA_NR + j0, r[i]);
+            }
+            for (int jj = 0; jj < FA_VW; jj++)            /* head elements past the last vector */
+                for (int e = e_full; e < E; e++) panel[e * FA_NR + j0 + jj] = kb[jj * k_rs + e];
+        }
+#endif
+        for (int j = j0; j < w; j++) {
             const FA_T *krow = k + (c0 + j) * k_rs;
             for (int e = 0; e < E; e++) panel[e * FA_NR + j] = krow[e];
         }
