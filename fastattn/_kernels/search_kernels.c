@@ -164,30 +164,35 @@ typedef int64_t sk_vdi __attribute__((vector_size(32), aligned(8)));
 #define SK_LANES_f64 1
 #endif
 
+/* pass 1 and the special rows, for the lane count L of the caller; then m is the row maximum
+ * (+0 for a maximum of -0: which zero the lanes kept is not fixed) */
+#define SK_LSM_HEAD(T, V, VI)                                                                  \
+    const T ninf = -(T)INFINITY;                                                               \
+    ptrdiff_t j = 0;                                                                           \
+    T m = ninf;                                                                                \
+    int nan = 0;                                                                               \
+    SK_VEC_MAX(T, V, VI)                                                                       \
+    for (; j < n; j++) {                                                                       \
+        m = x[j] > m ? x[j] : m;                                                               \
+        nan |= x[j] != x[j];                                                                   \
+    }                                                                                          \
+    if (nan || m == (T)INFINITY) {                                                             \
+        for (j = 0; j < n; j++) y[j] = (T)NAN;                                                 \
+        return;                                                                                \
+    }                                                                                          \
+    if (m == ninf) {                                                                           \
+        for (j = 0; j < n; j++) y[j] = ninf;                                                   \
+        return;                                                                                \
+    }                                                                                          \
+    m = m + (T)0;
+
 /* One row (the maths at the top of this file). The plain loops finish what the vector passes
  * left (nothing, for pass 2) and are the whole computation without GNU vectors (MSVC). */
 #define SK_DEFINE_LSM(name, TARGET, T, V, VI, sfx)                                             \
     TARGET static void name(const T *x, ptrdiff_t n, T *y)                                     \
     {                                                                                          \
         enum { L = SK_LANES_##sfx };                                                           \
-        const T ninf = -(T)INFINITY;                                                           \
-        ptrdiff_t j = 0;                                                                       \
-        T m = ninf;                                                                            \
-        int nan = 0;                                                                           \
-        SK_VEC_MAX(T, V, VI)                                                                   \
-        for (; j < n; j++) {                                                                   \
-            m = x[j] > m ? x[j] : m;                                                           \
-            nan |= x[j] != x[j];                                                               \
-        }                                                                                      \
-        if (nan || m == (T)INFINITY) {                                                         \
-            for (j = 0; j < n; j++) y[j] = (T)NAN;                                             \
-            return;                                                                            \
-        }                                                                                      \
-        if (m == ninf) {                                                                       \
-            for (j = 0; j < n; j++) y[j] = ninf;                                               \
-            return;                                                                            \
-        }                                                                                      \
-        m = m + (T)0; /* +0 for a maximum of -0: which zero the lanes kept is not fixed */     \
+        SK_LSM_HEAD(T, V, VI)                                                                  \
         double s = 0.0;                                                                        \
         j = 0;                                                                                 \
         SK_VEC_EXPSUM(T, V, sfx)                                                               \
@@ -229,26 +234,6 @@ typedef double sk_vd8 __attribute__((vector_size(64), aligned(8)));
 typedef int64_t sk_vdi8 __attribute__((vector_size(64), aligned(8)));
 SK_DEFINE_VEXPS(avx512, SK_AVX512, sk_vf16, sk_vfi16, sk_vd8, sk_vdi8)
 
-/* pass 1 and the special rows of SK_DEFINE_LSM, for the lane count L of the caller */
-#define SK_LSM_HEAD(T, V, VI)                                                                  \
-    const T ninf = -(T)INFINITY;                                                               \
-    ptrdiff_t j = 0;                                                                           \
-    T m = ninf;                                                                                \
-    int nan = 0;                                                                               \
-    SK_VEC_MAX(T, V, VI)                                                                       \
-    for (; j < n; j++) {                                                                       \
-        m = x[j] > m ? x[j] : m;                                                               \
-        nan |= x[j] != x[j];                                                                   \
-    }                                                                                          \
-    if (nan || m == (T)INFINITY) {                                                             \
-        for (j = 0; j < n; j++) y[j] = (T)NAN;                                                 \
-        return;                                                                                \
-    }                                                                                          \
-    if (m == ninf) {                                                                           \
-        for (j = 0; j < n; j++) y[j] = ninf;                                                   \
-        return;                                                                                \
-    }                                                                                          \
-    m = m + (T)0;
 
 SK_AVX512 static void sk_lsm_f32_avx512(const float *x, ptrdiff_t n, float *y)
 {
@@ -306,7 +291,6 @@ SK_AVX512 static void sk_lsm_f64_avx512(const double *x, ptrdiff_t n, double *y)
     const double ls = log(s);
     for (j = 0; j < n; j++) y[j] = (x[j] - m) - ls;
 }
-#undef SK_LSM_HEAD
 #endif
 #else
 SK_DEFINE_LSM(sk_lsm_f32_base, , float, , , f32)
