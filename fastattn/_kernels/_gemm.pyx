@@ -8,8 +8,14 @@
 #   (K is never split between threads). NC is 256 columns, or less when that leaves fewer than
 #   16 items (few rows, e.g. a decode step: the work is then spread over N, and each thread
 #   streams its own slice of the packed weights). Items are independent, so one
-#   `prange(schedule='static')` inside `with nogil, parallel(num_threads=n)` runs them on the
-#   same libgomp team as the attention kernels.
+#   `prange` inside `with nogil, parallel(num_threads=n)` runs them on the
+#   same libgomp team as the attention kernels. The schedule (which thread runs an item never
+#   changes its bits; A/B runs in alternating processes on the shared 2-vCPU host):
+#     several row blocks: dynamic. One core is often slowed by the host for a while, and a
+#       static split waits for it (base Transformer forward, five rounds: static medians
+#       561-758 ms, dynamic 465-564 ms, dynamic ahead in every round).
+#     one row block (decode): static, each thread streaming a contiguous slice of the weights
+#       (beam 4 x batch 8, M = 32, four rounds: dynamic 3-14% slower in every round).
 #
 #   Bitwise reproducibility: an element's sum runs over k in order, in K blocks of the ISA's KC,
 #   whatever item or register-block position computes it; MC and NC depend on the shape only.
@@ -137,6 +143,27 @@ def pack_weight(cnp.ndarray w, cnp.ndarray wp):
 
 # ---------------------------------------------------------------- the GEMM driver
 
+cdef inline void _gemm_item(Py_ssize_t item, const char *x, Py_ssize_t x_rs, Py_ssize_t M,
+                            Py_ssize_t K, const char *wp, Py_ssize_t npad, Py_ssize_t N,
+                            Py_ssize_t nc, Py_ssize_t n_nb, const char *bias, int act,
+                            const char *res, Py_ssize_t res_rs, char *y, Py_ssize_t y_rs,
+                            int isz) noexcept nogil:
+    cdef Py_ssize_t i0 = (item // n_nb) * _MC    # row blocks outer: consecutive items share
+    cdef Py_ssize_t n0 = (item % n_nb) * nc      # their x rows
+    cdef Py_ssize_t m = _MC if M - i0 > _MC else M - i0
+    cdef Py_ssize_t w = nc if N - n0 > nc else N - n0
+    if isz == 4:
+        gm_f32.item(<const float *>x + i0 * x_rs, x_rs, m, K, <const float *>wp,
+                    npad, n0, w, <const float *>bias, act,
+                    (<const float *>res + i0 * res_rs) if res != NULL else NULL,
+                    res_rs, <float *>y + i0 * y_rs, y_rs)
+    else:
+        gm_f64.item(<const double *>x + i0 * x_rs, x_rs, m, K, <const double *>wp,
+                    npad, n0, w, <const double *>bias, act,
+                    (<const double *>res + i0 * res_rs) if res != NULL else NULL,
+                    res_rs, <double *>y + i0 * y_rs, y_rs)
+
+
 cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
                     const char *wp, Py_ssize_t N, const char *bias, int act,
                     const char *res, Py_ssize_t res_rs, char *y, Py_ssize_t y_rs,
@@ -152,28 +179,26 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
     cdef Py_ssize_t nc = _col_block(M, N)
     cdef Py_ssize_t n_nb = _cdiv(N, nc)
     cdef Py_ssize_t n_items = _cdiv(M, _MC) * n_nb
-    cdef Py_ssize_t item, i0, n0, m, w
+    cdef Py_ssize_t item
     cdef int nthr = n_threads
     if nthr > n_items:
         nthr = <int>n_items
     if nthr < 1:
         nthr = 1
-    with parallel(num_threads=nthr):
-        for item in prange(n_items, schedule='static'):
-            i0 = (item // n_nb) * _MC          # row blocks outer: an item's x rows stay in
-            n0 = (item % n_nb) * nc            # cache while its neighbour reuses them
-            m = _MC if M - i0 > _MC else M - i0
-            w = nc if N - n0 > nc else N - n0
-            if isz == 4:
-                gm_f32.item(<const float *>x + i0 * x_rs, x_rs, m, K, <const float *>wp,
-                            npad, n0, w, <const float *>bias, act,
-                            (<const float *>res + i0 * res_rs) if res != NULL else NULL,
-                            res_rs, <float *>y + i0 * y_rs, y_rs)
-            else:
-                gm_f64.item(<const double *>x + i0 * x_rs, x_rs, m, K, <const double *>wp,
-                            npad, n0, w, <const double *>bias, act,
-                            (<const double *>res + i0 * res_rs) if res != NULL else NULL,
-                            res_rs, <double *>y + i0 * y_rs, y_rs)
+    if M > _MC:
+        # several row blocks (compute-bound): items handed out one at a time, so a core the
+        # host slows for a while does not hold the others up
+        with parallel(num_threads=nthr):
+            for item in prange(n_items, schedule='dynamic'):
+                _gemm_item(item, x, x_rs, M, K, wp, npad, N, nc, n_nb, bias, act, res, res_rs,
+                           y, y_rs, isz)
+    else:
+        # one row block (a decode step: reading the weights is the work): each thread streams
+        # one contiguous slice of them
+        with parallel(num_threads=nthr):
+            for item in prange(n_items, schedule='static'):
+                _gemm_item(item, x, x_rs, M, K, wp, npad, N, nc, n_nb, bias, act, res, res_rs,
+                           y, y_rs, isz)
 
 
 def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, object res,
