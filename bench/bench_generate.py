@@ -240,8 +240,8 @@ def main():
 
     if args.profile_step:
         print(f"# loadavg before: {' '.join(loadavg())}; flags: {' '.join(cpu_flags()[1])}")
-        profile_step(hf_dir, args.threads)
-        profile_step(hf_dir, args.threads, batch=8, beams=4)
+        for _title, batch, beams in works:
+            profile_step(hf_dir, args.threads, batch=batch, beams=beams)
         print(f"# loadavg after: {' '.join(loadavg())}")
         return
     model_name, flags = cpu_flags()
