@@ -15,6 +15,21 @@
 #define FA_GNU_VECTORS 0
 #endif
 
+/* Portable spellings of two compiler extensions the kernel templates use on every ISA, the
+ * plain-C ones included (those are what a compiler without GNU C, e.g. MSVC, builds):
+ *   FA_ALWAYS_INLINE   force inlining (register blocks whose row count must be a constant)
+ *   FA_PREFETCH(p, l)  a read prefetch of address p with locality l (0-3); nothing elsewhere */
+#if FA_GNU_VECTORS
+#define FA_ALWAYS_INLINE inline __attribute__((always_inline))
+#define FA_PREFETCH(p, l) __builtin_prefetch((p), 0, (l))
+#elif defined(_MSC_VER)
+#define FA_ALWAYS_INLINE __forceinline
+#define FA_PREFETCH(p, l) ((void)(p))
+#else
+#define FA_ALWAYS_INLINE inline
+#define FA_PREFETCH(p, l) ((void)(p))
+#endif
+
 /* Kernel sets, in increasing order of what they need from the CPU. */
 enum {
     FA_ISA_SCALAR = 0,   /* plain C, any compiler */

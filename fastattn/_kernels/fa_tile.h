@@ -72,7 +72,7 @@ typedef FA_I FA_NAME(ivec) __attribute__((vector_size(FA_VW * sizeof(FA_T)), ali
             r[i] = __builtin_shufflevector(a, b, FA_TLIST(FA_TA, s));                \
             r[i + (s)] = __builtin_shufflevector(a, b, FA_TLIST(FA_TB, s));          \
         }
-FA_TARGET static inline __attribute__((always_inline)) void FA_NAME(transpose)(V *r)
+FA_TARGET static FA_ALWAYS_INLINE void FA_NAME(transpose)(V *r)
 {
 #if FA_VW >= 16
     FA_TSTAGE(8)
@@ -194,7 +194,7 @@ FA_TARGET static int FA_NAME(pack_v)(const FA_T *v, ptrdiff_t v_rs, int nk, int 
  * Each step of e broadcasts one query element per row and does mr * FA_NV fused multiply-adds
  * against FA_NV contiguous loads of the panel. The max ignores NaN (it is vmaxps): a NaN score
  * still reaches the output through exp and the row sum (row_update). */
-FA_TARGET static inline __attribute__((always_inline)) void
+FA_TARGET static FA_ALWAYS_INLINE void
 FA_NAME(qk_block)(const FA_T *qr, ptrdiff_t q_rs, const int mr, int E, const FA_T *panel,
                   FA_T scale, FA_T *scores, ptrdiff_t s_rs, V *vmax, int partial, const VI *valid)
 {
@@ -228,7 +228,7 @@ FA_NAME(qk_block)(const FA_T *qr, ptrdiff_t q_rs, const int mr, int E, const FA_
 /* One register block: `mr` rows against one panel of nvv vectors of value columns (c0 ..
  * c0 + nvv VW; mr and nvv compile-time constants after inlining):
  * acc[r, c] = ca[r] * acc[r, c] + cb[r] * sum_{j < nk} p[r, j] * v[j, c]. */
-FA_TARGET static inline __attribute__((always_inline)) void
+FA_TARGET static FA_ALWAYS_INLINE void
 FA_NAME(pv_block)(const FA_T *pr, int p_rs, const int mr, int nk, const FA_T *panel,
                   FA_T *acc, int evp, const double *ca, const double *cb, const int nvv)
 {
@@ -271,7 +271,7 @@ FA_NAME(pv_block)(const FA_T *pr, int p_rs, const int mr, int nk, const FA_T *pa
 
 /* Every row block of P against one value panel of nvv vectors (a compile-time constant after
  * inlining); acc already offset to the panel's first column. */
-FA_TARGET static inline __attribute__((always_inline)) void
+FA_TARGET static FA_ALWAYS_INLINE void
 FA_NAME(pv_rows)(const FA_T *p, int p_rs, int nq, int nk, const FA_T *panel, FA_T *acc, int evp,
                  const double *ca, const double *cb, const int nvv)
 {
@@ -461,7 +461,7 @@ FA_TARGET static inline FA_T FA_NAME(hsum)(V a)
 #endif
 
 /* the dot products of g rows (g a constant after inlining) with the tile's nk keys */
-FA_TARGET static inline __attribute__((always_inline)) void
+FA_TARGET static FA_ALWAYS_INLINE void
 FA_NAME(qk_group)(const FA_T *q, ptrdiff_t q_rs, const int g, int E, const FA_T *k, ptrdiff_t k_rs,
                   int nk, FA_T *scores, int ncols)
 {
@@ -552,7 +552,7 @@ FA_TARGET static void FA_NAME(qk_direct)(const FA_T *q, ptrdiff_t q_rs, int nq, 
  * Per row and column: the tile's sum_j p[j] v[j, c] in registers (keys in order, p == 0
  * skipped), then added to acc once; columns in blocks of NR, then single vectors, then
  * scalars, each column with the same arithmetic. */
-FA_TARGET static inline __attribute__((always_inline)) void
+FA_TARGET static FA_ALWAYS_INLINE void
 FA_NAME(pv_group)(const FA_T *p, int p_rs, const int g, int nk, const FA_T *v, ptrdiff_t v_rs,
                   int Ev, FA_T *acc, int evp)
 {

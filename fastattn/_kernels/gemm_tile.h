@@ -349,7 +349,7 @@ GM_TARGET static void GM_NAME(pack)(const GM_T *w, ptrdiff_t w_rs, ptrdiff_t N, 
 #define VSTORE(p, x) (*(p) = (x))
 #endif
 
-GM_TARGET static inline __attribute__((always_inline)) void
+GM_TARGET static FA_ALWAYS_INLINE void
 GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM_T *panel,
             GM_T *y, ptrdiff_t y_rs, ptrdiff_t nv, int first, int ahead, const char *pf,
             ptrdiff_t pf_lines)
@@ -373,10 +373,10 @@ GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM
         GM_ACC wv[GM_NV];
         if (pf_step) {
             for (ptrdiff_t q = k * pf_step; q < (k + 1) * pf_step && q < pf_lines; q++)
-                __builtin_prefetch(pf + q * 64, 0, 2);    /* to L2: L1 holds this panel */
+                FA_PREFETCH(pf + q * 64, 2);    /* to L2: L1 holds this panel */
         } else if (ahead) {
             for (ptrdiff_t b = 0; b < GM_NR * (ptrdiff_t)sizeof(GM_T); b += 64)
-                __builtin_prefetch((const char *)(panel + (k + GM_PF_K) * GM_NR) + b);
+                FA_PREFETCH((const char *)(panel + (k + GM_PF_K) * GM_NR) + b, 3);
         }
         for (int v = 0; v < GM_NV; v++) wv[v] = VLOAD(panel + k * GM_NR + v * GM_VW);
         for (int r = 0; r < mr; r++) {

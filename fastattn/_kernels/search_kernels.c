@@ -37,6 +37,15 @@
 #include "dispatch.h"
 #include "search_kernels.h"
 
+/* Nothing here may be fused (the promise of the same bits from every build): setup.py compiles
+ * this file with -ffp-contract=off; the pragmas say it again for a build that does not go through
+ * setup.py (without them, AVX-512F's FMA instructions would contract a * b + c). */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #if FA_X86
 #include <immintrin.h>     /* usable inside functions whose target attribute enables the ISA */
 #endif
