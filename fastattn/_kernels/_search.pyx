@@ -32,13 +32,13 @@ cdef extern from "search_kernels.h" nogil:
     ctypedef struct sk_ops:
         void (*log_softmax_row_f32)(const float *x, Py_ssize_t n, float *y) noexcept nogil
         void (*log_softmax_row_f64)(const double *x, Py_ssize_t n, double *y) noexcept nogil
+        void (*topk_row_f32)(const float *x, Py_ssize_t nseg, Py_ssize_t seglen,
+                             Py_ssize_t seg_stride, const float *add, Py_ssize_t k, int64_t *idx,
+                             float *val) noexcept nogil
+        void (*topk_row_f64)(const double *x, Py_ssize_t nseg, Py_ssize_t seglen,
+                             Py_ssize_t seg_stride, const double *add, Py_ssize_t k,
+                             int64_t *idx, double *val) noexcept nogil
     sk_ops sk_ops_now
-    void sk_topk_row_f32(const float *x, Py_ssize_t nseg, Py_ssize_t seglen,
-                         Py_ssize_t seg_stride, const float *add, Py_ssize_t k, int64_t *idx,
-                         float *val) noexcept nogil
-    void sk_topk_row_f64(const double *x, Py_ssize_t nseg, Py_ssize_t seglen,
-                         Py_ssize_t seg_stride, const double *add, Py_ssize_t k, int64_t *idx,
-                         double *val) noexcept nogil
     int sk_init(int level)
 
 _ISA_NAMES = ("baseline", "avx2", "avx512")
@@ -189,13 +189,13 @@ def topk_desc(x, k, out_idx=None, *, add=None, out_val=None, n_threads=1):
     with nogil, parallel(num_threads=nthr):
         for r in prange(n, schedule='static'):
             if isz == 4:
-                sk_topk_row_f32(<const float *>xp + r * m, nseg, seglen, seglen,
-                                (<const float *>ap + r * nseg) if ap != NULL else NULL,
-                                kk, ip + r * kk, <float *>vp + r * kk)
+                sk_ops_now.topk_row_f32(<const float *>xp + r * m, nseg, seglen, seglen,
+                                        (<const float *>ap + r * nseg) if ap != NULL else NULL,
+                                        kk, ip + r * kk, <float *>vp + r * kk)
             else:
-                sk_topk_row_f64(<const double *>xp + r * m, nseg, seglen, seglen,
-                                (<const double *>ap + r * nseg) if ap != NULL else NULL,
-                                kk, ip + r * kk, <double *>vp + r * kk)
+                sk_ops_now.topk_row_f64(<const double *>xp + r * m, nseg, seglen, seglen,
+                                        (<const double *>ap + r * nseg) if ap != NULL else NULL,
+                                        kk, ip + r * kk, <double *>vp + r * kk)
     return out_idx
 
 
