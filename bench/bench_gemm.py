@@ -1,6 +1,7 @@
 """fastattn's packed-weight GEMM vs NumPy's ``@`` (OpenBLAS), float32, side by side in one process.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_gemm.py [--threads 2]
+        [--torch] [--minilm]
 
 For each shape: y = x @ W.T with x (M, K), W (N, K) (the linear layer; fastattn packs W once,
 outside the timed region, as PackedLinear does). Warm-up first, then REPEATS interleaved rounds
@@ -9,6 +10,10 @@ reported. The sleep lets the other library's spinning worker threads go idle fir
 cores they steal the core the next call needs). For small M the work is reading the weights:
 GB/s of weight reading is shown beside a bandwidth measured here (a large np.copyto, counted as
 read + write). Also: exact GELU on 4096 x 1536 float32 vs torch.nn.functional.gelu.
+
+--torch adds torch.mm (torch's CPU wheel: Intel MKL's SGEMM), the GEMM inside every torch model
+fastattn is compared with, as a third system in the same rounds; --minilm adds the shapes of a
+6-layer / 384 sentence encoder at batch 32 x 128 tokens (M = 4096; q,k,v fused N = 1152).
 """
 import argparse
 import os
@@ -20,6 +25,7 @@ import numpy as np
 SHAPES = [(M, N, K) for M in (8, 32, 1024, 2048)
           for (N, K) in ((512, 512), (1536, 512), (2048, 512), (512, 2048))]
 SHAPES += [(8, 32000, 512), (32, 32000, 512)]
+MINILM_SHAPES = [(4096, 1152, 384), (4096, 384, 384), (4096, 1536, 384), (4096, 384, 1536)]
 REPEATS = 9
 PAUSE = 0.15
 
@@ -71,6 +77,8 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=REPEATS)
     ap.add_argument("--isa", default=None, help="force a kernel set (scalar/baseline/avx2/...)")
+    ap.add_argument("--torch", action="store_true", help="add torch.mm (MKL) as a third system")
+    ap.add_argument("--minilm", action="store_true", help="add the MiniLM encoder's shapes")
     args = ap.parse_args()
 
     from threadpoolctl import threadpool_info, threadpool_limits
@@ -93,13 +101,20 @@ def main():
     bw = measure_bandwidth()
     print(f"# memory bandwidth (np.copyto of 512 MiB, read + write): {bw:.1f} GB/s\n")
 
+    torch = None
+    if args.torch:
+        import torch
+        torch.set_num_threads(args.threads)
+        print(f"# torch {torch.__version__}: torch.mm, {args.threads} threads\n")
+    shapes = SHAPES + (MINILM_SHAPES if args.minilm else [])
     rng = np.random.default_rng(0)
     rows = []
+    t_head = " torch ms | torch GFLOP/s | torch / fastattn |" if torch else ""
     print("| M | N | K | fastattn ms | NumPy ms | fastattn GFLOP/s | NumPy GFLOP/s | ratio | "
-          "weights GB/s (fastattn / NumPy) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+          "weights GB/s (fastattn / NumPy) |" + t_head)
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---|" + ("---:|---:|---:|" if torch else ""))
     with threadpool_limits(limits=args.threads, user_api="blas"):
-        for M, N, K in SHAPES:
+        for M, N, K in shapes:
             x = rng.standard_normal((M, K), dtype=np.float32)
             w = rng.standard_normal((N, K), dtype=np.float32)
             layer = _ops.PackedLinear(w)
@@ -110,12 +125,21 @@ def main():
             f_fa()
             f_np()
             n_fa, n_np = _inner_count(f_fa), _inner_count(f_np)
-            t_fa, t_np = [], []
+            t_fa, t_np, t_t = [], [], []
+            if torch is not None:
+                xt, wt = torch.from_numpy(x), torch.from_numpy(w)
+                out_t = torch.empty((M, N))
+                f_t = lambda: torch.mm(xt, wt.t(), out=out_t)             # noqa: E731
+                f_t()
+                n_t = _inner_count(f_t)
             for _ in range(args.repeats):
                 t_fa.append(_timed(f_fa, n_fa))
                 time.sleep(PAUSE)
                 t_np.append(_timed(f_np, n_np))
                 time.sleep(PAUSE)
+                if torch is not None:
+                    t_t.append(_timed(f_t, n_t))
+                    time.sleep(PAUSE)
             err = np.abs(out_fa - out_np).max()
             a, b = np.median(t_fa), np.median(t_np)
             flop = 2.0 * M * N * K
@@ -123,13 +147,20 @@ def main():
             if M <= 32:
                 wbytes = 4.0 * N * K
                 wgb = f"{wbytes / a / 1e9:.1f} / {wbytes / b / 1e9:.1f} (of {bw:.0f})"
-            rows.append((M, N, K, a, b))
+            c = np.median(t_t) if t_t else np.nan
+            rows.append((M, N, K, a, b, c))
+            t_cols = (f" {c * 1e3:.3f} | {flop / c / 1e9:.1f} | {c / a:.2f} |" if t_t else "")
             print(f"| {M} | {N} | {K} | {a * 1e3:.3f} | {b * 1e3:.3f} | {flop / a / 1e9:.1f} | "
-                  f"{flop / b / 1e9:.1f} | {b / a:.2f} | {wgb} |  <!-- max|diff| {err:.2g} -->",
-                  flush=True)
-    ratios = np.array([b / a for *_, a, b in rows])
+                  f"{flop / b / 1e9:.1f} | {b / a:.2f} | {wgb} |{t_cols}  "
+                  f"<!-- max|diff| {err:.2g} -->", flush=True)
+    ratios = np.array([b / a for *_, a, b, _c in rows])
     print(f"\n# geometric mean ratio (NumPy time / fastattn time): "
           f"{np.exp(np.log(ratios).mean()):.2f}; min {ratios.min():.2f}")
+    if torch is not None:
+        tr = np.array([c / a for *_, a, _b, c in rows])
+        big = np.array([c / a for M, _n, _k, a, _b, c in rows if M >= 1024])
+        print(f"# geometric mean ratio (torch.mm time / fastattn time): "
+              f"{np.exp(np.log(tr).mean()):.2f}; M >= 1024 only: {np.exp(np.log(big).mean()):.2f}")
 
     # exact GELU on a BERT-sized activation
     x = rng.standard_normal((4096, 1536), dtype=np.float32)
@@ -138,7 +169,8 @@ def main():
     f_fa()
     t_fa = []
     try:
-        import torch
+        if torch is None:
+            import torch
         torch.set_num_threads(args.threads)
         xt = torch.from_numpy(x)
         f_t = lambda: torch.nn.functional.gelu(xt)        # noqa: E731
