@@ -212,6 +212,15 @@ def check_dtype(dtype, name="dtype"):
     return dt
 
 
+def check_seed(seed, name="seed"):
+    """A random seed: None or an integer >= 0 (what np.random.default_rng takes as a seed)."""
+    if seed is None:
+        return None
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"{name} must be None or an integer >= 0, got {seed!r}")
+    return int(seed)
+
+
 def check_positive_int(n, name):
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"{name} must be a positive integer, got {n!r}")
@@ -271,9 +280,50 @@ def as_model_input(x, name, d, dtype, owned=False):
     return flat, B, T, batched
 
 
+def check_real_input(arr, name):
+    """A module input must hold real numbers (bool, int or float up to float64): strings,
+    complex, object and extended-precision arrays are a TypeError naming the argument."""
+    kind = arr.dtype.kind
+    if kind not in "fiub" or (kind == "f" and arr.dtype.itemsize > 8):
+        raise TypeError(f"{name} must be a real numeric array (float32 or float64), got dtype "
+                        f"{arr.dtype}")
+    return arr
+
+
+def check_eps(eps, name="eps"):
+    """A LayerNorm epsilon: a real number, finite and >= 0."""
+    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, (Real, np.floating, np.integer)):
+        raise TypeError(f"{name} must be a real number, got {type(eps).__name__} {eps!r}")
+    eps = float(eps)
+    if not (eps >= 0 and math.isfinite(eps)):
+        raise ValueError(f"{name} must be finite and >= 0, got {eps}")
+    return eps
+
+
+def hf_attention_mask(mask, shape, name="attention_mask"):
+    """A Hugging Face attention mask (1 = token, 0 = padding) of `shape`, int / bool / float
+    holding only 0 and 1 (torch tensors accepted) -> bool array, True = token."""
+    m = to_numpy(mask)
+    if m.shape != tuple(shape):
+        raise ValueError(f"{name} must have the shape of input_ids {tuple(shape)} (1 = token, "
+                         f"0 = padding), got {m.shape}")
+    if m.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must hold 0/1 (int, bool or float), got dtype {m.dtype}")
+    if m.dtype.kind == "b":
+        return m
+    ok = (m == 0) | (m == 1)
+    if not ok.all():
+        bad = m[~ok].flat[0].item()
+        raise ValueError(f"{name} must hold only 0 and 1 (Hugging Face convention: 1 = token, "
+                         f"0 = padding), found {bad!r}"
+                         + ("; an additive float mask (0 / -inf) is not accepted here"
+                            if m.dtype.kind == "f" else ""))
+    return m != 0
+
+
 def check_last_dim(x, d, name="x"):
-    """x as an array whose last dimension is d."""
-    arr = to_numpy(x)
+    """x as an array of real numbers whose last dimension is d."""
+    arr = check_real_input(to_numpy(x), name)
     if arr.ndim < 1 or arr.shape[-1] != d:
         raise ValueError(f"{name} must have last dimension {d}, got shape {arr.shape}")
     return arr

@@ -10,6 +10,7 @@
  *   AVX-512F   MR 6, NR 64 floats / 32 doubles (24 zmm accumulators), KC 128 (32 KiB panel)
  *   avx2-wide  tests only: the AVX-512 shapes compiled for AVX2
  */
+#include <float.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>

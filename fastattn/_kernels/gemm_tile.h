@@ -420,6 +420,43 @@ GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM
  * res, gamma, beta may be NULL (0, 1, 0); y may be x (each element is read before it is
  * written). The sums run in GM_VW double lanes over the whole vectors, then the lanes in order,
  * then the tail: the order depends on n only, never on the thread or the row's position. */
+/* The same row when the sums overflow double (float64 rows with |x| beyond ~1e154): LayerNorm
+ * does not change under x -> x / c with eps -> eps / c^2, so the row is computed on x / c, c the
+ * power of two at or below max |x| (an exact scaling). Returns 0, doing nothing, when the row
+ * holds inf or NaN (the plain path's NaN result is then the answer, as in torch). */
+static int GM_NAME(ln_row_scaled)(const GM_T *x, const GM_T *res, ptrdiff_t n,
+                                  const GM_T *gamma, const GM_T *beta, double eps, GM_T *y)
+{
+    double amax = 0.0, sum = 0.0, ss = 0.0;
+    ptrdiff_t j;
+#define GM_LN_X(j) ((double)(res ? (GM_T)(x[j] + res[j]) : x[j]))
+    for (j = 0; j < n; j++) {
+        double a = fabs(GM_LN_X(j));
+        if (!(a <= DBL_MAX)) return 0;                 /* inf or NaN */
+        amax = a > amax ? a : amax;
+    }
+    if (amax == 0.0) return 0;
+    const double inv_c = 1.0 / ldexp(1.0, ilogb(amax));  /* exact: a power of two */
+    for (j = 0; j < n; j++) sum += GM_LN_X(j) * inv_c;
+    const double mean = sum / (double)n;
+    for (j = 0; j < n; j++) {
+        double d = GM_LN_X(j) * inv_c - mean;
+        ss += d * d;
+    }
+    /* eps / c^2 may underflow to 0: a constant row (ss = 0) is then still 0 when eps > 0, as
+     * unscaled (and NaN when eps = 0, as unscaled) */
+    const double var_s = ss / (double)n + eps * inv_c * inv_c;
+    const double rstd = var_s > 0.0 ? 1.0 / sqrt(var_s) : (eps > 0.0 ? 0.0 : INFINITY);
+    for (j = 0; j < n; j++) {
+        double d = (GM_LN_X(j) * inv_c - mean) * rstd;
+        if (gamma) d *= (double)gamma[j];
+        if (beta) d += (double)beta[j];
+        y[j] = (GM_T)d;
+    }
+#undef GM_LN_X
+    return 1;
+}
+
 GM_TARGET static void GM_NAME(ln_row)(const GM_T *x, const GM_T *res, ptrdiff_t n,
                                       const GM_T *gamma, const GM_T *beta, double eps, GM_T *y)
 {
@@ -449,6 +486,8 @@ GM_TARGET static void GM_NAME(ln_row)(const GM_T *x, const GM_T *res, ptrdiff_t 
         double d = (double)(res ? (GM_T)(x[j] + res[j]) : x[j]) - mean;
         ss += d * d;
     }
+    if ((isinf(ss) || isinf(sum)) && GM_NAME(ln_row_scaled)(x, res, n, gamma, beta, eps, y))
+        return;
     const double rstd = 1.0 / sqrt(ss / (double)n + eps);
 #if GM_VW > 1
     const VD rstd_v = (VD){0} + rstd;

@@ -136,7 +136,9 @@ class Temperature:
         self.temperature = float(temperature)
 
     def __call__(self, seqs, scores):
-        scores /= scores.dtype.type(self.temperature)
+        # a temperature so small that scores overflow: sampling then refuses the +inf scores
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            scores /= scores.dtype.type(self.temperature)
         return scores
 
 

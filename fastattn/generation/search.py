@@ -25,6 +25,7 @@ import numpy as np
 
 from .._kernels import _search
 from .._threads import _effective_n_threads
+from .._validation import check_real_input, hf_attention_mask, to_numpy
 from ..models._dense import log_softmax
 from ..models.marian import GENERATION_DEFAULTS
 from .processors import build_processors, history
@@ -68,16 +69,17 @@ class DecoderState:
         else:
             if input_ids is not None:
                 raise ValueError("give input_ids or encoder_output, not both")
-            mem = np.asarray(encoder_output)
+            mem = check_real_input(to_numpy(encoder_output), "encoder_output")
             if mem.ndim != 3 or mem.shape[2] != model.d_model:
                 raise ValueError(f"encoder_output must be (B, S, {model.d_model}), got {mem.shape}")
             B, S, _ = mem.shape
+            if B == 0 or S == 0:
+                raise ValueError(f"encoder_output must have at least one source row and one "
+                                 f"position, got shape {mem.shape}")
             if attention_mask is None:
                 mask = np.ones((B, S), bool)
             else:
-                mask = np.asarray(attention_mask) != 0
-                if mask.shape != (B, S):
-                    raise ValueError(f"attention_mask must have shape {(B, S)}, got {mask.shape}")
+                mask = hf_attention_mask(attention_mask, (B, S))
             memory = np.ascontiguousarray(mem.reshape(B * S, -1), dtype=model.dtype)
         self.cache = model._start_cache(memory, mask, int(num_beams), int(max_length), n_threads)
         self.num_beams = int(num_beams)
@@ -108,7 +110,10 @@ class DecoderState:
         self.cache.reorder(beam_idx)
 
     def select_sources(self, keep):
-        self.cache.select_sources(keep)
+        k = to_numpy(keep)
+        if k.size and k.dtype.kind not in "iu":
+            raise TypeError(f"keep must hold integer source indices, got dtype {k.dtype}")
+        self.cache.select_sources(k.astype(np.int64, copy=False))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,6 +166,8 @@ def resolve_settings(model, user):
     lp = p["length_penalty"]
     if isinstance(lp, bool) or not isinstance(lp, (int, float, np.floating)):
         raise ValueError(f"length_penalty must be a float, got {lp!r}")
+    if not np.isfinite(lp):
+        raise ValueError(f"length_penalty must be finite, got {lp!r}")
     p["length_penalty"] = float(lp)
     if not isinstance(p["do_sample"], (bool, np.bool_)):
         raise ValueError(f"do_sample must be True or False, got {p['do_sample']!r}")
@@ -261,8 +268,30 @@ def greedy_search(state, procs, p, B, rng):
     return seqs[:, :cur]
 
 
+def _check_sampling_scores(scores):
+    """Sampling needs, in every row, a finite largest score and no NaN: a row whose scores are
+    all -inf (every token forbidden) has no distribution, and +inf or NaN (e.g. logits divided
+    by a temperature so small that they overflow float32) none that is defined. transformers
+    fails there too (torch.multinomial rejects the probabilities)."""
+    m = scores.max(axis=1)
+    bad = ~np.isfinite(m)
+    if bad.any():
+        r = int(np.flatnonzero(bad)[0])
+        if np.isnan(m[r]):
+            why = "holds NaN scores"
+        elif m[r] > 0:
+            why = ("holds +inf scores (a temperature so small that logits / temperature "
+                   "overflows float32? use do_sample=False for the most likely tokens)")
+        else:
+            why = ("forbids every token (all scores -inf: suppress_tokens / bad_words_ids / "
+                   "min_new_tokens leave nothing to sample)")
+        raise ValueError(f"cannot sample: row {r} of the batch {why}")
+    return m
+
+
 def _draw(scores, gens):
     """One token per row from softmax(scores), by inverse CDF with each row's own generator."""
+    _check_sampling_scores(scores)
     m = scores.max(axis=1, keepdims=True)
     e = np.exp((scores - m).astype(np.float64))
     cdf = np.cumsum(e, axis=1)
@@ -286,6 +315,7 @@ def _topk_desc(x, k, n_threads=1):
 def _sample_desc(acc, k, gens):
     """Beam sampling: k candidates per row drawn without replacement from softmax(acc), then
     sorted by score descending (transformers' beam-sample selection; our own random streams)."""
+    _check_sampling_scores(acc)
     out = np.empty((acc.shape[0], k), np.int64)
     for r, g in enumerate(gens):
         a = acc[r].astype(np.float64)

@@ -20,6 +20,8 @@ def read_json(path, what="JSON file", expect=None):
             data = json.load(f)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{what} {path} is not valid JSON: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{what} {path} is not UTF-8 text: {exc}") from None
     if expect is not None and not isinstance(data, expect):
         raise ValueError(f"{what} {path} must hold a JSON {expect.__name__}, got "
                          f"{type(data).__name__}")

@@ -230,6 +230,11 @@ def _safetensors_files(folder):
             raise ValueError(f"{index} has no weight_map")
         files = []
         for name in dict.fromkeys(wm.values()):
+            # a shard is a plain file name inside the folder (transformers writes them so)
+            if not isinstance(name, str) or not name or os.path.basename(name) != name \
+                    or name in (".", ".."):
+                raise ValueError(f"{index}: weight_map lists {name!r}, not a file name inside "
+                                 f"the model folder")
             p = os.path.join(folder, name)
             if not os.path.isfile(p):
                 raise FileNotFoundError(f"checkpoint shard not found: {p} (listed in {index})")

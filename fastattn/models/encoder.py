@@ -10,6 +10,7 @@ import numpy as np
 
 from ..functional import scaled_dot_product_attention
 from .._ops import PackedLinear, layer_norm
+from .._validation import as_array, check_dtype, hf_attention_mask, to_numpy
 from .bert import _read_json, load_config, load_weights
 
 __all__ = ["EncoderModel", "POOLING_MODES"]
@@ -33,9 +34,7 @@ _ATTN_ONE_THREAD = 1 << 20
 
 def _pooling_from_config(path, hidden_size):
     """Pooling modes (tuple, POOLING_MODES order) from a sentence-transformers Pooling config."""
-    cfg = _read_json(path, "sentence-transformers Pooling config")
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{path} must hold a JSON object")
+    cfg = _read_json(path, "sentence-transformers Pooling config", dict)
     dim = cfg.get("word_embedding_dimension", hidden_size)
     if dim != hidden_size:
         raise ValueError(f"Pooling config field word_embedding_dimension={dim!r} in {path} "
@@ -48,7 +47,7 @@ def _pooling_from_config(path, hidden_size):
     if mode is not None:
         by_name = {"cls": "cls", "max": "max", "mean": "mean", "mean_sqrt_len_tokens":
                    "mean_sqrt_len", "mean_sqrt_len": "mean_sqrt_len"}
-        if mode not in by_name:
+        if not isinstance(mode, str) or mode not in by_name:
             raise ValueError(f"Pooling config field pooling_mode={mode!r} in {path} is not "
                              f"supported; supported: cls, max, mean, mean_sqrt_len_tokens")
         modes.add(by_name[mode])
@@ -171,9 +170,12 @@ class EncoderModel:
         FileNotFoundError naming the missing file; ValueError naming the unsupported config
         field, module, or bad tensor (see :func:`fastattn.models.bert.load_config`).
         """
-        dt = np.dtype(dtype) if not isinstance(dtype, np.dtype) else dtype
-        if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-            raise ValueError(f"dtype must be float32 or float64, got {dt}")
+        try:
+            if dtype is None:          # np.dtype(None) would be float64
+                raise TypeError("dtype must be float32 or float64, got None")
+            dt = check_dtype(dtype)
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
         model_dir, pooling_cfg, normalize = _read_folder(path)
         config = load_config(model_dir)
         top, layers = load_weights(model_dir, config, dt)
@@ -187,7 +189,8 @@ class EncoderModel:
 
     def _check_ids(self, input_ids, attention_mask, token_type_ids):
         cfg = self.config
-        ids = np.asarray(input_ids)
+        ids = as_array(to_numpy(input_ids) if hasattr(input_ids, "detach") else input_ids,
+                       "input_ids")
         if ids.dtype.kind not in "iu":
             raise TypeError(f"input_ids must be integer token ids, got dtype {ids.dtype}")
         if ids.ndim != 2:
@@ -204,26 +207,7 @@ class EncoderModel:
                              f"{cfg.vocab_size})")
         ids = ids.astype(np.intp, copy=False)
 
-        mask = None
-        if attention_mask is not None:
-            m = np.asarray(attention_mask)
-            if m.shape != ids.shape:
-                raise ValueError(f"attention_mask must have the shape of input_ids {ids.shape} "
-                                 f"(1 = token, 0 = padding), got {m.shape}")
-            if m.dtype.kind not in "biuf":
-                raise TypeError(f"attention_mask must hold 0/1 (int, bool or float), got dtype "
-                                f"{m.dtype}")
-            if m.dtype.kind != "b":
-                ok = (m == 0) | (m == 1)
-                if not ok.all():
-                    bad = m[~ok].flat[0].item()
-                    raise ValueError(
-                        f"attention_mask must hold only 0 and 1 (Hugging Face convention: "
-                        f"1 = token, 0 = padding), found {bad!r}"
-                        + ("; an additive float mask (0 / -inf) is not accepted here"
-                           if m.dtype.kind == "f" else ""))
-                m = m != 0
-            mask = m
+        mask = None if attention_mask is None else hf_attention_mask(attention_mask, ids.shape)
 
         if token_type_ids is None:
             tt = None
@@ -377,7 +361,7 @@ def _st_max_seq_length(root, model_dir, config):
     for folder in dict.fromkeys((model_dir, root)):
         path = os.path.join(folder, "sentence_bert_config.json")
         if os.path.isfile(path):
-            n = _read_json(path, "sentence-transformers config").get("max_seq_length")
+            n = _read_json(path, "sentence-transformers config", dict).get("max_seq_length")
             if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
                 raise ValueError(f"config field max_seq_length={n!r} in {path} must be a "
                                  "positive integer")
@@ -392,7 +376,10 @@ def _check_flag(value, name):
 
 
 def _check_pooling(pooling):
-    modes = (pooling,) if isinstance(pooling, str) else tuple(pooling)
+    try:
+        modes = (pooling,) if isinstance(pooling, str) else tuple(pooling)
+    except TypeError:
+        modes = ()
     if not modes or any(m not in POOLING_MODES for m in modes):
         raise ValueError(f"pooling must be one of {POOLING_MODES} or a sequence of them, got "
                          f"{pooling!r}")

@@ -191,6 +191,18 @@ def check_generation_config(gen, where):
     return out
 
 
+def check_generation_ids(gen, config, where):
+    """The special token ids of a checked generation config must be ids of the target
+    vocabulary (config: the model's keywords, with decoder_vocab_size)."""
+    vocab = config.get("decoder_vocab_size") or config["vocab_size"]
+    for key in ("eos_token_id", "pad_token_id", "decoder_start_token_id", "bos_token_id",
+                "forced_eos_token_id"):
+        v = gen.get(key)
+        if v is not None and not 0 <= v < vocab:
+            raise ValueError(f"{where}: {key}={v!r} is not a token id of the target vocabulary "
+                             f"[0, {vocab})")
+
+
 def read_generation_config(path, legacy):
     """``path/generation_config.json`` when present, else the generation fields of config.json
     (``legacy``), as transformers does (``GenerationConfig.from_model_config``)."""
@@ -212,18 +224,22 @@ def read_weights(path):
                 raise ValueError(f"{path} holds {name} but no model.safetensors: only safetensors "
                                  "checkpoints are read (re-save with safe_serialization=True)")
         raise FileNotFoundError(f"{st} does not exist")
+    if not os.path.isfile(st):
+        raise ValueError(f"{st} is not a file")
     try:
-        from safetensors.numpy import load_file
+        import safetensors  # noqa: F401
     except ImportError as exc:      # pragma: no cover - depends on the installation
         raise ImportError("reading Marian checkpoints needs the 'safetensors' package") from exc
-    return load_file(st)
+    from .bert import _read_tensors
+    return _read_tensors([st])      # BF16 widened to float32; a damaged file is a ValueError
 
 
 def marian_state_dict(weights, config):
     """Map the tensors of a Marian checkpoint to the names Seq2SeqTransformer loads.
 
     Handles the tied / shared variants: with ``share_encoder_decoder_embeddings`` the token
-    embeddings are ``model.shared.weight`` (encoder and decoder copies, when saved, must agree);
+    embeddings are ``model.shared.weight`` (encoder and decoder copies, when given, must agree:
+    a ValueError otherwise; from_pretrained unties copies that differ, as transformers does);
     with ``tie_word_embeddings`` the output projection is the decoder embedding.
     """
     sd = {}
@@ -237,6 +253,14 @@ def marian_state_dict(weights, config):
         emb = sd.pop("model.shared.weight", None)
         enc = sd.pop("model.encoder.embed_tokens.weight", None)
         dec = sd.pop("model.decoder.embed_tokens.weight", None)
+        for name, copy in (("model.encoder.embed_tokens.weight", enc),
+                           ("model.decoder.embed_tokens.weight", dec)):
+            ref = emb if emb is not None else enc
+            if copy is not None and ref is not None and copy is not ref and (
+                    copy.shape != ref.shape or not np.array_equal(copy, ref)):
+                raise ValueError(f"{name} differs from model.shared.weight: with "
+                                 "share_encoder_decoder_embeddings the copies must agree (build "
+                                 "with share_encoder_decoder_embeddings=False for separate ones)")
         emb = emb if emb is not None else (enc if enc is not None else dec)
         if emb is None:
             raise ValueError("model.safetensors has no token embedding (model.shared.weight)")

@@ -16,11 +16,13 @@ Design:
 """
 import math
 import os
+import warnings
 
 import numpy as np
 
 from ..functional import scaled_dot_product_attention as _sdpa
 from ..io.huggingface import canonical_activation
+from .._validation import check_eps, check_flag, check_seed, hf_attention_mask, to_numpy
 from . import _dense as ops
 from . import marian as _marian
 
@@ -153,7 +155,7 @@ class Seq2SeqTransformer:
         if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise TypeError(f"dtype must be float32 or float64, got {dt}")
         V = _pos_int(vocab_size, "vocab_size")
-        shared = bool(share_encoder_decoder_embeddings)
+        shared = check_flag(share_encoder_decoder_embeddings, "share_encoder_decoder_embeddings")
         Vt = V if (shared or decoder_vocab_size is None) else _pos_int(decoder_vocab_size,
                                                                        "decoder_vocab_size")
         d = _pos_int(d_model, "d_model")
@@ -166,12 +168,13 @@ class Seq2SeqTransformer:
             "encoder_ffn_dim": _pos_int(encoder_ffn_dim, "encoder_ffn_dim"),
             "decoder_ffn_dim": _pos_int(decoder_ffn_dim, "decoder_ffn_dim"),
             "activation_function": activation_function,
-            "scale_embedding": bool(scale_embedding), "normalize_before": bool(normalize_before),
+            "scale_embedding": check_flag(scale_embedding, "scale_embedding"),
+            "normalize_before": check_flag(normalize_before, "normalize_before"),
             "positions": positions,
             "max_position_embeddings": _pos_int(max_position_embeddings, "max_position_embeddings"),
             "share_encoder_decoder_embeddings": shared,
-            "tie_word_embeddings": bool(tie_word_embeddings),
-            "layer_norm_eps": float(layer_norm_eps),
+            "tie_word_embeddings": check_flag(tie_word_embeddings, "tie_word_embeddings"),
+            "layer_norm_eps": check_eps(layer_norm_eps, "layer_norm_eps"),
         }
         canonical_activation(activation_function, "activation_function")
         if positions not in _POSITIONS:
@@ -186,7 +189,11 @@ class Seq2SeqTransformer:
         cfg["decoder_start_token_id"] = (pad if decoder_start_token_id is None else
                                          _id(decoder_start_token_id, "decoder_start_token_id", Vt))
         self._config = cfg
+        if generation_config is not None and not isinstance(generation_config, dict):
+            raise TypeError(f"generation_config must be a dict, got "
+                            f"{type(generation_config).__name__}")
         gen = _marian.check_generation_config(dict(generation_config or {}), "generation_config")
+        _marian.check_generation_ids(gen, cfg, "generation_config")
         self.generation_config = gen
         self._dtype = dt
         self._build(seed, _state_dict)
@@ -265,7 +272,7 @@ class Seq2SeqTransformer:
         self._bind()
 
     def _init_random(self, seed):
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(check_seed(seed))
         for name, arr in self._params.items():
             if name.endswith("layer_norm.weight"):
                 arr[...] = 1.0
@@ -275,11 +282,23 @@ class Seq2SeqTransformer:
                 arr[...] = rng.standard_normal(arr.shape) / math.sqrt(arr.shape[1])
 
     def state_dict(self):
-        """Parameters by HF Marian name (views: writing into them changes the model)."""
-        return dict(self._params)
+        """Parameters by HF Marian name, as read-only views.
+
+        The linear layers run on packed copies of these arrays, so writing into them could not
+        change the model: they are read-only (an assignment raises ``ValueError``). To change
+        weights, build a new dict (``{k: v.copy() ...}``), edit it and pass it to
+        :meth:`load_state_dict`.
+        """
+        out = {}
+        for k, v in self._params.items():
+            view = v.view()
+            view.flags.writeable = False
+            out[k] = view
+        return out
 
     def load_state_dict(self, state_dict):
-        """Copy parameters in by name; shapes must match, every parameter must be given.
+        """Copy parameters in by name; shapes must match, every parameter must be given (if
+        any entry is missing, misshapen or not floating point, nothing is changed).
 
         Accepts NumPy arrays or torch tensors (converted with ``.detach().cpu().numpy()``).
         ``model.shared.weight`` may be given as the encoder / decoder ``embed_tokens`` copies,
@@ -301,13 +320,15 @@ class Seq2SeqTransformer:
         if unexpected:
             raise ValueError(f"state_dict has {len(unexpected)} unexpected key(s), e.g. "
                              f"{unexpected[:3]}")
+        # every entry is checked before any is copied: a bad state_dict changes nothing
         for k, dst in self._params.items():
             src = sd[k]
             if src.shape != dst.shape:
                 raise ValueError(f"{k}: shape {src.shape} does not match the model's {dst.shape}")
             if src.dtype.kind != "f":
                 raise TypeError(f"{k}: expected floating-point values, got {src.dtype}")
-            dst[...] = src
+        for k, dst in self._params.items():
+            dst[...] = sd[k]
         if hasattr(self, "_layers"):
             self._bind()                 # the shim's layers may hold packed copies
 
@@ -387,17 +408,31 @@ class Seq2SeqTransformer:
         config, legacy = _marian.read_config(path)
         gen = _marian.read_generation_config(path, legacy)
         weights = _marian.read_weights(path)
-        if config["share_encoder_decoder_embeddings"] and not config["tie_word_embeddings"]:
-            # transformers ties the encoder / decoder embeddings to model.shared only when
-            # tie_word_embeddings is true; otherwise each stack uses its own saved copy
+        if config["share_encoder_decoder_embeddings"]:
+            # a saved encoder / decoder embedding copy that differs from model.shared is not
+            # tied to it (transformers >= 5 loads it so, with a warning; without
+            # tie_word_embeddings nothing is tied at all): each stack uses its own copy, and a
+            # tied output projection stays model.shared
             sh = weights.get("model.shared.weight")
-            for which in ("encoder", "decoder"):
-                w = weights.get(f"model.{which}.embed_tokens.weight")
-                if w is not None and sh is not None and not np.array_equal(w, sh):
-                    config["share_encoder_decoder_embeddings"] = False
-            if not config["share_encoder_decoder_embeddings"]:
+            differ = [which for which in ("encoder", "decoder")
+                      if sh is not None and weights.get(f"model.{which}.embed_tokens.weight")
+                      is not None and not np.array_equal(
+                          weights[f"model.{which}.embed_tokens.weight"], sh)]
+            if differ:
+                if config["tie_word_embeddings"]:
+                    warnings.warn(
+                        f"{path}: the saved {' and '.join(differ)} token embeddings differ from "
+                        "model.shared.weight although tie_word_embeddings is true; each stack "
+                        "uses its own copy (as transformers loads them)", stacklevel=2)
+                config["share_encoder_decoder_embeddings"] = False
                 for which in ("encoder", "decoder"):
                     weights.setdefault(f"model.{which}.embed_tokens.weight", sh)
+                if config["tie_word_embeddings"]:
+                    config["tie_word_embeddings"] = False
+                    weights["lm_head.weight"] = sh
+        _marian.check_generation_ids(gen, config, os.path.join(
+            path, "generation_config.json" if os.path.exists(
+                os.path.join(path, "generation_config.json")) else "config.json"))
         return cls(**config, generation_config=gen, dtype=dtype, _state_dict=weights)
 
     # ---------------------------------------------------------------------------------------
@@ -473,17 +508,10 @@ class Seq2SeqTransformer:
             if self.pad_id == self.eos_id:
                 mask[...] = True
         else:
-            if hasattr(attention_mask, "detach"):
-                attention_mask = attention_mask.detach().cpu().numpy()
-            m = np.asarray(attention_mask)
+            m = to_numpy(attention_mask)
             if m.ndim == 1 and ids.shape[0] == 1:
                 m = m[None]
-            if m.shape != ids.shape:
-                raise ValueError(f"attention_mask must have the shape of input_ids {ids.shape}, "
-                                 f"got {m.shape}")
-            if m.dtype.kind not in "biuf":
-                raise TypeError(f"attention_mask must be bool or 0/1 numbers, got {m.dtype}")
-            mask = m != 0
+            mask = hf_attention_mask(m, ids.shape)
         return ids, mask
 
     # ---------------------------------------------------------------------------------------
@@ -577,6 +605,9 @@ class Seq2SeqTransformer:
         d, H, eps = c["d_model"], c["decoder_attention_heads"], c["layer_norm_eps"]
         Dh = d // H
         t0 = cache.length
+        if t0 + T > cache.max_len:
+            raise ValueError(f"the cache holds {cache.max_len} positions; cannot feed position "
+                             f"{t0 + T - 1}")
         x = np.take(self._emb_dec, tokens.reshape(-1), axis=0)   # (n*T, d)
         x *= self._scale
         x.reshape(n, T, d)[...] += self._pos_dec[t0:t0 + T]
@@ -664,7 +695,7 @@ class Seq2SeqTransformer:
         return DecoderState(self, input_ids, attention_mask, encoder_output, num_beams,
                             max_length, n_threads)
 
-    def generate(self, input_ids, attention_mask=None, *, max_new_tokens=None, min_new_tokens=0,
+    def generate(self, input_ids, attention_mask=None, *, max_new_tokens=None, min_new_tokens=None,
                  num_beams=None, length_penalty=None, early_stopping=None, suppress_tokens=None,
                  bad_words_ids=None, do_sample=False, temperature=None, top_k=None, top_p=None,
                  seed=None, n_threads=None):
@@ -678,8 +709,9 @@ class Seq2SeqTransformer:
         max_new_tokens : int, optional
             Default: the checkpoint's ``max_length`` (counting the start token), else 20 new
             tokens (capped by max_position_embeddings), as transformers.
-        min_new_tokens : int
-            EOS is forbidden before this many new tokens.
+        min_new_tokens : int, optional
+            EOS is forbidden before this many new tokens. Default: the checkpoint's
+            ``min_new_tokens``, else its ``min_length`` (counting the start token), else 0.
         num_beams, length_penalty, early_stopping : beam search (defaults from the checkpoint's
             generation config, then 1 / 1.0 / False). ``early_stopping`` may be "never".
         suppress_tokens, bad_words_ids : token ids never generated / token sequences never

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .._ops import PackedLinear
-from .._validation import to_numpy
+from .._validation import check_seed, to_numpy
 from ..io.safetensors import read_module, save_module
 from ..io.torch_state_dict import as_numpy_state_dict, state_dict_dtype
 
@@ -21,7 +21,7 @@ class _Init:
     """Random parameter initialisation shared down a model (one generator, one seed)."""
 
     def __init__(self, seed, dtype, empty=False):
-        self.rng = None if empty else np.random.default_rng(seed)
+        self.rng = None if empty else np.random.default_rng(check_seed(seed))
         self.dtype = np.dtype(dtype)
 
     @classmethod
@@ -170,5 +170,12 @@ class _Module:
         """Rebuild a module written by :meth:`save`. Wrong class, missing, unexpected or misshaped
         tensors: ValueError naming them."""
         config, tensors = read_module(path, cls.__name__)
-        model = cls._build(_init=_Init.empty(config["dtype"]), **config)
+        try:
+            model = cls._build(_init=_Init.empty(config.get("dtype", "float32")), **config)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: its fastattn_config does not describe a valid "
+                             f"{cls.__name__}: {exc}") from exc
+        for k, v in tensors.items():
+            if v.dtype.kind != "f":
+                raise ValueError(f"{path}: tensor {k!r} has dtype {v.dtype}, not a float")
         return model.load_state_dict(tensors)

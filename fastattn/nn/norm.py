@@ -1,7 +1,7 @@
 """Layer normalisation, torch.nn.LayerNorm's parameters."""
 import numpy as np
 
-from .._validation import check_dtype, check_last_dim, check_positive_int
+from .._validation import check_dtype, check_eps, check_flag, check_last_dim, check_positive_int
 from .._ops import layer_norm
 from ._module import _init_for, _Module
 
@@ -11,19 +11,18 @@ __all__ = ["LayerNorm"]
 class LayerNorm(_Module):
     """Layer normalisation over the last axis: (x - mean) / sqrt(var + eps) * weight + bias.
 
-    A zero-variance row gives zeros (then + bias), never NaN. Parameters ``weight`` (ones) and
+    A zero-variance row gives zeros (then + bias) when eps > 0 (with eps = 0 it gives NaN, as
+    torch does). Parameters ``weight`` (ones) and
     ``bias`` (zeros) as torch.nn.LayerNorm.
     """
 
     def __init__(self, normalized_shape, eps=1e-5, *, bias=True, dtype=np.float32, _init=None):
         d = check_positive_int(normalized_shape, "normalized_shape")
-        eps = float(eps)
-        if not eps >= 0:
-            raise ValueError(f"eps must be >= 0, got {eps}")
+        eps = check_eps(eps)
         dtype = check_dtype(dtype)
         init = _init_for(None, dtype, _init)
         self.normalized_shape, self.eps = d, eps
-        self._config = {"normalized_shape": d, "eps": eps, "bias": bool(bias), "dtype": dtype.name}
+        self._config = {"normalized_shape": d, "eps": eps, "bias": check_flag(bias, "bias"), "dtype": dtype.name}
         self._params = {"weight": init.ones((d,))}
         if bias:
             self._params["bias"] = init.zeros((d,))

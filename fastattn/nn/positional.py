@@ -3,7 +3,7 @@ import math
 
 import numpy as np
 
-from .._validation import check_dtype, check_positive_int, to_numpy
+from .._validation import check_dtype, check_positive_int, check_real_input, to_numpy
 
 __all__ = ["sinusoidal_positions", "PositionalEncoding"]
 
@@ -41,7 +41,7 @@ class PositionalEncoding:
         self.pe = sinusoidal_positions(check_positive_int(max_len, "max_len"), self.d_model, self.dtype)
 
     def __call__(self, x):
-        arr = to_numpy(x)
+        arr = check_real_input(to_numpy(x), "x")
         if arr.ndim < 2 or arr.shape[-1] != self.d_model:
             raise ValueError(f"x must have shape (..., seq, {self.d_model}), got {arr.shape}")
         T = arr.shape[-2]

@@ -10,7 +10,8 @@ import copy
 
 import numpy as np
 
-from .._validation import as_model_input, check_batch_pair, check_dtype, check_positive_int
+from .._validation import (as_model_input, check_batch_pair, check_dtype, check_eps, check_flag,
+                           check_positive_int)
 from ..io.torch_state_dict import count_layers
 from ._masks import _kernel_mask
 from ._module import _init_for, _Module
@@ -29,6 +30,8 @@ class _Layer(_Module):
     def _common(self, d_model, nhead, dim_feedforward, activation, layer_norm_eps, norm_first,
                 bias, dtype, seed, _init, cross):
         dtype = check_dtype(dtype)
+        bias = check_flag(bias, "bias")
+        layer_norm_eps = check_eps(layer_norm_eps, "layer_norm_eps")
         init = _init_for(seed, dtype, _init)
         self.self_attn = MultiHeadAttention(d_model, nhead, bias=bias, dtype=dtype, _init=init)
         if cross:
@@ -39,11 +42,12 @@ class _Layer(_Module):
         for i in range(1, n_norms + 1):
             setattr(self, f"norm{i}", LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype,
                                                 _init=init))
-        self.d_model, self.nhead, self.norm_first = int(d_model), int(nhead), bool(norm_first)
+        norm_first = check_flag(norm_first, "norm_first")
+        self.d_model, self.nhead, self.norm_first = int(d_model), int(nhead), norm_first
         self._config = {"d_model": int(d_model), "nhead": int(nhead),
                         "dim_feedforward": int(dim_feedforward), "activation": activation,
-                        "layer_norm_eps": float(layer_norm_eps), "norm_first": bool(norm_first),
-                        "bias": bool(bias), "dtype": dtype.name}
+                        "layer_norm_eps": check_eps(layer_norm_eps, "layer_norm_eps"),
+                        "norm_first": norm_first, "bias": bool(bias), "dtype": dtype.name}
         self._params = {}
         return init
 
@@ -297,6 +301,8 @@ class Transformer(_Module):
     @staticmethod
     def generate_square_subsequent_mask(sz, dtype=np.float32):
         """(sz, sz) float mask like torch's: 0 on and below the diagonal, -inf above (future)."""
+        if isinstance(sz, (bool, np.bool_)) or not isinstance(sz, (int, np.integer)) or sz < 0:
+            raise ValueError(f"sz must be an integer >= 0, got {sz!r}")
         sz = int(sz)
         return np.triu(np.full((sz, sz), -np.inf, dtype=check_dtype(dtype)), k=1)
 

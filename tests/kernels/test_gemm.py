@@ -401,6 +401,30 @@ def test_layer_norm_matches_torch():
                                rtol=1e-5, atol=2e-6)
 
 
+@pytest.mark.parametrize("C", [1, 5, 16, 64, 385])
+def test_layer_norm_float64_beyond_the_square_range(rng, C, isa):
+    """float64 rows with |x| ~ 1e300: their squares overflow double, and the row is computed on
+    an exactly scaled copy (LayerNorm(x) = LayerNorm(x / c) with eps / c^2): the normalised
+    values of the unscaled row, not zeros or garbage. inf or NaN in a row still gives NaN."""
+    base = rng.standard_normal((4, C)) * 3 + 1
+    g = rng.standard_normal(C)
+    b = rng.standard_normal(C)
+    for scale in (1e155, 1e300, 2.0 ** 1000):
+        x = base * scale
+        y = _ops.layer_norm(x, g, b, 1e-5)
+        ref = _ln64(base, None, g, b, max(1e-5 / scale / scale, 1e-300))
+        np.testing.assert_allclose(y, ref, rtol=1e-12, atol=1e-12)
+        with_res = _ops.layer_norm(x / 2, g, b, 1e-5, residual=x / 2)
+        np.testing.assert_allclose(with_res, ref, rtol=1e-12, atol=1e-12)
+    x = base * 1e300
+    x[1, 0] = np.inf
+    x[2, -1] = np.nan
+    y = _ops.layer_norm(x, g, b, 1e-5)
+    assert np.isnan(y[1]).all() and np.isnan(y[2]).all()
+    np.testing.assert_allclose(y[[0, 3]], _ln64(base[[0, 3]], None, g, b, 1e-300), rtol=1e-12,
+                               atol=1e-12)
+
+
 def test_layer_norm_bad_inputs():
     x = np.ones((2, 4), np.float32)
     with pytest.raises(ValueError, match=r"weight must have shape \(C,\)"):

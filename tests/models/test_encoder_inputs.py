@@ -328,3 +328,35 @@ def test_embed_left_padding_and_holes(enc, modes):
     hidden = enc(ids, mask, tt)
     np.testing.assert_allclose(enc.embed(ids, mask, tt, pooling=modes, normalize=False),
                                reference_pool(hidden, mask, modes, False), rtol=1e-5, atol=1e-5)
+
+
+def test_more_damaged_folders_name_the_file(tmp_path, bert_dir, enc):
+    """Damage a hostile-input review found reported without the file or field."""
+    d = copy_folder(bert_dir, tmp_path / "st")
+    write_st_folder(d, extra_flags={"pooling_mode": ["mean"]})
+    with pytest.raises(ValueError, match=r"pooling_mode=\['mean'\].*1_Pooling"):
+        EncoderModel.from_pretrained(d)
+    d = copy_folder(bert_dir, tmp_path / "st2")
+    write_st_folder(d)
+    (d / "sentence_bert_config.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="sentence_bert_config.json must hold a JSON dict"):
+        EncoderModel.from_pretrained(d)
+    d = copy_folder(bert_dir, tmp_path / "latin1")
+    (d / "config.json").write_bytes(b'{"model_type": "bert\xe9"}')
+    with pytest.raises(ValueError, match="config.json is not UTF-8"):
+        EncoderModel.from_pretrained(d)
+    # a sharded index may only name files inside the folder
+    for shard in ("../outside.safetensors", 3, "sub/x.safetensors", ".."):
+        d = copy_folder(bert_dir, tmp_path / f"idx{abs(hash(str(shard)))}")
+        os.rename(d / "model.safetensors", d / "part-1.safetensors")
+        (d / "model.safetensors.index.json").write_text(json.dumps(
+            {"weight_map": {"embeddings.word_embeddings.weight": shard}}))
+        with pytest.raises(ValueError, match="weight_map lists"):
+            EncoderModel.from_pretrained(d)
+    for bad in (None, "bogus", np.int32):
+        with pytest.raises(ValueError, match="dtype must be float32 or float64"):
+            EncoderModel.from_pretrained(bert_dir, dtype=bad)
+    ids = np.ones((1, 4), dtype=np.int64)
+    for bad in (3, None.__class__, [3]):
+        with pytest.raises(ValueError, match="pooling must be one of"):
+            enc.embed(ids, pooling=bad)
