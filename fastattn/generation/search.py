@@ -160,6 +160,12 @@ def resolve_settings(model, user):
     else:
         p["min_length"] = _check_int(p["min_length"], "min_length", 0)
     p["num_beams"] = _check_int(p["num_beams"], "num_beams", 1)
+    if p["num_beams"] > 1 and model.vocab_size < 2:
+        raise ValueError(f"num_beams={p['num_beams']} needs a target vocabulary of at least 2 "
+                         f"tokens, this model has {model.vocab_size}")
+    if not isinstance(p["renormalize_logits"], (bool, np.bool_)):
+        raise ValueError(f"renormalize_logits must be True or False, got "
+                         f"{p['renormalize_logits']!r}")
     es = p["early_stopping"]
     if es not in (True, False, "never"):
         raise ValueError(f"early_stopping must be True, False or 'never', got {es!r}")

@@ -187,8 +187,41 @@ def check_generation_config(gen, where):
             value = _single_id(value, key, where)
         elif key == "num_return_sequences" and value not in (None, 1):
             raise ValueError(f"{where}: num_return_sequences={value!r} is not supported (only 1)")
+        elif value is not None:
+            _check_setting_type(key, value, where)
         out[key] = value
     return out
+
+
+_INT_SETTINGS = {"max_length": 1, "max_new_tokens": 0, "min_length": 0, "min_new_tokens": 0,
+                 "num_beams": 1, "top_k": 0}
+
+
+def _check_setting_type(key, value, where):
+    """The value range of one generation setting (the same rules generate() applies to its
+    arguments), so that a bad file is named when it is read."""
+    def bad(what):
+        raise ValueError(f"{where}: {key}={value!r} must be {what}")
+    is_num = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if key in _INT_SETTINGS:
+        if isinstance(value, bool) or not isinstance(value, int) or value < _INT_SETTINGS[key]:
+            bad(f"an integer >= {_INT_SETTINGS[key]}")
+    elif key in ("do_sample", "renormalize_logits"):
+        if not isinstance(value, bool):
+            bad("true or false")
+    elif key == "early_stopping":
+        if value not in (True, False, "never") or isinstance(value, (int, float)) and \
+                not isinstance(value, bool):
+            bad('true, false or "never"')
+    elif key == "temperature":
+        if not is_num or not 0 < value < float("inf"):
+            bad("a positive number")
+    elif key == "top_p":
+        if not is_num or not 0 <= value <= 1:
+            bad("a number in [0, 1]")
+    elif key == "length_penalty":
+        if not is_num or value != value or value in (float("inf"), float("-inf")):
+            bad("a finite number")
 
 
 def check_generation_ids(gen, config, where):

@@ -58,9 +58,8 @@ def test_bad_checkpoint_min_length(checkpoint, tmp_path):
     g = json.load(open(os.path.join(bad, "generation_config.json")))
     g["min_length"] = -3
     json.dump(g, open(os.path.join(bad, "generation_config.json"), "w"))
-    model = fastattn.Seq2SeqTransformer.from_pretrained(bad)
-    with pytest.raises(ValueError, match="min_length"):
-        model.generate(np.array([[5, 6, 7]]), max_new_tokens=3)
+    with pytest.raises(ValueError, match="generation_config.json: min_length=-3"):
+        fastattn.Seq2SeqTransformer.from_pretrained(bad)
 
 
 def test_sampling_without_a_distribution_is_an_error(ids):
@@ -217,3 +216,29 @@ def test_bfloat16_checkpoint_loads(checkpoint, src, tmp_path):
     ids, mask = src
     # the bf16 weights are the float32 ones rounded: the encoder outputs agree to bf16 precision
     np.testing.assert_allclose(model.encode(ids, mask), ref.encode(ids, mask), rtol=0.1, atol=0.1)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("num_beams", "4"), ("num_beams", 0), ("top_k", 50.0), ("temperature", "0.7"),
+    ("temperature", 0), ("top_p", 1.5), ("length_penalty", "x"), ("do_sample", "yes"),
+    ("renormalize_logits", "no"), ("early_stopping", 1), ("max_new_tokens", -1),
+    ("min_length", 2.5)])
+def test_generation_config_types_name_the_file(checkpoint, tmp_path, field, value):
+    path, _ = checkpoint("relu_tied")
+    bad = _copy_checkpoint(path, str(tmp_path / "g"))
+    g = json.load(open(os.path.join(bad, "generation_config.json")))
+    g[field] = value
+    json.dump(g, open(os.path.join(bad, "generation_config.json"), "w"))
+    with pytest.raises(ValueError, match=f"generation_config.json: {field}="):
+        fastattn.Seq2SeqTransformer.from_pretrained(bad)
+    with pytest.raises(ValueError, match=f"generation_config: {field}="):
+        _model(generation_config={field: value})
+
+
+def test_tiny_vocabulary_beam_search():
+    one = fastattn.Seq2SeqTransformer(vocab_size=1, d_model=8, encoder_layers=1,
+                                      decoder_layers=1, encoder_attention_heads=2,
+                                      decoder_attention_heads=2, encoder_ffn_dim=8,
+                                      decoder_ffn_dim=8, pad_token_id=0, seed=0)
+    with pytest.raises(ValueError, match="num_beams=2 needs a target vocabulary"):
+        one.generate(np.zeros((1, 3), int), num_beams=2, max_new_tokens=2)
