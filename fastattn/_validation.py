@@ -96,9 +96,20 @@ def check_scale(scale, E, dtype=np.float64):
 
 
 def check_flag(value, name):
+    """A bool argument of the functional API: True / False (NumPy's too), nothing else."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+
+
+def check_option(value, name):
+    """A bool option of a module or model: True / False or the integers 1 / 0 (torch.nn takes
+    any truthy value there); strings and other values are a TypeError (a string such as
+    'False' would otherwise count as true)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) \
+            and value in (0, 1):
+        return bool(value)
+    return check_flag(value, name)
 
 
 INT32_MAX = 2**31 - 1     # sizes the kernels index with 32-bit ints (L, S, E, a softmax axis)
@@ -216,7 +227,10 @@ def check_seed(seed, name="seed"):
     """A random seed: None or an integer >= 0 (what np.random.default_rng takes as a seed)."""
     if seed is None:
         return None
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"{name} must be None or an integer >= 0, got {type(seed).__name__} "
+                        f"{seed!r}")
+    if seed < 0:
         raise ValueError(f"{name} must be None or an integer >= 0, got {seed!r}")
     return int(seed)
 
@@ -310,7 +324,7 @@ def hf_attention_mask(mask, shape, name="attention_mask"):
     if m.dtype.kind not in "biuf":
         raise TypeError(f"{name} must hold 0/1 (int, bool or float), got dtype {m.dtype}")
     if m.dtype.kind == "b":
-        return m
+        return np.array(m, dtype=bool, copy=True)    # the caller's array is never kept
     ok = (m == 0) | (m == 1)
     if not ok.all():
         bad = m[~ok].flat[0].item()

@@ -422,8 +422,10 @@ GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM
  * then the tail: the order depends on n only, never on the thread or the row's position. */
 /* The same row when the sums overflow double (float64 rows with |x| beyond ~1e154): LayerNorm
  * does not change under x -> x / c with eps -> eps / c^2, so the row is computed on x / c, c the
- * power of two at or below max |x| (an exact scaling). Returns 0, doing nothing, when the row
- * holds inf or NaN (the plain path's NaN result is then the answer, as in torch). */
+ * power of two at or below max |x| (exact for every element that stays a normal number after
+ * the scaling; an element 2^1022 times smaller than the largest may lose low bits, far below
+ * the result's rounding). Returns 0, doing nothing, when the row holds inf or NaN (the plain
+ * path's NaN result is then the answer, as in torch). */
 static int GM_NAME(ln_row_scaled)(const GM_T *x, const GM_T *res, ptrdiff_t n,
                                   const GM_T *gamma, const GM_T *beta, double eps, GM_T *y)
 {
@@ -443,8 +445,10 @@ static int GM_NAME(ln_row_scaled)(const GM_T *x, const GM_T *res, ptrdiff_t n,
         double d = GM_LN_X(j) * inv_c - mean;
         ss += d * d;
     }
-    /* eps / c^2 may underflow to 0: a constant row (ss = 0) is then still 0 when eps > 0, as
-     * unscaled (and NaN when eps = 0, as unscaled) */
+    /* eps / c^2 may underflow to 0: if ss is exactly 0 the row is then still 0 when eps > 0
+     * (NaN when eps = 0), as unscaled. A constant row whose rounded mean differs from its
+     * elements by an ulp has ss ~ ulp^2 > 0 and normalises to +-1, as on the plain path
+     * (a known limit of the two-pass mean in double for rows of identical huge values). */
     const double var_s = ss / (double)n + eps * inv_c * inv_c;
     const double rstd = var_s > 0.0 ? 1.0 / sqrt(var_s) : (eps > 0.0 ? 0.0 : INFINITY);
     for (j = 0; j < n; j++) {
@@ -486,7 +490,10 @@ GM_TARGET static void GM_NAME(ln_row)(const GM_T *x, const GM_T *res, ptrdiff_t 
         double d = (double)(res ? (GM_T)(x[j] + res[j]) : x[j]) - mean;
         ss += d * d;
     }
-    if ((isinf(ss) || isinf(sum)) && GM_NAME(ln_row_scaled)(x, res, n, gamma, beta, eps, y))
+    /* lanes may overflow to +inf and -inf (a NaN sum): any non-finite sum tries the scaled
+     * row, which declines rows that really hold inf or NaN */
+    if ((!isfinite(ss) || !isfinite(sum)) &&
+        GM_NAME(ln_row_scaled)(x, res, n, gamma, beta, eps, y))
         return;
     const double rstd = 1.0 / sqrt(ss / (double)n + eps);
 #if GM_VW > 1

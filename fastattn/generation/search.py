@@ -79,7 +79,10 @@ class DecoderState:
             if attention_mask is None:
                 mask = np.ones((B, S), bool)
             else:
-                mask = hf_attention_mask(attention_mask, (B, S))
+                m = to_numpy(attention_mask)
+                if m.ndim == 1 and B == 1:
+                    m = m[None]
+                mask = hf_attention_mask(m, (B, S))
             memory = np.ascontiguousarray(mem.reshape(B * S, -1), dtype=model.dtype)
         self.cache = model._start_cache(memory, mask, int(num_beams), int(max_length), n_threads)
         self.num_beams = int(num_beams)
@@ -113,6 +116,8 @@ class DecoderState:
         k = to_numpy(keep)
         if k.size and k.dtype.kind not in "iu":
             raise TypeError(f"keep must hold integer source indices, got dtype {k.dtype}")
+        if k.ndim != 1:
+            raise ValueError(f"keep must be a 1-D sequence of source indices, got shape {k.shape}")
         self.cache.select_sources(k.astype(np.int64, copy=False))
 
 

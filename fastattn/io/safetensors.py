@@ -25,7 +25,7 @@ def read_module(path, class_name):
             meta = f.metadata() or {}
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except Exception as exc:            # the library raises its own error types
-        if isinstance(exc, (MemoryError, KeyboardInterrupt)):
+        if isinstance(exc, (MemoryError, OSError)):
             raise
         raise ValueError(f"could not read the safetensors file {path}: {exc}") from exc
     if "fastattn_config" not in meta:

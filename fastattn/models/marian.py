@@ -202,16 +202,17 @@ def _check_setting_type(key, value, where):
     arguments), so that a bad file is named when it is read."""
     def bad(what):
         raise ValueError(f"{where}: {key}={value!r} must be {what}")
-    is_num = isinstance(value, (int, float)) and not isinstance(value, bool)
+    is_bool = isinstance(value, (bool, np.bool_))
+    is_int = isinstance(value, (int, np.integer)) and not is_bool
+    is_num = (is_int or isinstance(value, (float, np.floating))) and not is_bool
     if key in _INT_SETTINGS:
-        if isinstance(value, bool) or not isinstance(value, int) or value < _INT_SETTINGS[key]:
+        if not is_int or value < _INT_SETTINGS[key]:
             bad(f"an integer >= {_INT_SETTINGS[key]}")
     elif key in ("do_sample", "renormalize_logits"):
-        if not isinstance(value, bool):
+        if not is_bool:
             bad("true or false")
     elif key == "early_stopping":
-        if value not in (True, False, "never") or isinstance(value, (int, float)) and \
-                not isinstance(value, bool):
+        if not (is_bool or (isinstance(value, str) and value == "never")):
             bad('true, false or "never"')
     elif key == "temperature":
         if not is_num or not 0 < value < float("inf"):
@@ -286,12 +287,13 @@ def marian_state_dict(weights, config):
         emb = sd.pop("model.shared.weight", None)
         enc = sd.pop("model.encoder.embed_tokens.weight", None)
         dec = sd.pop("model.decoder.embed_tokens.weight", None)
+        ref_name = "model.shared.weight" if emb is not None else "model.encoder.embed_tokens.weight"
         for name, copy in (("model.encoder.embed_tokens.weight", enc),
                            ("model.decoder.embed_tokens.weight", dec)):
             ref = emb if emb is not None else enc
             if copy is not None and ref is not None and copy is not ref and (
                     copy.shape != ref.shape or not np.array_equal(copy, ref)):
-                raise ValueError(f"{name} differs from model.shared.weight: with "
+                raise ValueError(f"{name} differs from {ref_name}: with "
                                  "share_encoder_decoder_embeddings the copies must agree (build "
                                  "with share_encoder_decoder_embeddings=False for separate ones)")
         emb = emb if emb is not None else (enc if enc is not None else dec)

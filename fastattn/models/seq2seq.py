@@ -22,7 +22,7 @@ import numpy as np
 
 from ..functional import scaled_dot_product_attention as _sdpa
 from ..io.huggingface import canonical_activation
-from .._validation import check_eps, check_flag, check_seed, hf_attention_mask, to_numpy
+from .._validation import check_eps, check_option, check_seed, hf_attention_mask, to_numpy
 from . import _dense as ops
 from . import marian as _marian
 
@@ -71,6 +71,43 @@ def _id(v, name, vocab, allow_none=False):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v < vocab:
         raise ValueError(f"{name} must be a token id in [0, {vocab}), got {v!r}")
     return int(v)
+
+
+def _untie_differing_copies(config, weights, path):
+    """Read tied weights as transformers (>= 5) does: a saved copy of a tied tensor that differs
+    from its source is not tied to it (transformers warns and keeps the copy). The sources:
+    model.shared for the encoder / decoder embeddings (share_encoder_decoder_embeddings), the
+    decoder embedding for lm_head (tie_word_embeddings). Without tie_word_embeddings nothing is
+    tied and each saved copy is used as it is."""
+    def differs(name, ref):
+        w = weights.get(name)
+        return w is not None and ref is not None and (w.shape != ref.shape
+                                                      or not np.array_equal(w, ref))
+
+    tie = config["tie_word_embeddings"]
+    untied = []
+    sh = weights.get("model.shared.weight")
+    if config["share_encoder_decoder_embeddings"]:
+        stacks = [w for w in ("encoder", "decoder") if differs(f"model.{w}.embed_tokens.weight", sh)]
+        if stacks:
+            untied += [f"model.{w}.embed_tokens.weight" for w in stacks]
+            config["share_encoder_decoder_embeddings"] = False
+            for w in ("encoder", "decoder"):
+                weights.setdefault(f"model.{w}.embed_tokens.weight", sh)
+            if tie:
+                # the output projection stays tied to model.shared
+                config["tie_word_embeddings"] = False
+                weights.setdefault("lm_head.weight", sh)
+        out_src = sh
+    else:
+        out_src = weights.get("model.decoder.embed_tokens.weight")
+    if tie and config["tie_word_embeddings"] and differs("lm_head.weight", out_src):
+        untied.append("lm_head.weight")
+        config["tie_word_embeddings"] = False
+    if tie and untied:
+        warnings.warn(f"{path}: the saved {', '.join(untied)} differ from the tensors they are "
+                      "tied to although tie_word_embeddings is true; each is used as saved (as "
+                      "transformers loads them)", stacklevel=3)
 
 
 class _Attn:
@@ -155,7 +192,7 @@ class Seq2SeqTransformer:
         if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
             raise TypeError(f"dtype must be float32 or float64, got {dt}")
         V = _pos_int(vocab_size, "vocab_size")
-        shared = check_flag(share_encoder_decoder_embeddings, "share_encoder_decoder_embeddings")
+        shared = check_option(share_encoder_decoder_embeddings, "share_encoder_decoder_embeddings")
         Vt = V if (shared or decoder_vocab_size is None) else _pos_int(decoder_vocab_size,
                                                                        "decoder_vocab_size")
         d = _pos_int(d_model, "d_model")
@@ -168,12 +205,12 @@ class Seq2SeqTransformer:
             "encoder_ffn_dim": _pos_int(encoder_ffn_dim, "encoder_ffn_dim"),
             "decoder_ffn_dim": _pos_int(decoder_ffn_dim, "decoder_ffn_dim"),
             "activation_function": activation_function,
-            "scale_embedding": check_flag(scale_embedding, "scale_embedding"),
-            "normalize_before": check_flag(normalize_before, "normalize_before"),
+            "scale_embedding": check_option(scale_embedding, "scale_embedding"),
+            "normalize_before": check_option(normalize_before, "normalize_before"),
             "positions": positions,
             "max_position_embeddings": _pos_int(max_position_embeddings, "max_position_embeddings"),
             "share_encoder_decoder_embeddings": shared,
-            "tie_word_embeddings": check_flag(tie_word_embeddings, "tie_word_embeddings"),
+            "tie_word_embeddings": check_option(tie_word_embeddings, "tie_word_embeddings"),
             "layer_norm_eps": check_eps(layer_norm_eps, "layer_norm_eps"),
         }
         canonical_activation(activation_function, "activation_function")
@@ -408,28 +445,7 @@ class Seq2SeqTransformer:
         config, legacy = _marian.read_config(path)
         gen = _marian.read_generation_config(path, legacy)
         weights = _marian.read_weights(path)
-        if config["share_encoder_decoder_embeddings"]:
-            # a saved encoder / decoder embedding copy that differs from model.shared is not
-            # tied to it (transformers >= 5 loads it so, with a warning; without
-            # tie_word_embeddings nothing is tied at all): each stack uses its own copy, and a
-            # tied output projection stays model.shared
-            sh = weights.get("model.shared.weight")
-            differ = [which for which in ("encoder", "decoder")
-                      if sh is not None and weights.get(f"model.{which}.embed_tokens.weight")
-                      is not None and not np.array_equal(
-                          weights[f"model.{which}.embed_tokens.weight"], sh)]
-            if differ:
-                if config["tie_word_embeddings"]:
-                    warnings.warn(
-                        f"{path}: the saved {' and '.join(differ)} token embeddings differ from "
-                        "model.shared.weight although tie_word_embeddings is true; each stack "
-                        "uses its own copy (as transformers loads them)", stacklevel=2)
-                config["share_encoder_decoder_embeddings"] = False
-                for which in ("encoder", "decoder"):
-                    weights.setdefault(f"model.{which}.embed_tokens.weight", sh)
-                if config["tie_word_embeddings"]:
-                    config["tie_word_embeddings"] = False
-                    weights["lm_head.weight"] = sh
+        _untie_differing_copies(config, weights, path)
         _marian.check_generation_ids(gen, config, os.path.join(
             path, "generation_config.json" if os.path.exists(
                 os.path.join(path, "generation_config.json")) else "config.json"))

@@ -10,7 +10,7 @@ fast path).
 """
 import numpy as np
 
-from .._validation import as_model_input, check_dtype, check_flag, check_positive_int
+from .._validation import as_model_input, check_dtype, check_option, check_positive_int
 from ..functional import scaled_dot_product_attention
 from ._masks import _kernel_mask
 from ._module import _init_for, _Module
@@ -60,7 +60,7 @@ class MultiHeadAttention(_Module):
         self.kdim, self.vdim = kdim, vdim
         self.packed = kdim == embed_dim and vdim == embed_dim
         self._config = {"embed_dim": embed_dim, "num_heads": num_heads, "kdim": kdim, "vdim": vdim,
-                        "bias": check_flag(bias, "bias"), "dtype": dtype.name}
+                        "bias": check_option(bias, "bias"), "dtype": dtype.name}
         E = embed_dim
         if self.packed:
             self._params = {"in_proj_weight": init.xavier((3 * E, E))}
@@ -137,8 +137,8 @@ class MultiHeadAttention(_Module):
 
     def __call__(self, query, key, value, *, key_padding_mask=None, attn_mask=None, is_causal=False,
                  need_weights=False, average_attn_weights=True):
-        need_weights = check_flag(need_weights, "need_weights")
-        average_attn_weights = check_flag(average_attn_weights, "average_attn_weights")
+        need_weights = check_option(need_weights, "need_weights")
+        average_attn_weights = check_option(average_attn_weights, "average_attn_weights")
         dt = self.dtype
         xq, B, L, batched = as_model_input(query, "query", self.embed_dim, dt)
         same_kv = key is value

@@ -1,7 +1,7 @@
 """The position-wise feed-forward network, linear2(activation(linear1(x)))."""
 import numpy as np
 
-from .._validation import (check_choice, check_dtype, check_flag, check_last_dim,
+from .._validation import (check_choice, check_dtype, check_last_dim, check_option,
                            check_positive_int)
 from ._module import _init_for, _Module
 from .linear import Linear
@@ -29,7 +29,8 @@ class FeedForward(_Module):
         init = _init_for(seed, dtype, _init)
         self.d_model, self.dim_feedforward, self.activation = d_model, dim_feedforward, activation
         self._config = {"d_model": d_model, "dim_feedforward": dim_feedforward,
-                        "activation": activation, "bias": check_flag(bias, "bias"), "dtype": dtype.name}
+                        "activation": activation, "bias": check_option(bias, "bias"),
+                        "dtype": dtype.name}
         self.linear1 = Linear(d_model, dim_feedforward, bias, dtype=dtype, _init=init)
         self.linear2 = Linear(dim_feedforward, d_model, bias, dtype=dtype, _init=init)
         self._params = {}

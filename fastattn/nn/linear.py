@@ -1,7 +1,7 @@
 """Linear: y = x @ weight.T + bias, torch.nn.Linear's parameters."""
 import numpy as np
 
-from .._validation import check_dtype, check_flag, check_last_dim, check_positive_int
+from .._validation import check_dtype, check_last_dim, check_option, check_positive_int
 from ._module import _init_for, _Module
 
 __all__ = ["Linear"]
@@ -22,7 +22,7 @@ class Linear(_Module):
         init = _init_for(seed, dtype, _init)
         self.in_features, self.out_features = in_features, out_features
         self._config = {"in_features": in_features, "out_features": out_features,
-                        "bias": check_flag(bias, "bias"), "dtype": dtype.name}
+                        "bias": check_option(bias, "bias"), "dtype": dtype.name}
         self._params = {"weight": init.xavier((out_features, in_features))}
         if bias:
             self._params["bias"] = init.zeros((out_features,))

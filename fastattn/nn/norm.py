@@ -1,7 +1,7 @@
 """Layer normalisation, torch.nn.LayerNorm's parameters."""
 import numpy as np
 
-from .._validation import check_dtype, check_eps, check_flag, check_last_dim, check_positive_int
+from .._validation import check_dtype, check_eps, check_last_dim, check_option, check_positive_int
 from .._ops import layer_norm
 from ._module import _init_for, _Module
 
@@ -22,7 +22,8 @@ class LayerNorm(_Module):
         dtype = check_dtype(dtype)
         init = _init_for(None, dtype, _init)
         self.normalized_shape, self.eps = d, eps
-        self._config = {"normalized_shape": d, "eps": eps, "bias": check_flag(bias, "bias"), "dtype": dtype.name}
+        self._config = {"normalized_shape": d, "eps": eps, "bias": check_option(bias, "bias"),
+                        "dtype": dtype.name}
         self._params = {"weight": init.ones((d,))}
         if bias:
             self._params["bias"] = init.zeros((d,))

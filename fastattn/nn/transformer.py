@@ -10,7 +10,7 @@ import copy
 
 import numpy as np
 
-from .._validation import (as_model_input, check_batch_pair, check_dtype, check_eps, check_flag,
+from .._validation import (as_model_input, check_batch_pair, check_dtype, check_eps, check_option,
                            check_positive_int)
 from ..io.torch_state_dict import count_layers
 from ._masks import _kernel_mask
@@ -30,7 +30,7 @@ class _Layer(_Module):
     def _common(self, d_model, nhead, dim_feedforward, activation, layer_norm_eps, norm_first,
                 bias, dtype, seed, _init, cross):
         dtype = check_dtype(dtype)
-        bias = check_flag(bias, "bias")
+        bias = check_option(bias, "bias")
         layer_norm_eps = check_eps(layer_norm_eps, "layer_norm_eps")
         init = _init_for(seed, dtype, _init)
         self.self_attn = MultiHeadAttention(d_model, nhead, bias=bias, dtype=dtype, _init=init)
@@ -42,7 +42,7 @@ class _Layer(_Module):
         for i in range(1, n_norms + 1):
             setattr(self, f"norm{i}", LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype,
                                                 _init=init))
-        norm_first = check_flag(norm_first, "norm_first")
+        norm_first = check_option(norm_first, "norm_first")
         self.d_model, self.nhead, self.norm_first = int(d_model), int(nhead), norm_first
         self._config = {"d_model": int(d_model), "nhead": int(nhead),
                         "dim_feedforward": int(dim_feedforward), "activation": activation,

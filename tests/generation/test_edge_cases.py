@@ -84,16 +84,21 @@ def test_state_dict_is_read_only_and_a_bad_load_changes_nothing(ids):
     m = _model()
     enc = m.encode(ids)
     sd = m.state_dict()
+    before = {k: v.copy() for k, v in sd.items()}
     w = sd["model.encoder.layers.0.fc1.weight"]
     with pytest.raises(ValueError, match="read-only"):
         w[:] = 0
+    # an entry early in the order is edited, a later one is bad: nothing may be copied
+    names = list(sd)
     bad = {k: v.copy() for k, v in sd.items()}
-    bad["model.encoder.layers.0.fc1.weight"][:] = 0
-    bad["model.encoder.layers.1.fc1.weight"] = np.zeros((3, 3), np.float32)
+    bad[names[0]][...] = 0
+    bad["model.decoder.layers.1.fc1.weight"] = np.zeros((3, 3), np.float32)
+    assert names.index("model.decoder.layers.1.fc1.weight") > 0
     with pytest.raises(ValueError, match="layers.1.fc1.weight"):
         m.load_state_dict(bad)
+    for k, v in m.state_dict().items():
+        np.testing.assert_array_equal(v, before[k], err_msg=k)
     np.testing.assert_array_equal(m.encode(ids), enc)
-    np.testing.assert_array_equal(m.state_dict()["model.encoder.layers.0.fc1.weight"], w)
     # a good edited dict takes effect
     good = {k: v.copy() for k, v in sd.items()}
     good["model.encoder.layers.0.fc1.weight"][:] = 0
@@ -101,7 +106,8 @@ def test_state_dict_is_read_only_and_a_bad_load_changes_nothing(ids):
     assert not np.array_equal(m.encode(ids), enc)
 
 
-@pytest.mark.parametrize("which", ["encoder", "decoder"])
+@pytest.mark.parametrize("which", [("encoder",), ("decoder",), ("lm_head",),
+                                   ("decoder", "lm_head")])
 def test_embedding_copies_that_differ_load_as_transformers(checkpoint, src, tmp_path, which):
     """A tied checkpoint whose saved encoder / decoder embedding copy differs from
     model.shared: transformers then unties that copy (each stack its own, the output
@@ -110,14 +116,16 @@ def test_embedding_copies_that_differ_load_as_transformers(checkpoint, src, tmp_
     from safetensors.numpy import load_file, save_file
     from transformers import MarianMTModel
     path, _ = checkpoint("relu_tied")
-    d = _copy_checkpoint(path, str(tmp_path / which))
+    d = _copy_checkpoint(path, str(tmp_path / "_".join(which)))
     st = os.path.join(d, "model.safetensors")
     w = load_file(st)
     shared = w["model.shared.weight"]
-    w[f"model.{which}.embed_tokens.weight"] = (shared[::-1] * 0.5).copy()
+    for t in which:
+        name = "lm_head.weight" if t == "lm_head" else f"model.{t}.embed_tokens.weight"
+        w[name] = (shared[::-1] * 0.5).copy()
     save_file(w, st, metadata={"format": "pt"})
     hf = MarianMTModel.from_pretrained(d).eval()
-    with pytest.warns(UserWarning, match="differ from model.shared.weight"):
+    with pytest.warns(UserWarning, match="differ from the tensors they are tied to"):
         model = fastattn.Seq2SeqTransformer.from_pretrained(d)
     ids, mask = src
     dec = np.concatenate([np.full((ids.shape[0], 1), PAD), ids[:, :4]], axis=1)
@@ -125,6 +133,8 @@ def test_embedding_copies_that_differ_load_as_transformers(checkpoint, src, tmp_
         ref = hf(input_ids=torch.as_tensor(ids), attention_mask=torch.as_tensor(mask),
                  decoder_input_ids=torch.as_tensor(dec)).logits.numpy()
     np.testing.assert_allclose(model.logits(ids, dec, mask), ref, rtol=1e-4, atol=1e-4)
+    if which == ("lm_head",):
+        return
     # a state dict whose copies disagree is refused when the model shares them
     sd = {k: v for k, v in w.items()}
     with pytest.raises(ValueError, match="differs from model.shared.weight"):
@@ -172,6 +182,22 @@ def test_rejected_settings_and_inputs(ids):
     state = m.start(ids, max_length=2)
     with pytest.raises(TypeError, match="keep"):
         state.select_sources([0.5])
+    with pytest.raises(ValueError, match="keep"):
+        state.select_sources(1)
+    # the caller's bool mask is never kept or changed (the cache compacts its own copy)
+    bmask = np.ones(ids.shape, bool)
+    bmask[0, -3:] = False
+    saved = bmask.copy()
+    s2 = m.start(ids, bmask)
+    s2.step(np.full(3, PAD))
+    s2.select_sources([1, 2])
+    m.generate(ids, bmask, max_new_tokens=6, do_sample=True, seed=4)
+    np.testing.assert_array_equal(bmask, saved)
+    # a 1-D mask for a single source, as generate() takes it
+    one = m.encode(ids[:1])
+    s3 = m.start(encoder_output=one, attention_mask=np.ones(9, int))
+    np.testing.assert_allclose(s3.step(np.full(1, PAD)), m.start(ids[:1]).step(np.full(1, PAD)),
+                               rtol=1e-5, atol=1e-5)
     state.step(np.full(3, PAD))
     state.step(np.full(3, 5))
     with pytest.raises(ValueError, match="cannot feed position 2"):
@@ -216,6 +242,13 @@ def test_bfloat16_checkpoint_loads(checkpoint, src, tmp_path):
     ids, mask = src
     # the bf16 weights are the float32 ones rounded: the encoder outputs agree to bf16 precision
     np.testing.assert_allclose(model.encode(ids, mask), ref.encode(ids, mask), rtol=0.1, atol=0.1)
+
+
+def test_generation_config_numpy_scalars_are_numbers(ids):
+    m = _model(generation_config={"num_beams": np.int64(2), "temperature": np.float32(0.7),
+                                  "do_sample": np.False_, "length_penalty": np.float64(1.0)})
+    np.testing.assert_array_equal(m.generate(ids, max_new_tokens=5),
+                                  _model().generate(ids, max_new_tokens=5, num_beams=2))
 
 
 @pytest.mark.parametrize("field,value", [

@@ -416,6 +416,12 @@ def test_layer_norm_float64_beyond_the_square_range(rng, C, isa):
         np.testing.assert_allclose(y, ref, rtol=1e-12, atol=1e-12)
         with_res = _ops.layer_norm(x / 2, g, b, 1e-5, residual=x / 2)
         np.testing.assert_allclose(with_res, ref, rtol=1e-12, atol=1e-12)
+    # lanes that overflow to +inf and to -inf (a NaN sum, not an inf one) take the same path
+    if C >= 4:
+        alt = np.zeros((1, C))
+        alt[0, 0::4], alt[0, 1::4] = 1.0, -1.0
+        np.testing.assert_allclose(_ops.layer_norm(alt * 1e308, g, b, 1e-5),
+                                   _ln64(alt, None, g, b, 1e-300), rtol=1e-12, atol=1e-12)
     x = base * 1e300
     x[1, 0] = np.inf
     x[2, -1] = np.nan

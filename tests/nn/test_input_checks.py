@@ -8,7 +8,9 @@ import pytest
 import fastattn
 
 BAD_INPUTS = [np.array([["1", "2", "3", "4"]]), np.ones((2, 4)) + 1j,
-              np.array([[object()] * 4]), np.ones((2, 4), np.longdouble)]
+              np.array([[object()] * 4])]
+if np.dtype(np.longdouble).itemsize > 8:      # where long double is just float64, it is fine
+    BAD_INPUTS.append(np.ones((2, 4), np.longdouble))
 
 
 @pytest.mark.parametrize("make", [
@@ -30,6 +32,14 @@ def test_modules_refuse_non_real_inputs(make):
 def test_options_must_have_their_type():
     with pytest.raises(TypeError, match="norm_first"):
         fastattn.TransformerEncoderLayer(8, 2, 16, norm_first="False", seed=0)
+    # the integers 0 and 1 are accepted as flags (torch takes any truthy value)
+    assert fastattn.TransformerEncoderLayer(8, 2, 16, norm_first=1, bias=0, seed=0).norm_first
+    with pytest.raises(TypeError, match="norm_first"):
+        fastattn.TransformerEncoderLayer(8, 2, 16, norm_first=2, seed=0)
+    with pytest.raises(TypeError, match="seed"):
+        fastattn.Linear(4, 3, seed="x")
+    with pytest.raises(ValueError, match="seed"):
+        fastattn.Linear(4, 3, seed=-1)
     with pytest.raises(TypeError, match="bias"):
         fastattn.TransformerEncoderLayer(8, 2, 16, bias="no", seed=0)
     for make in (lambda: fastattn.Linear(4, 3, bias="no", seed=0),
