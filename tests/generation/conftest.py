@@ -38,3 +38,10 @@ def checkpoint(tmp_path_factory):
 def src():
     from marian_helpers import sources
     return sources(np.random.default_rng(7), batch=6, length=12)
+
+
+@pytest.fixture
+def ids():
+    """Three sources of 9 tokens, no padding (ids in [1, PAD))."""
+    from marian_helpers import PAD
+    return np.random.default_rng(3).integers(1, PAD, size=(3, 9))

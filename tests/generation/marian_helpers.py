@@ -82,3 +82,13 @@ def hf_generate(model, ids, mask=None, **kw):
     with torch.no_grad():
         out = model.generate(input_ids=t, attention_mask=m, **kw)
     return out.numpy()
+
+
+def small_model(**kw):
+    """A tiny Seq2SeqTransformer built in code (random weights, seed 5); keywords override."""
+    import fastattn
+    cfg = dict(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
+               encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+               decoder_ffn_dim=64, max_position_embeddings=64, seed=5)
+    cfg.update(kw)
+    return fastattn.Seq2SeqTransformer(**cfg)

@@ -8,21 +8,9 @@ import numpy as np
 import pytest
 
 import fastattn
-from marian_helpers import PAD, VOCAB
+from marian_helpers import PAD, VOCAB, small_model
 
-
-def _model(**kw):
-    cfg = dict(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
-               encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
-               decoder_ffn_dim=64, max_position_embeddings=64, seed=5)
-    cfg.update(kw)
-    return fastattn.Seq2SeqTransformer(**cfg)
-
-
-@pytest.fixture
-def ids():
-    rng = np.random.default_rng(3)
-    return rng.integers(1, PAD, size=(3, 9))
+_model = small_model
 
 
 def test_built_in_code(ids):
