@@ -24,7 +24,7 @@ import numpy as np
 
 from ._kernels import _gemm as _g
 from ._threads import _effective_n_threads
-from ._validation import as_array, check_out, kernel_ready, result_dtype
+from ._validation import as_array, check_eps, check_out, kernel_ready, result_dtype
 
 __all__ = ["linear", "PackedLinear", "gelu", "silu", "relu", "layer_norm"]
 
@@ -397,12 +397,7 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, residual=None, *, n_threads=
     if residual is not None and residual.shape != x.shape:
         raise ValueError(f"residual must have x's shape {x.shape}, got residual.shape="
                          f"{residual.shape}")
-    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, (int, float, np.integer,
-                                                                 np.floating)):
-        raise TypeError(f"eps must be a real number, got {type(eps).__name__} {eps!r}")
-    eps = float(eps)
-    if not (eps >= 0 and np.isfinite(eps)):
-        raise ValueError(f"eps must be finite and >= 0, got {eps}")
+    eps = check_eps(eps)
     nthr = _effective_n_threads(n_threads)
     y = np.empty(x.shape, dtype=dtype)
     if y.size == 0:

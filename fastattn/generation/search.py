@@ -302,8 +302,7 @@ def _check_sampling_scores(scores):
 
 def _draw(scores, gens):
     """One token per row from softmax(scores), by inverse CDF with each row's own generator."""
-    _check_sampling_scores(scores)
-    m = scores.max(axis=1, keepdims=True)
+    m = _check_sampling_scores(scores)[:, None]
     e = np.exp((scores - m).astype(np.float64))
     cdf = np.cumsum(e, axis=1)
     out = np.empty(scores.shape[0], np.int64)
