@@ -467,24 +467,52 @@ GM_TARGET static void GM_NAME(ln_row)(const GM_T *x, const GM_T *res, ptrdiff_t 
     double sum = 0.0, ss = 0.0;
     ptrdiff_t j, nv = 0;
 #if GM_VW > 1
-    typedef double VD __attribute__((vector_size(GM_VW * sizeof(double))));
-#define GM_LN_S(j) (res ? VLOAD(x + (j)) + VLOAD(res + (j)) : VLOAD(x + (j)))
-#define GM_LN_D(v) __builtin_convertvector((v), VD)
+    /* The double lanes are kept in native-width vectors (LH doubles: a whole register): a
+     * vector of GM_VW doubles is twice a register for float32, and GCC spilled it to the stack
+     * on every step (2 us per 512-element row on AVX2). For float32 each GM_VW-element step is
+     * two halves, lo = elements 0..LH-1 and hi = LH..GM_VW-1 of the step; summing lo's lanes
+     * then hi's is the same order as one GM_VW-lane accumulator. */
+#if GM_IS_DOUBLE
+#define LH GM_VW
+#else
+#define LH (GM_VW / 2)
+#endif
+    typedef GM_T VH __attribute__((vector_size(LH * sizeof(GM_T)), aligned(sizeof(GM_T))));
+    typedef double VD __attribute__((vector_size(LH * sizeof(double))));
+#define GM_LN_S(j) (res ? *(const VH *)(x + (j)) + *(const VH *)(res + (j)) : *(const VH *)(x + (j)))
+#define GM_LN_D(j) __builtin_convertvector(GM_LN_S(j), VD)
     nv = n / GM_VW * GM_VW;
-    VD acc = {0};
-    for (j = 0; j < nv; j += GM_VW) acc += GM_LN_D(GM_LN_S(j));
-    for (int t = 0; t < GM_VW; t++) sum += acc[t];
+    VD lo = {0}, hi = {0};
+    (void)hi;                                      /* float64: one register per step */
+    for (j = 0; j < nv; j += GM_VW) {
+        lo += GM_LN_D(j);
+#if !GM_IS_DOUBLE
+        hi += GM_LN_D(j + LH);
+#endif
+    }
+    for (int t = 0; t < LH; t++) sum += lo[t];
+#if !GM_IS_DOUBLE
+    for (int t = 0; t < LH; t++) sum += hi[t];
+#endif
 #endif
     for (j = nv; j < n; j++) sum += (double)(res ? (GM_T)(x[j] + res[j]) : x[j]);
     const double mean = sum / (double)n;
 #if GM_VW > 1
     const VD mean_v = (VD){0} + mean;
-    acc = (VD){0};
+    lo = (VD){0};
+    hi = (VD){0};
     for (j = 0; j < nv; j += GM_VW) {
-        VD d = GM_LN_D(GM_LN_S(j)) - mean_v;
-        acc += d * d;
+        VD d = GM_LN_D(j) - mean_v;
+        lo += d * d;
+#if !GM_IS_DOUBLE
+        d = GM_LN_D(j + LH) - mean_v;
+        hi += d * d;
+#endif
     }
-    for (int t = 0; t < GM_VW; t++) ss += acc[t];
+    for (int t = 0; t < LH; t++) ss += lo[t];
+#if !GM_IS_DOUBLE
+    for (int t = 0; t < LH; t++) ss += hi[t];
+#endif
 #endif
     for (j = nv; j < n; j++) {
         double d = (double)(res ? (GM_T)(x[j] + res[j]) : x[j]) - mean;
@@ -498,14 +526,15 @@ GM_TARGET static void GM_NAME(ln_row)(const GM_T *x, const GM_T *res, ptrdiff_t 
     const double rstd = 1.0 / sqrt(ss / (double)n + eps);
 #if GM_VW > 1
     const VD rstd_v = (VD){0} + rstd;
-    for (j = 0; j < nv; j += GM_VW) {
-        VD d = (GM_LN_D(GM_LN_S(j)) - mean_v) * rstd_v;
-        if (gamma) d *= GM_LN_D(VLOAD(gamma + j));
-        if (beta) d += GM_LN_D(VLOAD(beta + j));
-        VSTORE(y + j, __builtin_convertvector(d, V));
+    for (j = 0; j < nv; j += LH) {
+        VD d = (GM_LN_D(j) - mean_v) * rstd_v;
+        if (gamma) d *= __builtin_convertvector(*(const VH *)(gamma + j), VD);
+        if (beta) d += __builtin_convertvector(*(const VH *)(beta + j), VD);
+        *(VH *)(y + j) = __builtin_convertvector(d, VH);
     }
 #undef GM_LN_S
 #undef GM_LN_D
+#undef LH
 #endif
     for (j = nv; j < n; j++) {
         double d = ((double)(res ? (GM_T)(x[j] + res[j]) : x[j]) - mean) * rstd;
