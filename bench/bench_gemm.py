@@ -7,8 +7,11 @@ For each shape: y = x @ W.T with x (M, K), W (N, K) (the linear layer; fastattn 
 outside the timed region, as PackedLinear does). Warm-up first, then REPEATS interleaved rounds
 (fastattn, sleep, NumPy, sleep) so that both see the same machine state; medians (and minimums)
 reported. The sleep lets the other library's spinning worker threads go idle first (on 2
-cores they steal the core the next call needs). For small M the work is reading the weights:
-GB/s of weight reading is shown beside a bandwidth measured here (a large np.copyto, counted as
+cores they steal the core the next call needs); each sample then starts with one untimed call,
+which wakes the idle threads, and times calls back to back, as a model's linear layers run.
+For small M the work is reading the weights: each call reads the next of a ring of weight
+copies larger than the L3 (from DRAM, as in a decode step through a whole model), and GB/s of
+weight reading is shown beside a bandwidth measured here (a large np.copyto, counted as
 read + write). Also: exact GELU on 4096 x 1536 float32 vs torch.nn.functional.gelu.
 
 --torch adds torch.mm (torch's CPU wheel: Intel MKL's SGEMM), the GEMM inside every torch model
@@ -52,6 +55,11 @@ def _cpu_header():
 
 
 def _timed(fn, n=1):
+    """Seconds per call over n back-to-back calls, after one untimed call: after the pause
+    between systems every library's worker threads (and their vCPUs) are idle, and waking them
+    cost ~1-2 ms per call on some hosts (a Zen 3 VM: 7x the M = 8 GEMM itself), the same for
+    every library and no part of the GEMM; in a model the linear layers run back to back."""
+    fn()
     t0 = time.perf_counter()
     for _ in range(n):
         fn()
@@ -60,8 +68,31 @@ def _timed(fn, n=1):
 
 def _inner_count(fn, target=0.02):
     """Calls per timed sample so that one sample lasts ~target seconds (small shapes)."""
-    t = _timed(fn)
+    t = _timed(fn, 3)
     return max(1, int(target / max(t, 1e-7)))
+
+
+def _l3_bytes():
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as f:
+            txt = f.read().strip().upper()
+        mult = {"K": 1 << 10, "M": 1 << 20}.get(txt[-1], 1)
+        return int(txt.rstrip("KM")) * mult
+    except (OSError, ValueError):
+        return 32 << 20
+
+
+def _ring(make, nbytes, total):
+    """Enough copies of one operand (nbytes each) to exceed `total` bytes, and a function that
+    returns the next one on each call: the small-M shapes then read their weights from DRAM,
+    as a decode step through a whole model does (its weights are far larger than the L3)."""
+    copies = [make() for _ in range(max(1, -(-total // nbytes)))]
+    state = [0]
+
+    def nxt():
+        state[0] = (state[0] + 1) % len(copies)
+        return copies[state[0]]
+    return copies, nxt
 
 
 def measure_bandwidth(nbytes=512 << 20):
@@ -99,6 +130,10 @@ def main():
           f"{_gemm.blocking(4)}; NumPy {np.__version__}, BLAS {'; '.join(blas)}")
     print(f"# threads: {args.threads} for both; medians of {args.repeats} interleaved rounds")
     bw = measure_bandwidth()
+    l3 = _l3_bytes()
+    print(f"# small M (<= 32): each call reads the next of a ring of weight copies totalling > "
+          f"{3 * l3 >> 20} MiB (3x the L3), so the weights come from DRAM as in a decode step; "
+          f"each timed sample starts with one untimed call (it wakes the idle threads)")
     print(f"# memory bandwidth (np.copyto of 512 MiB, read + write): {bw:.1f} GB/s\n")
 
     torch = None
@@ -117,19 +152,26 @@ def main():
         for M, N, K in shapes:
             x = rng.standard_normal((M, K), dtype=np.float32)
             w = rng.standard_normal((N, K), dtype=np.float32)
-            layer = _ops.PackedLinear(w)
             out_fa = np.empty((M, N), np.float32)
             out_np = np.empty((M, N), np.float32)
-            f_fa = lambda: layer(x, n_threads=args.threads, out=out_fa)   # noqa: E731
-            f_np = lambda: np.matmul(x, w.T, out=out_np)                  # noqa: E731
+            # small M: every call takes the next of a ring of weight copies (> 3x the L3), so
+            # the weights come from DRAM; large M: one copy (the arithmetic is the work)
+            ring_total = 3 * l3 if M <= 32 else 0
+            ws, w_next = _ring(w.copy, w.nbytes, ring_total)
+            layers, l_next = _ring(lambda it=iter(ws): _ops.PackedLinear(next(it)), w.nbytes,
+                                   ring_total)
+            f_fa = lambda: l_next()(x, n_threads=args.threads, out=out_fa)   # noqa: E731
+            f_np = lambda: np.matmul(x, w_next().T, out=out_np)              # noqa: E731
             f_fa()
             f_np()
             n_fa, n_np = _inner_count(f_fa), _inner_count(f_np)
             t_fa, t_np, t_t = [], [], []
             if torch is not None:
-                xt, wt = torch.from_numpy(x), torch.from_numpy(w)
+                xt = torch.from_numpy(x)
+                wts, wt_next = _ring(lambda it=iter(ws): torch.from_numpy(next(it)), w.nbytes,
+                                     ring_total)
                 out_t = torch.empty((M, N))
-                f_t = lambda: torch.mm(xt, wt.t(), out=out_t)             # noqa: E731
+                f_t = lambda: torch.mm(xt, wt_next().t(), out=out_t)        # noqa: E731
                 f_t()
                 n_t = _inner_count(f_t)
             for _ in range(args.repeats):
@@ -140,7 +182,10 @@ def main():
                 if torch is not None:
                     t_t.append(_timed(f_t, n_t))
                     time.sleep(PAUSE)
+            f_fa()                          # the same weights (copies of w) for both
+            f_np()
             err = np.abs(out_fa - out_np).max()
+            del ws, layers
             a, b = np.median(t_fa), np.median(t_np)
             flop = 2.0 * M * N * K
             wgb = ""
