@@ -17,6 +17,8 @@
  * the same for any number of threads. */
 enum {
     FA_BQ = 96,            /* query rows per work item (a multiple of every ISA's 6- or 4-row block) */
+    FA_CAUSAL_SB = 24,     /* causal: a key tile crossing the diagonal is taken in row groups of
+                            * this many (a multiple of 6 and 4), each over the keys it sees */
     FA_DIRECT_MAX_L = 16,  /* up to this many query rows, K and V are read in place (no packing) */
     FA_KEY_SPLIT = 2048,   /* ... and keys beyond this many are split into chunks merged by LSE */
     FA_MAX_LEAD = 32       /* leading dimensions a call may have */

@@ -102,42 +102,58 @@ static void FA_SFX(sdpa_item)(
             nk = FA_SFX(shared_mask_extent)(bm != NULL ? bm + k0 * m_cs : NULL,
                                             fm != NULL ? fm + k0 * m_cs : NULL, m_cs, nk,
                                             &bmt, &fmt);
-        int ncols = round_up(nk, pad);
-        /* 1. scores = q_block @ k_tile.T */
-        if (kp != NULL)
-            FA_OPS.qk_tile(q, q_rs, nq, E, kp + kb * kp_tile, ncols, nk, scale, sc, rowmax);
-        else
-            FA_OPS.qk_direct(q, q_rs, nq, E, k + k0 * k_rs, k_rs, nk, scale, sc, ncols, rowmax);
-        /* 2. per row: mask, online softmax; P overwrites the scores */
-        for (int r = 0; r < nq; r++) {
-            int lim = nk;
-            if (causal && q0 + r - k0 + 1 < nk) lim = q0 + r - k0 + 1;
-            const unsigned char *bmr = bmt != NULL ? bmt + r * m_rs + k0 * m_cs : NULL;
-            const FA_T *fmr = fmt != NULL ? fmt + r * m_rs + k0 * m_cs : NULL;
-            ca[r] = FA_OPS.row_update(sc + (ptrdiff_t)r * ncols, nk, ncols, lim, rowmax[r], bmr, fmr,
-                                      m_cs, &m[r], &l[r], &cb[r]);
-        }
-        /* 3. acc = diag(ca) acc + diag(cb) P @ v_tile, the rescale fused into the P @ V epilogue */
-        if (vp != NULL) {
-            int flags = v_bad[kb];
-            if (flags & FA_V_BIG) {
-                /* |v| near the float limit: normalise P first so no partial sum can overflow */
-                for (int r = 0; r < nq; r++) {
-                    FA_T a = (FA_T)cb[r];
-                    for (int c = 0; c < nk; c++) sc[(ptrdiff_t)r * ncols + c] *= a;
-                    cb[r] = 1.0;
+        /* causal: a tile that crosses the diagonal is taken in groups of FA_CAUSAL_SB rows,
+         * each over the keys its last row sees (the block's first rows see few of the tile's
+         * keys: at L = 128 a whole-block pass computed 16384 scores per head where the triangle
+         * has 8256). Keys a group does not see contribute nothing to its rows (exp(-inf) = 0),
+         * so leaving them out changes no sum; a group that sees no key of the tile is skipped
+         * (its rows' m, l and accumulator stay as they are). */
+        const int sb = causal && k0 + nk > q0 + 1 ? FA_CAUSAL_SB : nq;
+        for (int g0 = 0; g0 < nq; g0 += sb) {
+            const int ng = nq - g0 < sb ? nq - g0 : sb;
+            int nkg = nk;
+            if (causal && q0 + g0 + ng - k0 < nkg) nkg = q0 + g0 + ng - k0;
+            if (nkg <= 0) continue;
+            const int ncols = round_up(nkg, pad);
+            const FA_T *qg = q + (ptrdiff_t)g0 * q_rs;
+            FA_T *accg = acc + (ptrdiff_t)g0 * evp;
+            /* 1. scores = q_group @ k_tile.T */
+            if (kp != NULL)
+                FA_OPS.qk_tile(qg, q_rs, ng, E, kp + kb * kp_tile, ncols, nkg, scale, sc, rowmax + g0);
+            else
+                FA_OPS.qk_direct(qg, q_rs, ng, E, k + k0 * k_rs, k_rs, nkg, scale, sc, ncols,
+                                 rowmax + g0);
+            /* 2. per row: mask, online softmax; P overwrites the scores */
+            for (int r = g0; r < g0 + ng; r++) {
+                int lim = nkg;
+                if (causal && q0 + r - k0 + 1 < nkg) lim = q0 + r - k0 + 1;
+                const unsigned char *bmr = bmt != NULL ? bmt + r * m_rs + k0 * m_cs : NULL;
+                const FA_T *fmr = fmt != NULL ? fmt + r * m_rs + k0 * m_cs : NULL;
+                ca[r] = FA_OPS.row_update(sc + (ptrdiff_t)(r - g0) * ncols, nkg, ncols, lim,
+                                          rowmax[r], bmr, fmr, m_cs, &m[r], &l[r], &cb[r]);
+            }
+            /* 3. acc = diag(ca) acc + diag(cb) P @ v_tile, the rescale fused into P @ V */
+            if (vp != NULL) {
+                int flags = v_bad[kb];
+                if (flags & FA_V_BIG) {
+                    /* |v| near the float limit: normalise P first so no partial sum can overflow */
+                    for (int r = 0; r < ng; r++) {
+                        FA_T a = (FA_T)cb[g0 + r];
+                        for (int c = 0; c < nkg; c++) sc[(ptrdiff_t)r * ncols + c] *= a;
+                        cb[g0 + r] = 1.0;
+                    }
                 }
+                FA_OPS.pv_tile(sc, ncols, ng, nkg, vp + kb * vp_tile, S - k0 > bk ? bk : S - k0,
+                               evp, accg, flags & FA_V_NONFINITE, ca + g0, cb + g0);
+            } else {
+                /* in place (decode): normalise P, rescale acc, then accumulate row by row */
+                for (int r = 0; r < ng; r++) {
+                    FA_T a = (FA_T)cb[g0 + r];
+                    for (int c = 0; c < nkg; c++) sc[(ptrdiff_t)r * ncols + c] *= a;
+                }
+                FA_OPS.scale_rows(accg, evp, ng, ca + g0);
+                FA_OPS.pv_direct(sc, ncols, ng, nkg, v + k0 * v_rs, v_rs, Ev, accg, evp);
             }
-            FA_OPS.pv_tile(sc, ncols, nq, nk, vp + kb * vp_tile, S - k0 > bk ? bk : S - k0, evp,
-                           acc, flags & FA_V_NONFINITE, ca, cb);
-        } else {
-            /* in place (decode): normalise P, rescale acc, then accumulate row by row */
-            for (int r = 0; r < nq; r++) {
-                FA_T a = (FA_T)cb[r];
-                for (int c = 0; c < nk; c++) sc[(ptrdiff_t)r * ncols + c] *= a;
-            }
-            FA_OPS.scale_rows(acc, evp, nq, ca);
-            FA_OPS.pv_direct(sc, ncols, nq, nk, v + k0 * v_rs, v_rs, Ev, acc, evp);
         }
     }
     /* acc is already normalised (row_update); a row that allowed no key (l == 0) is zeros. Key

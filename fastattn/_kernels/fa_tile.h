@@ -304,7 +304,11 @@ FA_TARGET static void FA_NAME(qk_tile)(const FA_T *q_tile, ptrdiff_t q_rs, int n
         const FA_T *qc = q_tile + rc * q_rs;
         FA_T *sc = scores + (ptrdiff_t)rc * ncols;
         for (int r = 0; r < nr; r++) vmax[r] = (V){0} + ninf;
-        for (int c0 = 0; c0 < ncols; c0 += FA_NR) {
+        /* panels past the valid keys are not computed: columns cend .. ncols-1 of the scores
+         * are left for the caller (row_update zeroes everything from its limit to ncols) */
+        const int cend = (nvalid + FA_NR - 1) / FA_NR * FA_NR < ncols
+                         ? (nvalid + FA_NR - 1) / FA_NR * FA_NR : ncols;
+        for (int c0 = 0; c0 < cend; c0 += FA_NR) {
             const FA_T *panel = kp + (ptrdiff_t)c0 * E;
             int partial = c0 + FA_NR > nvalid;
             VI valid[FA_NV];
