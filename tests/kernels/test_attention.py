@@ -284,6 +284,37 @@ def test_masked_nonfinite_never_reaches_output(rng, dtype, L):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("L, S", [(23, 23), (24, 24), (25, 31), (48, 40), (97, 97), (128, 128),
+                                  (130, 700), (200, 150)])
+def test_causal_row_groups(rng, dtype, L, S):
+    """Causal tiles crossing the diagonal run in groups of rows, each over the keys its last row
+    sees: shapes around the group and block edges, with a key-padding mask, against the
+    reference; a key only later rows see holds inf / NaN / huge values, which must reach
+    exactly the rows that see it."""
+    q, k, v = _qkv(rng, (2, 3, L, S, 16, 24), dtype)
+    _check(q, k, v, dtype, is_causal=True)
+    pad = np.ones((2, 1, 1, S), bool)
+    pad[1, ..., S - S // 3:] = False
+    _check(q, k, v, dtype, attn_mask=pad, is_causal=True)
+    j = min(L, S) - 2                           # seen by rows j .. L-1 only
+    v2 = v.copy()
+    v2[..., j, 0] = np.inf
+    v2[..., j, 1] = np.nan
+    out = sdpa(q, k, v2, is_causal=True)
+    assert np.isfinite(out[..., :j, :]).all()
+    assert_close(out[..., :j, :], sdpa_ref(q, k, v, is_causal=True)[0][..., :j, :], dtype)
+    assert np.isnan(out[..., j:, 1]).all() and not np.isfinite(out[..., j:, 0]).any()
+    big = np.finfo(dtype).max / 4               # the pack flags |v| near the limit: P is
+    v3 = np.full_like(v, big)                   # normalised before P @ V in that case
+    v3[..., ::2, :] = -big
+    out = sdpa(q, k, v3, is_causal=True)
+    ref, _ = sdpa_ref(q.astype(np.float64), k.astype(np.float64), v3.astype(np.float64),
+                      is_causal=True)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out / big, ref / big, rtol=0, atol=1e-4 if dtype == np.float32 else 1e-10)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_torch_parity(rng, dtype):
     torch = pytest.importorskip("torch")
     F = torch.nn.functional
