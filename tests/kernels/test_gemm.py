@@ -208,6 +208,37 @@ def test_out_argument_and_residual_alias(rng):
     np.testing.assert_array_equal(inplace, expect)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_packed_linear_out(rng, dtype):
+    """PackedLinear(..., out=): a ready output array goes straight to the kernel; anything else
+    takes the checked path (residual aliasing out is read from a copy; overlaps, read-only,
+    wrong byte order are errors)."""
+    x, w, b = _data(rng, 50, 70, 300, dtype)       # K > KC: partial sums pass through out
+    res = rng.standard_normal((50, 70)).astype(dtype)
+    layer = _ops.PackedLinear(w, b, "gelu")
+    expect = layer(x, res.copy())
+    _check(expect, x, w, b, "gelu", res)
+    out = np.full((50, 70), np.nan, dtype)
+    assert layer(x, res, out=out) is out
+    np.testing.assert_array_equal(out, expect)
+    inplace = res.copy()
+    assert layer(x, inplace, out=inplace) is inplace
+    np.testing.assert_array_equal(inplace, expect)
+    big = np.zeros(50 * 300 + 3500, dtype)
+    xs = big[:15000].reshape(50, 300)
+    xs[...] = x
+    with pytest.raises(ValueError, match="overlap x"):
+        layer(xs, out=big[15000 - 8:15000 - 8 + 3500].reshape(50, 70))
+    with pytest.raises(ValueError, match="overlap weight"):
+        layer(x, out=w.reshape(-1)[:3500].reshape(50, 70))
+    ro = np.empty((50, 70), dtype)
+    ro.setflags(write=False)
+    with pytest.raises(ValueError, match="writeable"):
+        layer(x, out=ro)
+    with pytest.raises(TypeError, match="out must have dtype"):
+        layer(x, out=np.empty((50, 70), np.dtype(dtype).newbyteorder()))
+
+
 def test_dtype_rules(rng):
     w32 = rng.standard_normal((6, 4)).astype(np.float32)
     xi = rng.integers(-3, 4, (5, 4))
