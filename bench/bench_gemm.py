@@ -82,17 +82,14 @@ def _l3_bytes():
         return 32 << 20
 
 
-def _ring(make, nbytes, total):
-    """Enough copies of one operand (nbytes each) to exceed `total` bytes, and a function that
-    returns the next one on each call: the small-M shapes then read their weights from DRAM,
-    as a decode step through a whole model does (its weights are far larger than the L3)."""
-    copies = [make() for _ in range(max(1, -(-total // nbytes)))]
+def _cycle(items):
+    """A function returning the next of `items` on each call, round and round."""
     state = [0]
 
     def nxt():
-        state[0] = (state[0] + 1) % len(copies)
-        return copies[state[0]]
-    return copies, nxt
+        state[0] = (state[0] + 1) % len(items)
+        return items[state[0]]
+    return nxt
 
 
 def measure_bandwidth(nbytes=512 << 20):
@@ -155,11 +152,12 @@ def main():
             out_fa = np.empty((M, N), np.float32)
             out_np = np.empty((M, N), np.float32)
             # small M: every call takes the next of a ring of weight copies (> 3x the L3), so
-            # the weights come from DRAM; large M: one copy (the arithmetic is the work)
-            ring_total = 3 * l3 if M <= 32 else 0
-            ws, w_next = _ring(w.copy, w.nbytes, ring_total)
-            layers, l_next = _ring(lambda it=iter(ws): _ops.PackedLinear(next(it)), w.nbytes,
-                                   ring_total)
+            # the weights come from DRAM, as in a decode step through a whole model; large M:
+            # one copy (the arithmetic is the work)
+            n_copies = -(-3 * l3 // w.nbytes) if M <= 32 else 1
+            ws = [w.copy() for _ in range(n_copies)]
+            layers = [_ops.PackedLinear(a) for a in ws]
+            w_next, l_next = _cycle(ws), _cycle(layers)
             f_fa = lambda: l_next()(x, n_threads=args.threads, out=out_fa)   # noqa: E731
             f_np = lambda: np.matmul(x, w_next().T, out=out_np)              # noqa: E731
             f_fa()
@@ -168,8 +166,7 @@ def main():
             t_fa, t_np, t_t = [], [], []
             if torch is not None:
                 xt = torch.from_numpy(x)
-                wts, wt_next = _ring(lambda it=iter(ws): torch.from_numpy(next(it)), w.nbytes,
-                                     ring_total)
+                wt_next = _cycle([torch.from_numpy(a) for a in ws])
                 out_t = torch.empty((M, N))
                 f_t = lambda: torch.mm(xt, wt_next().t(), out=out_t)        # noqa: E731
                 f_t()

@@ -306,8 +306,8 @@ FA_TARGET static void FA_NAME(qk_tile)(const FA_T *q_tile, ptrdiff_t q_rs, int n
         for (int r = 0; r < nr; r++) vmax[r] = (V){0} + ninf;
         /* panels past the valid keys are not computed: columns cend .. ncols-1 of the scores
          * are left for the caller (row_update zeroes everything from its limit to ncols) */
-        const int cend = (nvalid + FA_NR - 1) / FA_NR * FA_NR < ncols
-                         ? (nvalid + FA_NR - 1) / FA_NR * FA_NR : ncols;
+        const int vend = (nvalid + FA_NR - 1) / FA_NR * FA_NR;   /* nvalid up to a panel */
+        const int cend = vend < ncols ? vend : ncols;
         for (int c0 = 0; c0 < cend; c0 += FA_NR) {
             const FA_T *panel = kp + (ptrdiff_t)c0 * E;
             int partial = c0 + FA_NR > nvalid;
