@@ -338,7 +338,12 @@ GM_TARGET static void GM_NAME(pack)(const GM_T *w, ptrdiff_t w_rs, ptrdiff_t N, 
  *   pf_lines > 0:  pf_lines cache lines from pf (this row block's share of the next panel,
  *                  several row blocks), spread evenly over the k steps, so the next panel
  *                  arrives while the row blocks compute on this one (M = 32: the weights no
- *                  longer wait for the arithmetic or the other way round). */
+ *                  longer wait for the arithmetic or the other way round).
+ * and of the next register block's output tile (and its residual rows when the epilogue will
+ * read them): nx_rows rows of NR elements at nx_y (nx_res), row strides y_rs (nx_res_rs),
+ * fetched while this block computes. Without it every block of a large-M GEMM waited on its
+ * y lines at the end (stores to lines not in cache) and, after the first K block, at the start
+ * (the partial sums): one core, 1024 x 512 x 512, 0.80x OpenBLAS's speed before, 0.90x after. */
 #if GM_VW > 1
 #define GM_ACC V
 #define GM_ZERO ((V){0})
@@ -352,8 +357,18 @@ GM_TARGET static void GM_NAME(pack)(const GM_T *w, ptrdiff_t w_rs, ptrdiff_t N, 
 GM_TARGET static FA_ALWAYS_INLINE void
 GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM_T *panel,
             GM_T *y, ptrdiff_t y_rs, ptrdiff_t nv, int first, int ahead, const char *pf,
-            ptrdiff_t pf_lines)
+            ptrdiff_t pf_lines, const GM_T *nx_y, const GM_T *nx_res, ptrdiff_t nx_res_rs,
+            int nx_rows)
 {
+    /* first and last element of each row: the NR elements span two lines when unaligned */
+    for (int r = 0; r < nx_rows; r++) {
+        FA_PREFETCH(nx_y + r * y_rs, 3);
+        FA_PREFETCH(nx_y + r * y_rs + GM_NR - 1, 3);
+        if (nx_res) {
+            FA_PREFETCH(nx_res + r * nx_res_rs, 3);
+            FA_PREFETCH(nx_res + r * nx_res_rs + GM_NR - 1, 3);
+        }
+    }
     const ptrdiff_t pf_step = pf_lines > 0 ? (pf_lines + kcb - 1) / kcb : 0;
     GM_ACC acc[GM_MR][GM_NV];
     GM_T tmp[GM_MR][GM_NR];
@@ -575,8 +590,18 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
                 pf_n = pf_n < 0 ? 0 : pf_n > per_rb ? per_rb : pf_n;
                 const GM_T *xb = x + i0 * x_rs + k0;
                 GM_T *yb = y + i0 * y_rs + j0;
+                /* the next register block: the next rows of this panel, else the first rows
+                 * of the next panel (none after the item's last) */
+                ptrdiff_t ni = i0 + GM_MR, nj = j0;
+                if (ni >= m) {
+                    ni = 0;
+                    nj = j0 + GM_NR;
+                }
+                int nx_rows = nj >= n0 + nc ? 0 : m - ni < GM_MR ? (int)(m - ni) : GM_MR;
+                const GM_T *nx_res = last && res ? res + ni * res_rs + nj : NULL;
 #define GM_CALL(R) GM_NAME(mk)(xb, x_rs, R, kcb, panel, yb, y_rs, nv, first, n_rb == 1, \
-                              nxt + (i0 / GM_MR) * per_rb * 64, pf_n)
+                              nxt + (i0 / GM_MR) * per_rb * 64, pf_n, y + ni * y_rs + nj, \
+                              nx_res, res_rs, nx_rows)
                 switch (mr) {
                 case GM_MR: GM_CALL(GM_MR); break;
                 case 1: GM_CALL(1); break;
