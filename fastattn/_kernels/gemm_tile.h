@@ -358,15 +358,15 @@ GM_TARGET static FA_ALWAYS_INLINE void
 GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM_T *panel,
             GM_T *y, ptrdiff_t y_rs, ptrdiff_t nv, int first, int ahead, const char *pf,
             ptrdiff_t pf_lines, const GM_T *nx_y, const GM_T *nx_res, ptrdiff_t nx_res_rs,
-            int nx_rows)
+            int nx_rows, ptrdiff_t nx_cols)
 {
-    /* first and last element of each row: the NR elements span two lines when unaligned */
+    /* first and last element of each row: up to NR elements span two lines when unaligned */
     for (int r = 0; r < nx_rows; r++) {
         FA_PREFETCH(nx_y + r * y_rs, 3);
-        FA_PREFETCH(nx_y + r * y_rs + GM_NR - 1, 3);
+        FA_PREFETCH(nx_y + r * y_rs + nx_cols - 1, 3);
         if (nx_res) {
             FA_PREFETCH(nx_res + r * nx_res_rs, 3);
-            FA_PREFETCH(nx_res + r * nx_res_rs + GM_NR - 1, 3);
+            FA_PREFETCH(nx_res + r * nx_res_rs + nx_cols - 1, 3);
         }
     }
     const ptrdiff_t pf_step = pf_lines > 0 ? (pf_lines + kcb - 1) / kcb : 0;
@@ -598,10 +598,13 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
                     nj = j0 + GM_NR;
                 }
                 int nx_rows = nj >= n0 + nc ? 0 : m - ni < GM_MR ? (int)(m - ni) : GM_MR;
-                const GM_T *nx_res = last && res ? res + ni * res_rs + nj : NULL;
+                ptrdiff_t nx_cols = n0 + nc - nj < GM_NR ? n0 + nc - nj : GM_NR;
+                /* pointers formed only inside the arrays (none when there is no next block) */
+                const GM_T *nx_y = nx_rows ? y + ni * y_rs + nj : yb;
+                const GM_T *nx_res = nx_rows && last && res ? res + ni * res_rs + nj : NULL;
 #define GM_CALL(R) GM_NAME(mk)(xb, x_rs, R, kcb, panel, yb, y_rs, nv, first, n_rb == 1, \
-                              nxt + (i0 / GM_MR) * per_rb * 64, pf_n, y + ni * y_rs + nj, \
-                              nx_res, res_rs, nx_rows)
+                              nxt + (i0 / GM_MR) * per_rb * 64, pf_n, nx_y, nx_res, res_rs, \
+                              nx_rows, nx_cols)
                 switch (mr) {
                 case GM_MR: GM_CALL(GM_MR); break;
                 case 1: GM_CALL(1); break;
