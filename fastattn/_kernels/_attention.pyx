@@ -33,7 +33,7 @@ cdef extern from "fa_kernels.h" nogil:
 
 cdef extern from "fa_driver.h" nogil:
     enum:
-        FA_BQ, FA_DIRECT_MAX_L, FA_KEY_SPLIT, FA_MAX_LEAD
+        FA_BQ, FA_BQ_ONE, FA_BQ_ONE_N, FA_DIRECT_MAX_L, FA_KEY_SPLIT, FA_MAX_LEAD
         FA_W_PIECES
     ctypedef struct fa_problem:
         int nd
@@ -49,6 +49,7 @@ cdef extern from "fa_driver.h" nogil:
         int L, S, E, Ev, causal
         double scale
         int head_group
+        int bq
         int n_sp
     ctypedef struct fa_work:
         char *base
@@ -57,7 +58,8 @@ cdef extern from "fa_driver.h" nogil:
         Py_ssize_t size[FA_W_PIECES]
         Py_ssize_t scratch_stride
     int fa_key_block(int E, int Ev, int S, int itemsize)
-    Py_ssize_t fa_scratch_bytes(int bk, int pad, int Ev, int itemsize)
+    int fa_query_block(Py_ssize_t L, Py_ssize_t N, int ncols_max)
+    Py_ssize_t fa_scratch_bytes(int bq, int bk, int pad, int Ev, int itemsize)
     void fa_problem_tiling(fa_problem *p, int itemsize)
     Py_ssize_t fa_parallel_items(const fa_problem *p)
     void fa_plan(const fa_problem *p, int n_threads, fa_work *w)
@@ -77,7 +79,9 @@ ISA_NAMES = {FA_ISA_SCALAR: "scalar", FA_ISA_BASE: "baseline", FA_ISA_AVX2: "avx
              FA_ISA_AVX512: "avx512", FA_ISA_AVX2_WIDE: "avx2-wide"}
 fa_init(-1)
 
-BQ = FA_BQ                          # query rows per work item
+BQ = FA_BQ                          # query rows per work item (see query_block)
+BQ_ONE = FA_BQ_ONE                  # up to this many query rows, one block per leading index
+BQ_ONE_N = FA_BQ_ONE_N              # ... when there are this many leading indices or more
 DIRECT_MAX_L = FA_DIRECT_MAX_L      # up to this many query rows, K and V are read in place
 KEY_SPLIT = FA_KEY_SPLIT            # ... and keys beyond this many are split into chunks
 MAX_LEAD_DIMS = FA_MAX_LEAD         # leading (batch, head, ...) dimensions a call may have
@@ -89,10 +93,18 @@ def key_block(int E, int Ev, int itemsize, int S=1 << 30):
     return fa_key_block(E, Ev, S, itemsize)
 
 
-def scratch_bytes(int E, int Ev, int S, int itemsize):
+def query_block(Py_ssize_t L, Py_ssize_t N, int E, int Ev, int S, int itemsize):
+    """Query rows per work item for L query rows over N leading indices (fa_query_block)."""
+    cdef int pad = 64 if itemsize == 4 else 32
+    cdef int bk = fa_key_block(E, Ev, S, itemsize)
+    return fa_query_block(L, N, (bk + pad - 1) // pad * pad)
+
+
+def scratch_bytes(int E, int Ev, int S, int itemsize, Py_ssize_t L=FA_BQ, Py_ssize_t N=1):
     """Bytes of scratch one thread needs for the fused kernel (fa_scratch_bytes)."""
     cdef int pad = 64 if itemsize == 4 else 32
-    return fa_scratch_bytes(fa_key_block(E, Ev, S, itemsize), pad, Ev, itemsize)
+    return fa_scratch_bytes(query_block(L, N, E, Ev, S, itemsize), fa_key_block(E, Ev, S, itemsize),
+                            pad, Ev, itemsize)
 
 
 # ---------------------------------------------------------------- arrays -> fa_problem
@@ -199,13 +211,14 @@ def workspace_cache_enabled():
 
 def plan(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, tuple lead, int n_threads):
     """The workspace plan of a call without a mask, as a dict (for tests and debugging):
-    threads (after the cap by parallel items), total bytes and each piece's (offset, size)."""
+    threads (after the cap by parallel items), query rows per block, total bytes and each
+    piece's (offset, size)."""
     cdef fa_problem p
     cdef fa_work w
     _problem(&p, q, k, v, None, lead, False, 1.0, 1)
     n_threads = max(1, min(n_threads, fa_parallel_items(&p)))
     fa_plan(&p, n_threads, &w)
-    return {"threads": n_threads, "total": w.total, "key_splits": p.n_sp,
+    return {"threads": n_threads, "total": w.total, "key_splits": p.n_sp, "query_block": p.bq,
             "scratch_stride": w.scratch_stride,
             "pieces": {_PIECE_NAMES[i]: (w.off[i], w.size[i]) for i in range(FA_W_PIECES)}}
 

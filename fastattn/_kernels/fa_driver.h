@@ -17,6 +17,9 @@
  * the same for any number of threads. */
 enum {
     FA_BQ = 96,            /* query rows per work item (a multiple of every ISA's 6- or 4-row block) */
+    FA_BQ_ONE = 192,       /* up to this many query rows, one block per leading index when there
+                            * are FA_BQ_ONE_N of them or more (fa_query_block) */
+    FA_BQ_ONE_N = 8,
     FA_CAUSAL_SB = 24,     /* causal: a key tile crossing the diagonal is taken in row groups of
                             * this many (a multiple of 6 and 4), each over the keys it sees */
     FA_DIRECT_MAX_L = 16,  /* up to this many query rows, K and V are read in place (no packing) */
@@ -57,7 +60,8 @@ typedef struct {
     /* tiling (fa_problem_tiling fills these from the sizes above) */
     int itemsize, bk, pad, ncols_max, evp;
     ptrdiff_t n_kt;                     /* key tiles */
-    ptrdiff_t n_qb;                     /* query blocks of FA_BQ rows */
+    int bq;                             /* query rows per block (fa_query_block) */
+    ptrdiff_t n_qb;                     /* query blocks of bq rows */
     ptrdiff_t n_ks, n_vs;               /* packed key / value slabs (0 when not packed) */
     int n_sp;                           /* key splits (few query rows, S > FA_KEY_SPLIT) */
 } fa_problem;
@@ -72,8 +76,11 @@ typedef struct {
 
 /* Keys per tile for these head sizes, item size and key count. */
 int fa_key_block(int E, int Ev, int S, int itemsize);
-/* Bytes one thread's scratch needs for tiles of bk keys. */
-ptrdiff_t fa_scratch_bytes(int bk, int pad, int Ev, int itemsize);
+/* Query rows per work item for L query rows, N leading indices and key tiles of ncols_max
+ * columns (a rule of the shape alone). */
+int fa_query_block(ptrdiff_t L, ptrdiff_t N, int ncols_max);
+/* Bytes one thread's scratch needs for blocks of bq query rows and tiles of bk keys. */
+ptrdiff_t fa_scratch_bytes(int bq, int bk, int pad, int Ev, int itemsize);
 /* The tiling fields of p from its sizes, lead and the k / v leading shapes. */
 void fa_problem_tiling(fa_problem *p, int itemsize);
 /* The most independent work items any pass of the call has (more threads would only wait). */

@@ -67,14 +67,15 @@ static void FA_SFX(sdpa_item)(
     const ptrdiff_t kp_tile = (ptrdiff_t)E * ncols_max;   /* packed key tile stride */
     const ptrdiff_t vp_tile = (ptrdiff_t)bk * evp;        /* packed value tile stride */
     /* scratch layout (sized by fa_scratch_bytes); 64-byte aligned by the caller */
-    FA_T *sc = (FA_T *)scratch;                           /* (BQ, ncols_max) scores, then P */
-    FA_T *acc = sc + (ptrdiff_t)FA_BQ * ncols_max;        /* (BQ, evp) normalised output */
-    double *m = (double *)(acc + (ptrdiff_t)FA_BQ * evp); /* (BQ,) running max */
-    double *l = m + FA_BQ;                                /* (BQ,) running sum */
-    double *ca = l + FA_BQ;                               /* (BQ,) accumulator factors */
-    double *cb = ca + FA_BQ;                              /* (BQ,) P @ V factors (1 / l) */
-    FA_T *rowmax = (FA_T *)(cb + FA_BQ);                  /* (BQ,) tile row maxima */
-    FA_ASSERT_IN(rowmax, FA_BQ * sizeof(FA_T), scratch, scratch_end, "item scratch");
+    const int bq = p->bq;
+    FA_T *sc = (FA_T *)scratch;                           /* (bq, ncols_max) scores, then P */
+    FA_T *acc = sc + (ptrdiff_t)bq * ncols_max;           /* (bq, evp) normalised output */
+    double *m = (double *)(acc + (ptrdiff_t)bq * evp);    /* (bq,) running max */
+    double *l = m + bq;                                   /* (bq,) running sum */
+    double *ca = l + bq;                                  /* (bq,) accumulator factors */
+    double *cb = ca + bq;                                 /* (bq,) P @ V factors (1 / l) */
+    FA_T *rowmax = (FA_T *)(cb + bq);                     /* (bq,) tile row maxima */
+    FA_ASSERT_IN(rowmax, bq * sizeof(FA_T), scratch, scratch_end, "item scratch");
     (void)scratch_end;
 
     memset(acc, 0, (size_t)nq * evp * sizeof(FA_T));
@@ -182,9 +183,9 @@ static void FA_SFX(weights_item)(
     const int S = p->S, E = p->E, bk = p->bk, pad = p->pad, causal = p->causal;
     const ptrdiff_t kp_tile = (ptrdiff_t)E * p->ncols_max;
     const FA_T scale = (FA_T)p->scale;
-    FA_T *sc = (FA_T *)scratch;                             /* (BQ, ncols_max) */
-    FA_T *rowmax = sc + (ptrdiff_t)FA_BQ * p->ncols_max;    /* (BQ,), written, not read */
-    FA_ASSERT_IN(rowmax, FA_BQ * sizeof(FA_T), scratch, scratch_end, "weights scratch");
+    FA_T *sc = (FA_T *)scratch;                             /* (bq, ncols_max) */
+    FA_T *rowmax = sc + (ptrdiff_t)p->bq * p->ncols_max;    /* (bq,), written, not read */
+    FA_ASSERT_IN(rowmax, p->bq * sizeof(FA_T), scratch, scratch_end, "weights scratch");
     (void)scratch_end;
     int kend = causal && q0 + nq < S ? q0 + nq : S;
     for (int kb = 0; kb < (kend + bk - 1) / bk; kb++) {
@@ -302,8 +303,8 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
         for (ptrdiff_t item = 0; item < n_items * n_sp; item++) {
             ptrdiff_t sp = item % n_sp, n = item / n_sp / n_qb, qb = (item / n_sp) % n_qb;
             if (p->causal) qb = n_qb - 1 - qb;   /* longest items (last query blocks) first */
-            int q0 = (int)(qb * FA_BQ);
-            int nq = L - q0 > FA_BQ ? FA_BQ : L - q0;
+            int q0 = (int)(qb * p->bq);
+            int nq = L - q0 > p->bq ? p->bq : L - q0;
             ptrdiff_t qo = lead_offset(n, nd, p->lead, p->q_lead, 1);
             ptrdiff_t ks = lead_offset(n, nd, p->lead, p->kslab_lead, hg);   /* k slab index */
             ptrdiff_t vs = lead_offset(n, nd, p->lead, p->vslab_lead, hg);   /* v slab index */
@@ -350,8 +351,8 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
 #pragma omp for schedule(dynamic)
             for (ptrdiff_t item = 0; item < n_items; item++) {
                 ptrdiff_t n = item / n_qb, qb = item % n_qb;
-                int q0 = (int)(qb * FA_BQ);
-                int nq = L - q0 > FA_BQ ? FA_BQ : L - q0;
+                int q0 = (int)(qb * p->bq);
+                int nq = L - q0 > p->bq ? p->bq : L - q0;
                 ptrdiff_t qo = lead_offset(n, nd, p->lead, p->q_lead, 1);
                 ptrdiff_t ks = lead_offset(n, nd, p->lead, p->kslab_lead, hg);
                 ptrdiff_t ko = lead_offset(n, nd, p->lead, p->k_lead, hg);

@@ -10,7 +10,8 @@ what its plan says, so a one-byte overrun is reported.
 The sweep covers the four workspace paths: decode (L <= DIRECT_MAX_L, K and V read in place),
 key splits (decode with S > KEY_SPLIT), packed tiles (L > DIRECT_MAX_L) and the weights pass,
 with L around 1, 16, 17, 96, 97, S around KEY_SPLIT +- 1, 4096, 8193, E from 1 to 256, both
-dtypes, bool / float masks, causal, GQA and odd thread counts.
+dtypes, bool / float masks, causal, GQA and odd thread counts; and the one-block-per-head
+scratch (L from BQ + 1 to BQ_ONE + 1 over many heads).
 """
 import itertools
 import json
@@ -55,6 +56,19 @@ def _cases():
 
 
 CASES = _cases()
+# one query block per leading index (fa_query_block: BQ < L <= BQ_ONE with BQ_ONE_N or more
+# leading indices and short key tiles): its scratch holds L rows instead of BQ
+for _j, (_L, _S, _E, _lay) in enumerate([(97, 128, (64, 64), (2, 4, 4)), (128, 128, (64, 64), (8, 8, 8)),
+                                         (_k.BQ_ONE, 256, (32, 32), (1, 8, 2)),
+                                         (_k.BQ_ONE, 100, (3, 5), (2, 4, 2)),
+                                         (_k.BQ_ONE + 1, 128, (64, 64), (1, 8, 8)),
+                                         (150, 129, (128, 64), (3, 4, 4))]):
+    for _rot in range(2):
+        _i = 2 * _j + _rot
+        CASES.append(dict(L=_L, S=_S, E=_E[0], Ev=_E[1], B=_lay[0], Hq=_lay[1], Hkv=_lay[2],
+                          dtype="float32" if _rot == 0 else "float64",
+                          mask=MASKS[_i % len(MASKS)], causal=bool(_i % 3 == 1),
+                          weights=_i % 4 == 0, threads=THREADS[_i % len(THREADS)], seed=1000 + _i))
 
 CHILD = r"""
 import json, sys
@@ -129,6 +143,50 @@ def test_sweep_covers_every_workspace_path():
     assert {c["E"] for c in CASES} >= {1, 256}
     assert {c["dtype"] for c in CASES} == {"float32", "float64"}
     assert {c["mask"] for c in CASES} == set(MASKS)
+    one = [c for c in CASES if _k.query_block(c["L"], c["B"] * c["Hq"], c["E"], c["Ev"], c["S"],
+                                              4 if c["dtype"] == "float32" else 8) == c["L"] > _k.BQ]
+    assert {c["dtype"] for c in one} == {"float32", "float64"}
+    assert any(c["weights"] for c in one) and any(c["causal"] for c in one)
+    assert any(c["L"] == _k.BQ_ONE for c in one)
+
+
+@pytest.mark.parametrize("L, S, N, E, expected", [
+    (128, 128, 64, 64, 128),            # the base model's self-attention: one block per head
+    (128, 128, 7, 64, _k.BQ),           # too few heads to keep the threads busy
+    (_k.BQ, 128, 64, 64, _k.BQ),        # fits FA_BQ already
+    (_k.BQ_ONE, 256, 8, 32, _k.BQ_ONE),
+    (_k.BQ_ONE + 1, 128, 64, 64, _k.BQ),
+    (128, 4096, 64, 64, _k.BQ),         # 512-key tiles: a 128-row score tile would outgrow BQ's
+])
+def test_query_block_rule(L, S, N, E, expected):
+    assert _k.query_block(L, N, E, E, S, 4) == expected
+    q = np.zeros((1, N, L, E), np.float32)
+    k = np.zeros((1, N, S, E), np.float32)
+    plan = _k.plan(q, k, k, (1, N), 2)
+    assert plan["query_block"] == expected
+    # the score tile never outgrows BQ rows over the widest key tile; with the accumulator and
+    # row state of up to BQ_ONE rows the scratch stays within 10% of what BQ rows may need
+    assert plan["scratch_stride"] <= 1.1 * _k.scratch_bytes(E, E, 1 << 20, 4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("causal", [False, True])
+def test_one_block_per_head_is_bitwise_the_blocked_result(dtype, causal):
+    """A row's result does not depend on the query block it is computed in: 8 heads of 128 rows
+    (one block each) equal the same heads computed one at a time (blocks of BQ rows)."""
+    import fastattn
+    rng = np.random.default_rng(11)
+    q, k, v = (rng.standard_normal((1, 8, 128, 64)).astype(dtype) for _ in range(3))
+    mask = rng.random((1, 1, 128, 128)) < 0.9
+    mask[..., 0] = True
+    assert _k.query_block(128, 8, 64, 64, 128, np.dtype(dtype).itemsize) == 128
+    assert _k.query_block(128, 1, 64, 64, 128, np.dtype(dtype).itemsize) == _k.BQ
+    for m in (None, mask):
+        whole = fastattn.scaled_dot_product_attention(q, k, v, m, is_causal=causal)
+        for h in range(8):
+            one = fastattn.scaled_dot_product_attention(q[:, h:h + 1], k[:, h:h + 1],
+                                                        v[:, h:h + 1], m, is_causal=causal)
+            assert np.array_equal(one, whole[:, h:h + 1])
 
 
 @pytest.mark.parametrize("L, S, E", [(1, 8192, 64), (1, 2049, 1), (16, 8193, 256), (17, 4096, 64),
