@@ -49,8 +49,10 @@ cdef extern from "fa_driver.h" nogil:
         int L, S, E, Ev, causal
         double scale
         int head_group
+        int itemsize, bk, ncols_max, evp
         int bq
         int n_sp
+        int fused_pack
     ctypedef struct fa_work:
         char *base
         Py_ssize_t total
@@ -211,14 +213,20 @@ def workspace_cache_enabled():
 
 def plan(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, tuple lead, int n_threads):
     """The workspace plan of a call without a mask, as a dict (for tests and debugging):
-    threads (after the cap by parallel items), query rows per block, total bytes and each
-    piece's (offset, size)."""
+    threads (after the cap by parallel items), query rows per block, whether items pack their
+    own head's tiles (and the bytes of thread scratch those take), total bytes and each piece's
+    (offset, size)."""
     cdef fa_problem p
     cdef fa_work w
     _problem(&p, q, k, v, None, lead, False, 1.0, 1)
     n_threads = max(1, min(n_threads, fa_parallel_items(&p)))
     fa_plan(&p, n_threads, &w)
+    cdef Py_ssize_t own = 0
+    if p.fused_pack:
+        own = ((p.E * p.ncols_max * p.itemsize + 63) // 64 * 64
+               + (p.bk * p.evp * p.itemsize + 63) // 64 * 64)
     return {"threads": n_threads, "total": w.total, "key_splits": p.n_sp, "query_block": p.bq,
+            "fused_pack": bool(p.fused_pack), "own_pack_bytes": own,
             "scratch_stride": w.scratch_stride,
             "pieces": {_PIECE_NAMES[i]: (w.off[i], w.size[i]) for i in range(FA_W_PIECES)}}
 

@@ -64,6 +64,8 @@ typedef struct {
     ptrdiff_t n_qb;                     /* query blocks of bq rows */
     ptrdiff_t n_ks, n_vs;               /* packed key / value slabs (0 when not packed) */
     int n_sp;                           /* key splits (few query rows, S > FA_KEY_SPLIT) */
+    int fused_pack;                     /* each item packs its own head's key and value tile
+                                         * into its thread's scratch (no pass 1) */
 } fa_problem;
 
 typedef struct {

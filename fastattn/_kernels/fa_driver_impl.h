@@ -254,7 +254,9 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
     const int evp = p->evp, ncols_max = p->ncols_max, n_sp = p->n_sp, hg = p->head_group;
     const ptrdiff_t N = p->N, n_kt = p->n_kt, n_qb = p->n_qb;
     const ptrdiff_t kp_slab = n_kt * E * ncols_max, vp_slab = n_kt * bk * evp;
-    const ptrdiff_t n_items = N * n_qb, n_kpack = p->n_ks * n_kt, n_vpack = p->n_vs * n_kt;
+    const int fused = p->fused_pack;
+    const ptrdiff_t n_items = N * n_qb;
+    const ptrdiff_t n_kpack = fused ? 0 : p->n_ks * n_kt, n_vpack = fused ? 0 : p->n_vs * n_kt;
     FA_T *kpack = (FA_T *)piece(ws, FA_W_KPACK);
     FA_T *vpack = (FA_T *)piece(ws, FA_W_VPACK);
     unsigned char *v_bad = (unsigned char *)piece(ws, FA_W_VBAD);
@@ -262,6 +264,9 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
     FA_T *part = (FA_T *)piece(ws, FA_W_PART);
     double *pml = (double *)piece(ws, FA_W_PML);
     const ptrdiff_t sstride = ws->scratch_stride;
+    /* fused packing: the head's packed key tile, then its value tile, end each thread's scratch */
+    const ptrdiff_t fp_bytes = fused ? fused_pack_bytes(p) : 0;
+    const ptrdiff_t kp_bytes = round64((ptrdiff_t)E * ncols_max * isz);
 
     /* one parallel region for all passes (each `omp for` ends with a barrier): the threads are
      * woken once per call, not once per pass */
@@ -270,6 +275,10 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
         char *mine = scratch + omp_get_thread_num() * sstride;
         FA_ASSERT_IN(mine, sstride, piece(ws, FA_W_SCRATCH), piece_end(ws, FA_W_SCRATCH),
                      "thread scratch");
+        char *mine_end = mine + sstride - fp_bytes;       /* the item scratch */
+        FA_T *kp_own = fused ? (FA_T *)mine_end : NULL;
+        FA_T *vp_own = fused ? (FA_T *)(mine_end + kp_bytes) : NULL;
+        unsigned char v_bad_own = 0;
 
         /* pass 1: pack every key and value tile once (panels the micro-kernels stream through);
          * n_ks = n_vs = 0 for few query rows, where the items read K and V in place */
@@ -332,10 +341,21 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
                 mrow = stats + 2 * (n * L + q0);
                 lrow = mrow + nq;
             }
-            FA_SFX(sdpa_item)(p, q + qo + q0 * p->q_rs, kpack != NULL ? kpack + ks * kp_slab : NULL,
-                              vpack != NULL ? vpack + vs * vp_slab : NULL,
-                              v_bad != NULL ? v_bad + vs * n_kt : NULL, k + ko, v + vo, bmi, fmi,
-                              dst, Ev, mrow, lrow, q0, nq, kstart, kstop, mine, mine + sstride);
+            if (fused) {
+                /* this head's only item: its one key and value tile, packed here (S <= bk) */
+                FA_ASSERT_IN(kp_own, (ptrdiff_t)E * round_up(S, pad) * isz, mine_end,
+                             mine + sstride, "own packed key tile");
+                FA_ASSERT_IN(vp_own, (ptrdiff_t)S * evp * isz, mine_end + kp_bytes,
+                             mine + sstride, "own packed value tile");
+                FA_OPS.pack_k(k + ko, p->k_rs, S, E, round_up(S, pad), kp_own);
+                v_bad_own = (unsigned char)FA_OPS.pack_v(v + vo, p->v_rs, S, Ev, evp, vp_own);
+            }
+            FA_SFX(sdpa_item)(p, q + qo + q0 * p->q_rs,
+                              fused ? kp_own : kpack != NULL ? kpack + ks * kp_slab : NULL,
+                              fused ? vp_own : vpack != NULL ? vpack + vs * vp_slab : NULL,
+                              fused ? &v_bad_own : v_bad != NULL ? v_bad + vs * n_kt : NULL,
+                              k + ko, v + vo, bmi, fmi, dst, Ev, mrow, lrow, q0, nq, kstart, kstop,
+                              mine, mine_end);
         }
 
         /* pass 3 (key splits only): merge the partial results of each leading index, in split order */
@@ -358,12 +378,18 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
                 ptrdiff_t ko = lead_offset(n, nd, p->lead, p->k_lead, hg);
                 ptrdiff_t mo = lead_offset(n, nd, p->lead, p->m_lead, 1);
                 double *mrow = stats + 2 * (n * L + q0);
+                if (fused) {
+                    FA_ASSERT_IN(kp_own, (ptrdiff_t)E * round_up(S, pad) * isz, mine_end,
+                                 mine + sstride, "own packed key tile");
+                    FA_OPS.pack_k(k + ko, p->k_rs, S, E, round_up(S, pad), kp_own);
+                }
                 FA_SFX(weights_item)(p, q + qo + q0 * p->q_rs,
-                                     kpack != NULL ? kpack + ks * kp_slab : NULL, k + ko,
+                                     fused ? kp_own : kpack != NULL ? kpack + ks * kp_slab : NULL,
+                                     k + ko,
                                      bm != NULL ? bm + mo + q0 * p->m_rs : NULL,
                                      fm != NULL ? fm + mo + q0 * p->m_rs : NULL, mrow, mrow + nq,
                                      w + n * L * S + (ptrdiff_t)q0 * S, S, q0, nq, mine,
-                                     mine + sstride);
+                                     mine_end);
             }
         }
     }

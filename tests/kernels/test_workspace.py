@@ -58,11 +58,16 @@ def _cases():
 CASES = _cases()
 # one query block per leading index (fa_query_block: BQ < L <= BQ_ONE with BQ_ONE_N or more
 # leading indices and short key tiles): its scratch holds L rows instead of BQ
+# and items that pack their own head's key and value tile (one query block, one key tile, no
+# GQA or broadcast keys): the packed tiles sit at the end of the thread's scratch
 for _j, (_L, _S, _E, _lay) in enumerate([(97, 128, (64, 64), (2, 4, 4)), (128, 128, (64, 64), (8, 8, 8)),
                                          (_k.BQ_ONE, 256, (32, 32), (1, 8, 2)),
                                          (_k.BQ_ONE, 100, (3, 5), (2, 4, 2)),
                                          (_k.BQ_ONE + 1, 128, (64, 64), (1, 8, 8)),
-                                         (150, 129, (128, 64), (3, 4, 4))]):
+                                         (150, 129, (128, 64), (3, 4, 4)),
+                                         (17, 512, (64, 64), (1, 2, 2)), (96, 256, (1, 1), (3, 1, 1)),
+                                         (50, 255, (256, 256), (1, 1, 1)),
+                                         (18, 513, (64, 64), (2, 2, 2))]):
     for _rot in range(2):
         _i = 2 * _j + _rot
         CASES.append(dict(L=_L, S=_S, E=_E[0], Ev=_E[1], B=_lay[0], Hq=_lay[1], Hkv=_lay[2],
@@ -148,6 +153,21 @@ def test_sweep_covers_every_workspace_path():
     assert {c["dtype"] for c in one} == {"float32", "float64"}
     assert any(c["weights"] for c in one) and any(c["causal"] for c in one)
     assert any(c["L"] == _k.BQ_ONE for c in one)
+    own = [c for c in CASES if _fused(c)]
+    assert {c["dtype"] for c in own} == {"float32", "float64"}
+    assert any(c["weights"] for c in own) and any(c["causal"] for c in own)
+    assert {c["mask"] for c in own} == set(MASKS)
+    assert any(c["L"] > _k.BQ for c in own)
+
+
+def _fused(c):
+    dt = np.dtype(c["dtype"])
+    q = np.zeros((c["B"], c["Hq"], c["L"], c["E"]), dt)
+    k = np.zeros((c["B"], c["Hkv"], c["S"], c["E"]), dt)
+    v = np.zeros((c["B"], c["Hkv"], c["S"], c["Ev"]), dt)
+    if c["Hkv"] != c["Hq"]:
+        return False                 # GQA: several query heads share a packed key tile
+    return _k.plan(q, k, v, (c["B"], c["Hq"]), 2)["fused_pack"]
 
 
 @pytest.mark.parametrize("L, S, N, E, expected", [
@@ -166,7 +186,8 @@ def test_query_block_rule(L, S, N, E, expected):
     assert plan["query_block"] == expected
     # the score tile never outgrows BQ rows over the widest key tile; with the accumulator and
     # row state of up to BQ_ONE rows the scratch stays within 10% of what BQ rows may need
-    assert plan["scratch_stride"] <= 1.1 * _k.scratch_bytes(E, E, 1 << 20, 4)
+    item_scratch = plan["scratch_stride"] - plan["own_pack_bytes"]
+    assert item_scratch <= 1.1 * _k.scratch_bytes(E, E, 1 << 20, 4)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -219,7 +240,8 @@ def test_plan_pieces_are_disjoint_and_inside(L, S, E, dtype):
     (1, 1 << 14, 8, 8),       # 8 key splits of one sequence: 8 items
     (1, 1 << 18, 2, 2),       # 128 splits: every thread asked for
     (1, 64, 8, 1),            # one item
-    (17, 512, 8, 2),          # one query block, but two tiles to pack (one key, one value)
+    (17, 512, 8, 1),          # one query block and one key tile: the item packs its own
+    (17, 513, 8, 4),          # two key tiles: 2 + 2 tiles to pack in pass 1
     (200, 4096, 8, 16),       # packing 8 + 8 tiles beats 3 query blocks
 ])
 def test_thread_cap_counts_key_splits_and_packing(L, S, asked, expected):
