@@ -13,7 +13,8 @@
  *
  *   Pass 1: pack every key tile (E x bk, in panels of the micro-kernel's width) and value tile
  *           (bk x Ev) once, into the call's workspace; skipped for L <= FA_DIRECT_MAX_L
- *           (decode), where items read K and V in place.
+ *           (decode), where items read K and V in place, and when each head has one query
+ *           block and one key tile (fused_pack): its item packs them into its own scratch.
  *   Pass 2: per item, stream over key tiles of bk keys:
  *     1. scores = scale * q_block @ k_tile.T and row maxima    (qk_tile, register-blocked)
  *     2. per row: mask, online-softmax update                   (row_update)
