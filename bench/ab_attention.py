@@ -1,0 +1,82 @@
+"""Two builds of the attention kernel side by side in one process: is a change faster?
+
+    python bench/ab_attention.py OLD_TREE NEW_TREE [--threads 2] [--causal] [--shape 8x8x128x128x64]
+
+OLD_TREE and NEW_TREE are source trees built in place (`python setup.py build_ext --inplace`),
+e.g. a `git archive` of the previous commit and the working tree. Both builds'
+`_attention` extensions are loaded into this process under different module names and called
+alternately, so the host's state (on a shared VM it drifts by +-30% within minutes) affects both
+alike; separate processes cannot tell a 5% change from that drift. The outputs must be
+byte-identical (a kernel change that moves bits is reported and stops the run). Prints both
+medians and the median of the per-round speed ratios, with the CPU line.
+"""
+import argparse
+import glob
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import time
+
+import numpy as np
+
+from _common import cpu_line
+
+
+def _load(tree, tag):
+    paths = glob.glob(os.path.join(tree, "fastattn", "_kernels", "_attention.*.so"))
+    if not paths:
+        sys.exit(f"ab_attention: no built _attention extension under {tree} "
+                 "(run `python setup.py build_ext --inplace` there)")
+    name = f"{tag}._attention"          # the init function is found by the last component
+    loader = importlib.machinery.ExtensionFileLoader(name, paths[0])
+    spec = importlib.util.spec_from_file_location(name, paths[0], loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("old")
+    ap.add_argument("new")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--shape", default="8x8x128x128x64", help="BxHxLxSxE")
+    ap.add_argument("--rounds", type=int, default=25)
+    args = ap.parse_args(argv)
+    B, H, L, S, E = (int(x) for x in args.shape.split("x"))
+    mods = [_load(args.old, "ab_old"), _load(args.new, "ab_new")]
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((B, H, L, E), dtype=np.float32)
+    k = rng.standard_normal((B, H, S, E), dtype=np.float32)
+    v = rng.standard_normal((B, H, S, E), dtype=np.float32)
+    outs = [np.empty((B, H, L, E), np.float32) for _ in mods]
+    scale = 1.0 / np.sqrt(E)
+
+    def call(i):
+        mods[i].sdpa(q, k, v, None, outs[i], None, (B, H), args.causal, scale, 1, args.threads)
+
+    for i in range(2):
+        call(i)
+    if not np.array_equal(outs[0], outs[1]):
+        sys.exit("ab_attention: the two builds' outputs differ")
+    n = max(3, int(0.03 / (4 * B * H * L * S * E / 60e9)))     # ~30 ms per sample
+    times = [[], []]
+    for _ in range(args.rounds):
+        for i in range(2):
+            call(i)                                             # untimed: same start for both
+            t = time.perf_counter()
+            for _ in range(n):
+                call(i)
+            times[i].append((time.perf_counter() - t) / n)
+    t_old, t_new = (np.array(t) for t in times)
+    print(cpu_line())
+    print(f"{args.shape}{' causal' if args.causal else ''}, float32, {args.threads} threads, "
+          f"{args.rounds} alternating rounds of {n} calls: old {1e3 * np.median(t_old):.3f} ms, "
+          f"new {1e3 * np.median(t_new):.3f} ms, new / old speed (median of rounds) "
+          f"{np.median(t_old / t_new):.3f}; outputs byte-identical")
+
+
+if __name__ == "__main__":
+    main()
