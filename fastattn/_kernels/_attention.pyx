@@ -49,7 +49,6 @@ cdef extern from "fa_driver.h" nogil:
         int L, S, E, Ev, causal
         double scale
         int head_group
-        int itemsize, bk, ncols_max, evp
         int bq
         int n_sp
         int fused_pack
@@ -63,6 +62,7 @@ cdef extern from "fa_driver.h" nogil:
     int fa_query_block(Py_ssize_t L, Py_ssize_t N, int ncols_max)
     Py_ssize_t fa_scratch_bytes(int bq, int bk, int pad, int Ev, int itemsize)
     void fa_problem_tiling(fa_problem *p, int itemsize)
+    Py_ssize_t fa_fused_pack_bytes(const fa_problem *p)
     Py_ssize_t fa_parallel_items(const fa_problem *p)
     void fa_plan(const fa_problem *p, int n_threads, fa_work *w)
     void fa_sdpa_run_f32(const fa_problem *p, const fa_work *w, const float *q, const float *k,
@@ -221,12 +221,8 @@ def plan(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, tuple lead, int n_threads)
     _problem(&p, q, k, v, None, lead, False, 1.0, 1)
     n_threads = max(1, min(n_threads, fa_parallel_items(&p)))
     fa_plan(&p, n_threads, &w)
-    cdef Py_ssize_t own = 0
-    if p.fused_pack:
-        own = ((p.E * p.ncols_max * p.itemsize + 63) // 64 * 64
-               + (p.bk * p.evp * p.itemsize + 63) // 64 * 64)
     return {"threads": n_threads, "total": w.total, "key_splits": p.n_sp, "query_block": p.bq,
-            "fused_pack": bool(p.fused_pack), "own_pack_bytes": own,
+            "fused_pack": bool(p.fused_pack), "own_pack_bytes": fa_fused_pack_bytes(&p),
             "scratch_stride": w.scratch_stride,
             "pieces": {_PIECE_NAMES[i]: (w.off[i], w.size[i]) for i in range(FA_W_PIECES)}}
 

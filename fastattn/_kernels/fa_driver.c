@@ -78,7 +78,8 @@ int fa_query_block(ptrdiff_t L, ptrdiff_t N, int ncols_max)
     /* Short query ranges over many heads (a model's own attention: 128 tokens, 8-12 heads, a
      * batch) run as one block per head: with FA_BQ rows L = 128 made two items per head, 96
      * rows and a 32-row one, and every item passes over all of the head's packed keys and
-     * values (8 x 8 x 128 x 128 x 64, two threads: 13% faster as one block). Only while the
+     * values (8 x 8 x 128 x 128 x 64, two threads, old and new build in one process: 4% faster
+     * as one block). Only while the
      * block's score tile stays within the largest FA_BQ-row one (the scratch never grows past
      * what FA_BQ rows may need), and with enough heads to keep every thread busy. */
     if (L > FA_BQ && L <= FA_BQ_ONE && N >= FA_BQ_ONE_N && L * (ptrdiff_t)ncols_max <= FA_BQ * 512)
@@ -139,12 +140,15 @@ void fa_problem_tiling(fa_problem *p, int itemsize)
                     && p->head_group == 1 && p->n_ks == p->N && p->n_vs == p->N;
 }
 
-/* Bytes of the packed key and value tiles a fused-pack item keeps in its scratch, each rounded
- * to 64 (they follow the item scratch of fa_scratch_bytes). */
-static ptrdiff_t fused_pack_bytes(const fa_problem *p)
+ptrdiff_t fa_own_key_tile_bytes(const fa_problem *p)
 {
-    return round64((ptrdiff_t)p->E * p->ncols_max * p->itemsize)
-           + round64((ptrdiff_t)p->bk * p->evp * p->itemsize);
+    return round64((ptrdiff_t)p->E * p->ncols_max * p->itemsize);
+}
+
+ptrdiff_t fa_fused_pack_bytes(const fa_problem *p)
+{
+    if (!p->fused_pack) return 0;
+    return fa_own_key_tile_bytes(p) + round64((ptrdiff_t)p->bk * p->evp * p->itemsize);
 }
 
 ptrdiff_t fa_parallel_items(const fa_problem *p)
@@ -161,7 +165,7 @@ void fa_plan(const fa_problem *p, int n_threads, fa_work *w)
     int packed = p->n_ks > 0 && !p->fused_pack;
     w->base = NULL;
     w->scratch_stride = round64(fa_scratch_bytes(p->bq, p->bk, p->pad, p->Ev, p->itemsize))
-                        + (p->fused_pack ? fused_pack_bytes(p) : 0);
+                        + fa_fused_pack_bytes(p);
     w->size[FA_W_KPACK] = packed ? p->n_ks * p->n_kt * p->E * p->ncols_max * isz : 0;
     w->size[FA_W_VPACK] = packed ? p->n_vs * p->n_kt * p->bk * p->evp * isz : 0;
     w->size[FA_W_VBAD] = packed ? p->n_vs * p->n_kt : 0;

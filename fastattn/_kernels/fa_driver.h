@@ -85,6 +85,10 @@ int fa_query_block(ptrdiff_t L, ptrdiff_t N, int ncols_max);
 ptrdiff_t fa_scratch_bytes(int bq, int bk, int pad, int Ev, int itemsize);
 /* The tiling fields of p from its sizes, lead and the k / v leading shapes. */
 void fa_problem_tiling(fa_problem *p, int itemsize);
+/* Bytes of thread scratch a fused-pack item's own packed key tile takes, and its key and value
+ * tiles together (0 without fused_pack); each rounded to 64, after the item scratch. */
+ptrdiff_t fa_own_key_tile_bytes(const fa_problem *p);
+ptrdiff_t fa_fused_pack_bytes(const fa_problem *p);
 /* The most independent work items any pass of the call has (more threads would only wait). */
 ptrdiff_t fa_parallel_items(const fa_problem *p);
 /* Size every piece of the workspace for n_threads threads; w->base is left to the caller. */

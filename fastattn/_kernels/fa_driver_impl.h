@@ -265,8 +265,7 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
     double *pml = (double *)piece(ws, FA_W_PML);
     const ptrdiff_t sstride = ws->scratch_stride;
     /* fused packing: the head's packed key tile, then its value tile, end each thread's scratch */
-    const ptrdiff_t fp_bytes = fused ? fused_pack_bytes(p) : 0;
-    const ptrdiff_t kp_bytes = round64((ptrdiff_t)E * ncols_max * isz);
+    const ptrdiff_t fp_bytes = fa_fused_pack_bytes(p);
 
     /* one parallel region for all passes (each `omp for` ends with a barrier): the threads are
      * woken once per call, not once per pass */
@@ -277,8 +276,15 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
                      "thread scratch");
         char *mine_end = mine + sstride - fp_bytes;       /* the item scratch */
         FA_T *kp_own = fused ? (FA_T *)mine_end : NULL;
-        FA_T *vp_own = fused ? (FA_T *)(mine_end + kp_bytes) : NULL;
+        FA_T *vp_own = fused ? (FA_T *)(mine_end + fa_own_key_tile_bytes(p)) : NULL;
         unsigned char v_bad_own = 0;
+        /* a fused item's own key tile (its head's S <= bk keys), packed into its scratch */
+#define FA_PACK_OWN_K(ko)                                                                  \
+    do {                                                                                   \
+        FA_ASSERT_IN(kp_own, (ptrdiff_t)E * round_up(S, pad) * isz, mine_end, mine + sstride, \
+                     "own packed key tile");                                               \
+        FA_OPS.pack_k(k + (ko), p->k_rs, S, E, round_up(S, pad), kp_own);                  \
+    } while (0)
 
         /* pass 1: pack every key and value tile once (panels the micro-kernels stream through);
          * n_ks = n_vs = 0 for few query rows, where the items read K and V in place */
@@ -341,21 +347,21 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
                 mrow = stats + 2 * (n * L + q0);
                 lrow = mrow + nq;
             }
+            const FA_T *kpi = kpack != NULL ? kpack + ks * kp_slab : NULL;
+            const FA_T *vpi = vpack != NULL ? vpack + vs * vp_slab : NULL;
+            const unsigned char *vbi = v_bad != NULL ? v_bad + vs * n_kt : NULL;
             if (fused) {
-                /* this head's only item: its one key and value tile, packed here (S <= bk) */
-                FA_ASSERT_IN(kp_own, (ptrdiff_t)E * round_up(S, pad) * isz, mine_end,
-                             mine + sstride, "own packed key tile");
-                FA_ASSERT_IN(vp_own, (ptrdiff_t)S * evp * isz, mine_end + kp_bytes,
-                             mine + sstride, "own packed value tile");
-                FA_OPS.pack_k(k + ko, p->k_rs, S, E, round_up(S, pad), kp_own);
+                /* this head's only item: its one key and value tile, packed here */
+                FA_PACK_OWN_K(ko);
+                FA_ASSERT_IN(vp_own, (ptrdiff_t)S * evp * isz, (char *)vp_own, mine + sstride,
+                             "own packed value tile");
                 v_bad_own = (unsigned char)FA_OPS.pack_v(v + vo, p->v_rs, S, Ev, evp, vp_own);
+                kpi = kp_own;
+                vpi = vp_own;
+                vbi = &v_bad_own;
             }
-            FA_SFX(sdpa_item)(p, q + qo + q0 * p->q_rs,
-                              fused ? kp_own : kpack != NULL ? kpack + ks * kp_slab : NULL,
-                              fused ? vp_own : vpack != NULL ? vpack + vs * vp_slab : NULL,
-                              fused ? &v_bad_own : v_bad != NULL ? v_bad + vs * n_kt : NULL,
-                              k + ko, v + vo, bmi, fmi, dst, Ev, mrow, lrow, q0, nq, kstart, kstop,
-                              mine, mine_end);
+            FA_SFX(sdpa_item)(p, q + qo + q0 * p->q_rs, kpi, vpi, vbi, k + ko, v + vo, bmi, fmi,
+                              dst, Ev, mrow, lrow, q0, nq, kstart, kstop, mine, mine_end);
         }
 
         /* pass 3 (key splits only): merge the partial results of each leading index, in split order */
@@ -378,14 +384,12 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
                 ptrdiff_t ko = lead_offset(n, nd, p->lead, p->k_lead, hg);
                 ptrdiff_t mo = lead_offset(n, nd, p->lead, p->m_lead, 1);
                 double *mrow = stats + 2 * (n * L + q0);
+                const FA_T *kpi = kpack != NULL ? kpack + ks * kp_slab : NULL;
                 if (fused) {
-                    FA_ASSERT_IN(kp_own, (ptrdiff_t)E * round_up(S, pad) * isz, mine_end,
-                                 mine + sstride, "own packed key tile");
-                    FA_OPS.pack_k(k + ko, p->k_rs, S, E, round_up(S, pad), kp_own);
+                    FA_PACK_OWN_K(ko);
+                    kpi = kp_own;
                 }
-                FA_SFX(weights_item)(p, q + qo + q0 * p->q_rs,
-                                     fused ? kp_own : kpack != NULL ? kpack + ks * kp_slab : NULL,
-                                     k + ko,
+                FA_SFX(weights_item)(p, q + qo + q0 * p->q_rs, kpi, k + ko,
                                      bm != NULL ? bm + mo + q0 * p->m_rs : NULL,
                                      fm != NULL ? fm + mo + q0 * p->m_rs : NULL, mrow, mrow + nq,
                                      w + n * L * S + (ptrdiff_t)q0 * S, S, q0, nq, mine,
@@ -394,6 +398,8 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
         }
     }
 }
+
+#undef FA_PACK_OWN_K
 
 void FA_SFX(fa_softmax_rows)(const FA_T *x, FA_T *y, ptrdiff_t rows, int n, int n_threads)
 {
