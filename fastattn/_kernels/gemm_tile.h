@@ -12,8 +12,8 @@
  * of KC (the last one shorter, kcb = min(KC, K - K0)); the block starting at K0 occupies
  * wp[K0 * Npad .. (K0 + kcb) * Npad) and holds Npad / NR panels, panel p at offset p * NR * kcb:
  *   wp[K0 * Npad + n0 * kcb + k * NR + j] = W[n0 + j, K0 + k]     (zero for n0 + j >= N)
- * so the micro-kernel streams one contiguous kcb x NR panel per register block, and a panel
- * (KC x NR: 16 KiB on AVX2) stays in L1 while every MR-row block of the item passes over it.
+ * so the micro-kernel streams one contiguous kcb x NR panel per register block, and the panels
+ * of one K block are contiguous: an item's column range is one stream.
  *
  * The includer defines:
  *   GM_T        element type (float or double)
@@ -33,6 +33,9 @@
  */
 
 #define GM_NR (GM_NV * GM_VW)
+/* item(): up to this many MR-row blocks run panel by panel (each panel read from memory once
+ * and reused from L1 by the item's few rows: a decode step), more row block by row block */
+#define GM_PANEL_OUTER_RB 2
 /* software prefetch distance along the packed panel: 4 KiB ahead, in k steps */
 #define GM_PF_K (4096 / (GM_NR * (ptrdiff_t)sizeof(GM_T)))
 
@@ -330,16 +333,13 @@ GM_TARGET static void GM_NAME(pack)(const GM_T *w, ptrdiff_t w_rs, ptrdiff_t N, 
  * Each k step loads NV vectors of the panel and broadcasts one x element per row: MR * NV
  * independent multiply-add chains (12 on AVX2 floats: 6 rows x 2 ymm), enough to hide the FMA
  * latency. Partial panels go through a stack tile so nothing outside y's nv columns is read or
- * written. Software prefetch of the weights (a prefetch never faults, so addresses past the
- * buffer's end are harmless), for the decode steps whose weights stream from DRAM:
- *   ahead (an item of one row block): the panel's own data 4 KiB ahead of k (the hardware
- *                  prefetcher alone left the M = 8 output projection at 16 GB/s of the 27
- *                  measured, 21 with this);
- *   pf_lines > 0:  pf_lines cache lines from pf (this row block's share of the next panel,
- *                  several row blocks), spread evenly over the k steps, so the next panel
- *                  arrives while the row blocks compute on this one (M = 32: the weights no
- *                  longer wait for the arithmetic or the other way round).
- * and of the next register block's output tile (and its residual rows when the epilogue will
+ * written. `ahead`: software prefetch of the panel's own data 4 KiB ahead of k (a prefetch
+ * never faults, so addresses past the buffer's end are harmless), for the register blocks
+ * that bring the weights in from memory (the first row block of an item; the hardware
+ * prefetcher alone left the M = 8 output projection at 16 GB/s of the 27 measured, 21 with
+ * this); the other row blocks read the panels from L2 without it (a prefetch every k step
+ * takes issue slots from the multiply-adds there: 3-6% at large M). Prefetch also
+ * of the next register block's output tile (and its residual rows when the epilogue will
  * read them): nx_rows rows of NR elements at nx_y (nx_res), row strides y_rs (nx_res_rs),
  * fetched while this block computes. Without it every block of a large-M GEMM waited on its
  * y lines at the end (stores to lines not in cache) and, after the first K block, at the start
@@ -356,8 +356,7 @@ GM_TARGET static void GM_NAME(pack)(const GM_T *w, ptrdiff_t w_rs, ptrdiff_t N, 
 
 GM_TARGET static FA_ALWAYS_INLINE void
 GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM_T *panel,
-            GM_T *y, ptrdiff_t y_rs, ptrdiff_t nv, int first, int ahead, const char *pf,
-            ptrdiff_t pf_lines, const GM_T *nx_y, const GM_T *nx_res, ptrdiff_t nx_res_rs,
+            GM_T *y, ptrdiff_t y_rs, ptrdiff_t nv, int first, int ahead, const GM_T *nx_y, const GM_T *nx_res, ptrdiff_t nx_res_rs,
             int nx_rows, ptrdiff_t nx_cols)
 {
     /* first and last element of each row: up to NR elements span two lines when unaligned */
@@ -369,7 +368,6 @@ GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM
             FA_PREFETCH(nx_res + r * nx_res_rs + nx_cols - 1, 3);
         }
     }
-    const ptrdiff_t pf_step = pf_lines > 0 ? (pf_lines + kcb - 1) / kcb : 0;
     GM_ACC acc[GM_MR][GM_NV];
     GM_T tmp[GM_MR][GM_NR];
     const GM_T *xp[GM_MR];
@@ -394,21 +392,11 @@ GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM
             for (int v = 0; v < GM_NV; v++) acc[r][v] += xe * wv[v];                       \
         }                                                                                  \
     } while (0)
-    /* The prefetches run in their own leading loops, so the steady-state loop is nothing but
+    /* The prefetching steps run in their own loop, so the steady-state loop is nothing but
      * loads and multiply-adds: bookkeeping inside it took issue slots from the FMA ports
      * (96 x 256 x 512 on one core: 50% of the FMA peak with it in every step). */
     ptrdiff_t k = 0;
-    if (pf_step) {
-        /* pf_step lines a step until this row block's share is covered (a prefetch past the
-         * share, or past the buffer, is harmless: it never faults) */
-        ptrdiff_t k_pf = (pf_lines + pf_step - 1) / pf_step;
-        k_pf = k_pf < kcb ? k_pf : kcb;
-        for (; k < k_pf; k++) {
-            for (ptrdiff_t q = 0; q < pf_step; q++)
-                FA_PREFETCH(pf + (k * pf_step + q) * 64, 2);   /* to L2: L1 holds this panel */
-            GM_KSTEP(k);
-        }
-    } else if (ahead) {
+    if (ahead) {
         for (; k < kcb; k++) {
             for (ptrdiff_t b = 0; b < GM_NR * (ptrdiff_t)sizeof(GM_T); b += 64)
                 FA_PREFETCH((const char *)(panel + (k + GM_PF_K) * GM_NR) + b, 3);
@@ -563,82 +551,78 @@ GM_TARGET static void GM_NAME(ln_row)(const GM_T *x, const GM_T *res, ptrdiff_t 
  *   x    (m, K)   the item's rows (already offset to its first row)
  *   y    (m, N)   the same rows of the output, column 0; res likewise (or NULL)
  *   wp   packed weights (K * npad); n0 and nc multiples of NR except nc at the right edge
- * Loop order per K block: panel, then MR-row blocks, so a panel is read from L1 by every row
- * block of the item while the item's x rows (m x KC) stay in L2. After the last K block each
- * finished register block gets its epilogue while it is still in L1. */
+ * Loop order per K block: MR-row blocks, then panels, so a row block's x sliver (MR x KC:
+ * 6 KiB on AVX2) is read from L1 by every panel while the item's panels (KC x nc: 256 KiB for
+ * 256 columns) stream from L2, the first row block bringing them in from memory. (Panels
+ * outer, each panel held in L1 for all the row blocks, was 6-12% slower at large M on Zen 3:
+ * a 16 KiB panel plus six x rows in flight fill half of L1, and the x rows of K = 512 or 2048
+ * all fall into the same few sets.) After the last K block each finished register block gets
+ * its epilogue while it is still in L1. The loop order changes no rounding. */
 GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, ptrdiff_t K,
                                     const GM_T *wp, ptrdiff_t npad, ptrdiff_t n0, ptrdiff_t nc,
                                     const GM_T *bias, int act, const GM_T *res, ptrdiff_t res_rs,
                                     GM_T *y, ptrdiff_t y_rs)
 {
+    const ptrdiff_t n_end = n0 + nc;
+    const ptrdiff_t n_rb = (m + GM_MR - 1) / GM_MR, n_pb = (nc + GM_NR - 1) / GM_NR;
+    const ptrdiff_t n_blk = n_rb * n_pb;
+    const int rows_outer = n_rb > GM_PANEL_OUTER_RB;
     ptrdiff_t k0 = 0;
-    const ptrdiff_t n_rb = (m + GM_MR - 1) / GM_MR;
-    for (;;) {
+    do {                                   /* at least once: K = 0 still writes the epilogue */
         ptrdiff_t kcb = K - k0 < GM_KC ? K - k0 : GM_KC;
         int first = k0 == 0, last = k0 + kcb >= K;
         const GM_T *blk = wp + k0 * npad;
-        /* several row blocks: each prefetches its share (per_rb lines) of the next panel */
-        const ptrdiff_t plines = kcb * GM_NR * (ptrdiff_t)sizeof(GM_T) / 64;
-        const ptrdiff_t per_rb = n_rb > 1 ? (plines + n_rb - 1) / n_rb : 0;
-        for (ptrdiff_t j0 = n0; j0 < n0 + nc; j0 += GM_NR) {
-            ptrdiff_t nv = n0 + nc - j0 < GM_NR ? n0 + nc - j0 : GM_NR;
+        for (ptrdiff_t b = 0; b < n_blk; b++) {
+            /* register block b and the next one (b + 1, none after the last) */
+            ptrdiff_t i0 = GM_MR * (rows_outer ? b / n_pb : b % n_rb);
+            ptrdiff_t j0 = n0 + GM_NR * (rows_outer ? b % n_pb : b / n_rb);
+            ptrdiff_t ni = GM_MR * (rows_outer ? (b + 1) / n_pb : (b + 1) % n_rb);
+            ptrdiff_t nj = n0 + GM_NR * (rows_outer ? (b + 1) % n_pb : (b + 1) / n_rb);
+            int mr = m - i0 < GM_MR ? (int)(m - i0) : GM_MR;
+            ptrdiff_t nv = n_end - j0 < GM_NR ? n_end - j0 : GM_NR;
+            const GM_T *xb = x + i0 * x_rs + k0;
             const GM_T *panel = blk + j0 * kcb;
-            const char *nxt = (const char *)(panel + kcb * GM_NR);
-            for (ptrdiff_t i0 = 0; i0 < m; i0 += GM_MR) {
-                int mr = m - i0 < GM_MR ? (int)(m - i0) : GM_MR;
-                ptrdiff_t pf_n = plines - (i0 / GM_MR) * per_rb;   /* lines left for this one */
-                pf_n = pf_n < 0 ? 0 : pf_n > per_rb ? per_rb : pf_n;
-                const GM_T *xb = x + i0 * x_rs + k0;
-                GM_T *yb = y + i0 * y_rs + j0;
-                /* the next register block: the next rows of this panel, else the first rows
-                 * of the next panel (none after the item's last) */
-                ptrdiff_t ni = i0 + GM_MR, nj = j0;
-                if (ni >= m) {
-                    ni = 0;
-                    nj = j0 + GM_NR;
-                }
-                int nx_rows = nj >= n0 + nc ? 0 : m - ni < GM_MR ? (int)(m - ni) : GM_MR;
-                ptrdiff_t nx_cols = n0 + nc - nj < GM_NR ? n0 + nc - nj : GM_NR;
-                /* pointers formed only inside the arrays (none when there is no next block) */
-                const GM_T *nx_y = nx_rows ? y + ni * y_rs + nj : yb;
-                const GM_T *nx_res = nx_rows && last && res ? res + ni * res_rs + nj : NULL;
-#define GM_CALL(R) GM_NAME(mk)(xb, x_rs, R, kcb, panel, yb, y_rs, nv, first, n_rb == 1, \
-                              nxt + (i0 / GM_MR) * per_rb * 64, pf_n, nx_y, nx_res, res_rs, \
-                              nx_rows, nx_cols)
-                switch (mr) {
-                case GM_MR: GM_CALL(GM_MR); break;
-                case 1: GM_CALL(1); break;
+            GM_T *yb = y + i0 * y_rs + j0;
+            int nx_rows = b + 1 == n_blk ? 0 : m - ni < GM_MR ? (int)(m - ni) : GM_MR;
+            ptrdiff_t nx_cols = n_end - nj < GM_NR ? n_end - nj : GM_NR;
+            /* pointers formed only inside the arrays (none when there is no next block) */
+            const GM_T *nx_y = nx_rows ? y + ni * y_rs + nj : yb;
+            const GM_T *nx_res = nx_rows && last && res ? res + ni * res_rs + nj : NULL;
+#define GM_CALL(R) GM_NAME(mk)(xb, x_rs, R, kcb, panel, yb, y_rs, nv, first, i0 == 0, nx_y, \
+                          nx_res, res_rs, nx_rows, nx_cols)
+            switch (mr) {
+            case GM_MR: GM_CALL(GM_MR); break;
+            case 1: GM_CALL(1); break;
 #if GM_MR > 2
-                case 2: GM_CALL(2); break;
+            case 2: GM_CALL(2); break;
 #endif
 #if GM_MR > 3
-                case 3: GM_CALL(3); break;
+            case 3: GM_CALL(3); break;
 #endif
 #if GM_MR > 4
-                case 4: GM_CALL(4); break;
+            case 4: GM_CALL(4); break;
 #endif
 #if GM_MR > 5
-                case 5: GM_CALL(5); break;
+            case 5: GM_CALL(5); break;
 #endif
 #if GM_MR > 6
 #error "GM_MR > 6: extend the remainder switch"
 #endif
-                default: break;
-                }
+            default: break;
+            }
 #undef GM_CALL
-                if (last && (bias || act || res)) {
-                    for (int r = 0; r < mr; r++)
-                        GM_NAME(epilogue_row)(yb + r * y_rs, nv, bias ? bias + j0 : NULL, act,
-                                              res ? res + (i0 + r) * res_rs + j0 : NULL);
-                }
+            if (last && (bias || act || res)) {
+                for (int r = 0; r < mr; r++)
+                    GM_NAME(epilogue_row)(yb + r * y_rs, nv, bias ? bias + j0 : NULL, act,
+                                          res ? res + (i0 + r) * res_rs + j0 : NULL);
             }
         }
         k0 += kcb;
-        if (k0 >= K) break;
-    }
+    } while (k0 < K);
 }
 
 #undef GM_NR
+#undef GM_PANEL_OUTER_RB
 #undef GM_PF_K
 #undef GM_ACC
 #undef GM_ZERO
