@@ -22,14 +22,15 @@
  *   GM_VW       elements per vector (1: plain scalar C, the reference)
  *   GM_MR       rows per register block
  *   GM_NV       vectors per register block row; NR = GM_NV * GM_VW columns
- *   GM_KC       K block length (the only blocking parameter that changes the rounding)
+ *   GM_KC       K block length
  *   GM_NAME(x)  name mangling, e.g. x##_f32_avx2
  *   GM_TARGET   function attribute selecting the ISA (may be empty)
  *
  * Summation order: each y element is sum_k x[m, k] * W[n, k] accumulated in k order, block by
- * block, in one accumulator (the block's partial sum goes through y between K blocks). The
- * order depends on K and KC only, never on which thread or which register-block position
- * computes the element, so results are bitwise identical for any thread count.
+ * block, in one accumulator (the block's partial sum goes through y between K blocks, stored
+ * in the accumulator's own type: exact). The order is k order whatever KC, the loop order or
+ * which thread or register-block position computes the element, so results are bitwise
+ * identical for any thread count.
  */
 
 #define GM_NR (GM_NV * GM_VW)
