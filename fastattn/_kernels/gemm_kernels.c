@@ -151,11 +151,11 @@
 
 
 /* ---- dispatch tables */
-#define GM_FILL(tab, T, sfx, MR, NR, KC)          \
+#define GM_FILL(tab, sfx)                         \
     do {                                          \
-        (tab).mr = (MR);                          \
-        (tab).nr = (NR);                          \
-        (tab).kc = (KC);                          \
+        (tab).mr = gm_mr_##sfx;                   \
+        (tab).nr = gm_nr_##sfx;                   \
+        (tab).kc = gm_kc_##sfx;                   \
         (tab).pack = gm_pack_##sfx;               \
         (tab).item = gm_item_##sfx;               \
         (tab).act = gm_act_array_##sfx;           \
@@ -173,28 +173,28 @@ int gm_init(int level)
     switch (level) {
 #if FA_X86
     case FA_ISA_AVX2_WIDE:
-        GM_FILL(gm_f32, float, f32_avx2wide, 6, 64, 128);
-        GM_FILL(gm_f64, double, f64_avx2wide, 6, 32, 128);
+        GM_FILL(gm_f32, f32_avx2wide);
+        GM_FILL(gm_f64, f64_avx2wide);
         break;
     case FA_ISA_AVX512:
-        GM_FILL(gm_f32, float, f32_avx512, 6, 64, 128);
-        GM_FILL(gm_f64, double, f64_avx512, 6, 32, 128);
+        GM_FILL(gm_f32, f32_avx512);
+        GM_FILL(gm_f64, f64_avx512);
         break;
     case FA_ISA_AVX2:
-        GM_FILL(gm_f32, float, f32_avx2, 6, 16, 256);
-        GM_FILL(gm_f64, double, f64_avx2, 6, 8, 256);
+        GM_FILL(gm_f32, f32_avx2);
+        GM_FILL(gm_f64, f64_avx2);
         break;
 #endif
 #if FA_GNU_VECTORS
     case FA_ISA_BASE:
-        GM_FILL(gm_f32, float, f32_base, 4, 8, 256);
-        GM_FILL(gm_f64, double, f64_base, 4, 4, 256);
+        GM_FILL(gm_f32, f32_base);
+        GM_FILL(gm_f64, f64_base);
         break;
 #endif
     default:
         level = FA_ISA_SCALAR;
-        GM_FILL(gm_f32, float, f32_scalar, 4, 4, 256);
-        GM_FILL(gm_f64, double, f64_scalar, 4, 4, 256);
+        GM_FILL(gm_f32, f32_scalar);
+        GM_FILL(gm_f64, f64_scalar);
         break;
     }
     gm_isa_level = level;

@@ -34,6 +34,8 @@
  */
 
 #define GM_NR (GM_NV * GM_VW)
+/* this instance's blocking, for the dispatch table (gemm_kernels.c) */
+enum { GM_NAME(mr) = GM_MR, GM_NAME(nr) = GM_NR, GM_NAME(kc) = GM_KC };
 /* item(): up to this many MR-row blocks run panel by panel (each panel read from memory once
  * and reused from L1 by the item's few rows: a decode step), more row block by row block */
 #define GM_PANEL_OUTER_RB 2

@@ -1,0 +1,100 @@
+"""Two builds of the GEMM side by side in one process: is a change faster?
+
+    python bench/ab_gemm.py OLD_TREE NEW_TREE [--threads 2] [--shapes 1024x512x512,8x32000x512]
+
+Like ab_attention.py: OLD_TREE and NEW_TREE are source trees built in place, both builds'
+`_gemm` extensions are loaded into this process under different module names and called
+alternately (host drift affects both alike), and their outputs must be byte-identical. Shapes
+are MxNxK (x (M, K), W (N, K)). For M <= 32 each call takes the next of a ring of weight copies
+larger than the L3, so the weights come from memory as in a decode step. Prints, per shape,
+both medians and the median of the per-round speed ratios, with the CPU line.
+"""
+import argparse
+import glob
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import time
+
+import numpy as np
+
+from _common import cpu_line
+
+DEFAULT_SHAPES = ("8x512x512,8x2048x512,8x32000x512,32x512x512,32x2048x512,32x32000x512,"
+                  "1024x512x512,1024x2048x512,1024x512x2048,4096x1536x384,4096x384x1536")
+
+
+def _load(tree, tag):
+    paths = glob.glob(os.path.join(tree, "fastattn", "_kernels", "_gemm.*.so"))
+    if not paths:
+        sys.exit(f"ab_gemm: no built _gemm extension under {tree} "
+                 "(run `python setup.py build_ext --inplace` there)")
+    name = f"{tag}._gemm"               # the init function is found by the last component
+    loader = importlib.machinery.ExtensionFileLoader(name, paths[0])
+    spec = importlib.util.spec_from_file_location(name, paths[0], loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def _packed(mod, w):
+    wp = np.empty(mod.packed_size(w.shape[0], w.shape[1], 4), np.float32)
+    mod.pack_weight(w, wp)
+    return wp
+
+
+def run_shape(mods, M, N, K, threads, rounds, rng):
+    x = rng.standard_normal((M, K), dtype=np.float32)
+    w = rng.standard_normal((N, K), dtype=np.float32)
+    n_copies = max(1, -(-96 * 2**20 // (4 * N * K))) if M <= 32 else 1
+    rings = [[_packed(m, w) for _ in range(n_copies)] for m in mods]
+    ys = [np.empty((M, N), np.float32) for _ in mods]
+    pos = [0, 0]
+
+    def call(i):
+        wp = rings[i][pos[i] % n_copies]
+        pos[i] += 1
+        mods[i].gemm(x, wp, N, None, 0, None, ys[i], threads)
+
+    for i in range(2):
+        call(i)
+    if not np.array_equal(ys[0], ys[1]):
+        sys.exit(f"ab_gemm: the two builds' outputs differ at {M}x{N}x{K}")
+    n = max(3, int(0.03 / (2 * M * N * K / 100e9)))         # ~30 ms per sample
+    times = [[], []]
+    for _ in range(rounds):
+        for i in range(2):
+            call(i)                                         # untimed: same start for both
+            t = time.perf_counter()
+            for _ in range(n):
+                call(i)
+            times[i].append((time.perf_counter() - t) / n)
+    t_old, t_new = (np.array(t) for t in times)
+    gf = 2e-9 * M * N * K
+    print(f"{M}x{N}x{K}: old {1e3 * np.median(t_old):.3f} ms ({gf / np.median(t_old):.1f} "
+          f"GFLOP/s), new {1e3 * np.median(t_new):.3f} ms ({gf / np.median(t_new):.1f} GFLOP/s), "
+          f"new / old speed {np.median(t_old / t_new):.3f}", flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("old")
+    ap.add_argument("new")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="MxNxK,...")
+    ap.add_argument("--rounds", type=int, default=15)
+    args = ap.parse_args(argv)
+    mods = [_load(args.old, "ab_old"), _load(args.new, "ab_new")]
+    print(cpu_line())
+    print(f"float32, {args.threads} threads, {args.rounds} alternating rounds per shape; "
+          f"blocking (MR, NR, KC): old {mods[0].blocking(4)}, new {mods[1].blocking(4)}; "
+          "outputs byte-identical")
+    rng = np.random.default_rng(0)
+    for s in args.shapes.split(","):
+        M, N, K = (int(v) for v in s.split("x"))
+        run_shape(mods, M, N, K, args.threads, args.rounds, rng)
+
+
+if __name__ == "__main__":
+    main()
