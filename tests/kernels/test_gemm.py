@@ -269,6 +269,24 @@ def test_bitwise_same_for_any_thread_count(rng, dtype, shape):
     np.testing.assert_array_equal(rows, ys[0][: min(M, 13)])
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_loop_order_does_not_change_bits(rng, dtype):
+    # items of up to two register-block rows run panel by panel, larger ones row block by row
+    # block (gemm_tile.h, item()); M = 200 gives two 96-row items and an 8-row one, and K = 1100
+    # crosses two K-block boundaries for every ISA (the partial sums go through y). Every row
+    # must equal the same row computed alone (an M = 1 call, panel by panel).
+    M, N, K = 200, 300, 1100
+    x, w, b = _data(rng, M, N, K, dtype)
+    res = rng.standard_normal((M, N)).astype(dtype)
+    layer = _ops.PackedLinear(w, b, "relu")
+    full = layer(x, res, n_threads=2)
+    for i in range(M):
+        np.testing.assert_array_equal(layer(x[i:i + 1], res[i:i + 1], n_threads=1), full[i:i + 1])
+    for m in (12, 13):                       # the boundary between the two orders
+        np.testing.assert_array_equal(layer(x[:m], res[:m], n_threads=2), full[:m])
+    _check(full, x, w, b, "relu", res)
+
+
 def test_set_num_threads_default_is_used(rng):
     import fastattn
     x, w, b = _data(rng, 100, 300, 50, np.float32)
