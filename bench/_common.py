@@ -1,6 +1,13 @@
 """What every bench/ script prints with its figures: the CPU, its SIMD flags, the load."""
+import glob
+import importlib.machinery
+import importlib.util
 import os
 import platform
+import sys
+import time
+
+import numpy as np
 
 
 def cpu_line():
@@ -21,3 +28,34 @@ def cpu_line():
     except OSError:
         pass
     return f"{name}; {simd}; {os.cpu_count()} CPUs; load average {load}"
+
+
+def load_built_extension(tree, name, tag):
+    """fastattn/_kernels/<name> as built in place under source tree `tree`, loaded under the
+    module name `tag.name` (the init function is found by the last component), so two builds
+    of one extension can live in one process (the A/B scripts)."""
+    paths = glob.glob(os.path.join(tree, "fastattn", "_kernels", f"{name}.*.so"))
+    if not paths:
+        sys.exit(f"no built {name} extension under {tree} "
+                 "(run `python setup.py build_ext --inplace` there)")
+    full = f"{tag}.{name}"
+    loader = importlib.machinery.ExtensionFileLoader(full, paths[0])
+    spec = importlib.util.spec_from_file_location(full, paths[0], loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def alternate(call, n, rounds):
+    """Seconds per call of call(0) and call(1), alternating: each round times n back-to-back
+    calls of one then of the other, each after one untimed call (the same start for both).
+    Returns two arrays of `rounds` samples."""
+    times = [[], []]
+    for _ in range(rounds):
+        for i in range(2):
+            call(i)
+            t = time.perf_counter()
+            for _ in range(n):
+                call(i)
+            times[i].append((time.perf_counter() - t) / n)
+    return np.array(times[0]), np.array(times[1])

@@ -11,29 +11,11 @@ byte-identical (a kernel change that moves bits is reported and stops the run). 
 medians and the median of the per-round speed ratios, with the CPU line.
 """
 import argparse
-import glob
-import importlib.machinery
-import importlib.util
-import os
 import sys
-import time
 
 import numpy as np
 
-from _common import cpu_line
-
-
-def _load(tree, tag):
-    paths = glob.glob(os.path.join(tree, "fastattn", "_kernels", "_attention.*.so"))
-    if not paths:
-        sys.exit(f"ab_attention: no built _attention extension under {tree} "
-                 "(run `python setup.py build_ext --inplace` there)")
-    name = f"{tag}._attention"          # the init function is found by the last component
-    loader = importlib.machinery.ExtensionFileLoader(name, paths[0])
-    spec = importlib.util.spec_from_file_location(name, paths[0], loader=loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+from _common import alternate, cpu_line, load_built_extension
 
 
 def main(argv=None):
@@ -46,7 +28,8 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=25)
     args = ap.parse_args(argv)
     B, H, L, S, E = (int(x) for x in args.shape.split("x"))
-    mods = [_load(args.old, "ab_old"), _load(args.new, "ab_new")]
+    mods = [load_built_extension(args.old, "_attention", "ab_old"),
+            load_built_extension(args.new, "_attention", "ab_new")]
     rng = np.random.default_rng(0)
     q = rng.standard_normal((B, H, L, E), dtype=np.float32)
     k = rng.standard_normal((B, H, S, E), dtype=np.float32)
@@ -62,15 +45,7 @@ def main(argv=None):
     if not np.array_equal(outs[0], outs[1]):
         sys.exit("ab_attention: the two builds' outputs differ")
     n = max(3, int(0.03 / (4 * B * H * L * S * E / 60e9)))     # ~30 ms per sample
-    times = [[], []]
-    for _ in range(args.rounds):
-        for i in range(2):
-            call(i)                                             # untimed: same start for both
-            t = time.perf_counter()
-            for _ in range(n):
-                call(i)
-            times[i].append((time.perf_counter() - t) / n)
-    t_old, t_new = (np.array(t) for t in times)
+    t_old, t_new = alternate(call, n, args.rounds)
     print(cpu_line())
     print(f"{args.shape}{' causal' if args.causal else ''}, float32, {args.threads} threads, "
           f"{args.rounds} alternating rounds of {n} calls: old {1e3 * np.median(t_old):.3f} ms, "

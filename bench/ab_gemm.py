@@ -10,32 +10,14 @@ larger than the L3, so the weights come from memory as in a decode step. Prints,
 both medians and the median of the per-round speed ratios, with the CPU line.
 """
 import argparse
-import glob
-import importlib.machinery
-import importlib.util
-import os
 import sys
-import time
 
 import numpy as np
 
-from _common import cpu_line
+from _common import alternate, cpu_line, load_built_extension
 
 DEFAULT_SHAPES = ("8x512x512,8x2048x512,8x32000x512,32x512x512,32x2048x512,32x32000x512,"
                   "1024x512x512,1024x2048x512,1024x512x2048,4096x1536x384,4096x384x1536")
-
-
-def _load(tree, tag):
-    paths = glob.glob(os.path.join(tree, "fastattn", "_kernels", "_gemm.*.so"))
-    if not paths:
-        sys.exit(f"ab_gemm: no built _gemm extension under {tree} "
-                 "(run `python setup.py build_ext --inplace` there)")
-    name = f"{tag}._gemm"               # the init function is found by the last component
-    loader = importlib.machinery.ExtensionFileLoader(name, paths[0])
-    spec = importlib.util.spec_from_file_location(name, paths[0], loader=loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
 
 
 def _packed(mod, w):
@@ -62,15 +44,7 @@ def run_shape(mods, M, N, K, threads, rounds, rng):
     if not np.array_equal(ys[0], ys[1]):
         sys.exit(f"ab_gemm: the two builds' outputs differ at {M}x{N}x{K}")
     n = max(3, int(0.03 / (2 * M * N * K / 100e9)))         # ~30 ms per sample
-    times = [[], []]
-    for _ in range(rounds):
-        for i in range(2):
-            call(i)                                         # untimed: same start for both
-            t = time.perf_counter()
-            for _ in range(n):
-                call(i)
-            times[i].append((time.perf_counter() - t) / n)
-    t_old, t_new = (np.array(t) for t in times)
+    t_old, t_new = alternate(call, n, rounds)
     gf = 2e-9 * M * N * K
     print(f"{M}x{N}x{K}: old {1e3 * np.median(t_old):.3f} ms ({gf / np.median(t_old):.1f} "
           f"GFLOP/s), new {1e3 * np.median(t_new):.3f} ms ({gf / np.median(t_new):.1f} GFLOP/s), "
@@ -85,7 +59,8 @@ def main(argv=None):
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="MxNxK,...")
     ap.add_argument("--rounds", type=int, default=15)
     args = ap.parse_args(argv)
-    mods = [_load(args.old, "ab_old"), _load(args.new, "ab_new")]
+    mods = [load_built_extension(args.old, "_gemm", "ab_old"),
+            load_built_extension(args.new, "_gemm", "ab_new")]
     print(cpu_line())
     print(f"float32, {args.threads} threads, {args.rounds} alternating rounds per shape; "
           f"blocking (MR, NR, KC): old {mods[0].blocking(4)}, new {mods[1].blocking(4)}; "
