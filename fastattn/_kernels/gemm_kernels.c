@@ -7,8 +7,9 @@
  *   baseline   MR 4, NR 8/4 (2 SSE vectors), KC 256
  *   AVX2+FMA   MR 6, NR 16 floats / 8 doubles (12 ymm accumulators, 2 for the panel, 1 for the
  *              broadcast), KC 512 floats / 256 doubles: a row block's x sliver (6 x KC, 12 KiB)
- *              stays in L1 while the panels stream from L2 (KC 512 against 256: +2-8% at
- *              large M, +3-6% for the decode shapes, side by side on Zen 3)
+ *              stays in L1 while the panels stream from L2 / L3 (KC 512 against 256: +2-8%
+ *              at large M in an ad-hoc side-by-side harness; with the row-block order,
+ *              +0-9% in bench/ab_gemm.py, Zen 3)
  *   AVX-512F   MR 6, NR 64 floats / 32 doubles (24 zmm accumulators), KC 128 (32 KiB panel)
  *   avx2-wide  tests only: the AVX-512 shapes compiled for AVX2
  */

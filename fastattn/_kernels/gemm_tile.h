@@ -340,8 +340,8 @@ GM_TARGET static void GM_NAME(pack)(const GM_T *w, ptrdiff_t w_rs, ptrdiff_t N, 
  * never faults, so addresses past the buffer's end are harmless), for the register blocks
  * that bring the weights in from memory (the first row block of an item; the hardware
  * prefetcher alone left the M = 8 output projection at 16 GB/s of the 27 measured, 21 with
- * this); the other row blocks read the panels from L2 without it (a prefetch every k step
- * takes issue slots from the multiply-adds there: 3-6% at large M). Prefetch also
+ * this); the other row blocks find the panels in L2 or L3 (prefetching for them too, 2 or 4
+ * KiB ahead, measured within +-1% in bench/ab_gemm.py). Prefetch also
  * of the next register block's output tile (and its residual rows when the epilogue will
  * read them): nx_rows rows of NR elements at nx_y (nx_res), row strides y_rs (nx_res_rs),
  * fetched while this block computes. Without it every block of a large-M GEMM waited on its
@@ -359,8 +359,8 @@ GM_TARGET static void GM_NAME(pack)(const GM_T *w, ptrdiff_t w_rs, ptrdiff_t N, 
 
 GM_TARGET static FA_ALWAYS_INLINE void
 GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM_T *panel,
-            GM_T *y, ptrdiff_t y_rs, ptrdiff_t nv, int first, int ahead, const GM_T *nx_y, const GM_T *nx_res, ptrdiff_t nx_res_rs,
-            int nx_rows, ptrdiff_t nx_cols)
+            GM_T *y, ptrdiff_t y_rs, ptrdiff_t nv, int first, int ahead, const GM_T *nx_y,
+            const GM_T *nx_res, ptrdiff_t nx_res_rs, int nx_rows, ptrdiff_t nx_cols)
 {
     /* first and last element of each row: up to NR elements span two lines when unaligned */
     for (int r = 0; r < nx_rows; r++) {
@@ -554,12 +554,14 @@ GM_TARGET static void GM_NAME(ln_row)(const GM_T *x, const GM_T *res, ptrdiff_t 
  *   x    (m, K)   the item's rows (already offset to its first row)
  *   y    (m, N)   the same rows of the output, column 0; res likewise (or NULL)
  *   wp   packed weights (K * npad); n0 and nc multiples of NR except nc at the right edge
- * Loop order per K block: MR-row blocks, then panels, so a row block's x sliver (MR x KC:
- * 6 KiB on AVX2) is read from L1 by every panel while the item's panels (KC x nc: 256 KiB for
- * 256 columns) stream from L2, the first row block bringing them in from memory. (Panels
- * outer, each panel held in L1 for all the row blocks, was 6-12% slower at large M on Zen 3:
- * a 16 KiB panel plus six x rows in flight fill half of L1, and the x rows of K = 512 or 2048
- * all fall into the same few sets.) After the last K block each finished register block gets
+ * Loop order per K block, for items of more than GM_PANEL_OUTER_RB row blocks: MR-row blocks,
+ * then panels, so a row block's x sliver (MR x KC: 12 KiB for AVX2 floats) is read from L1 by
+ * every panel while the item's panels (KC x nc) stream past it from L2 / L3, the first row
+ * block bringing them in from memory. Panels outer, each panel held in L1 for all the row
+ * blocks while the x rows streamed from L2, is kept for the few-row items of a decode step,
+ * which read each panel from memory once; at large M it was slower (row blocks outer with
+ * KC 512 against panels outer with KC 256, same process on Zen 3: +0-9%,
+ * bench/results/ab_gemm_zen3.txt). After the last K block each finished register block gets
  * its epilogue while it is still in L1. The loop order changes no rounding. */
 GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, ptrdiff_t K,
                                     const GM_T *wp, ptrdiff_t npad, ptrdiff_t n0, ptrdiff_t nc,
