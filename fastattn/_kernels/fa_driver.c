@@ -79,9 +79,9 @@ int fa_query_block(ptrdiff_t L, ptrdiff_t N, int ncols_max)
      * batch) run as one block per head: with FA_BQ rows L = 128 made two items per head, 96
      * rows and a 32-row one, and every item passes over all of the head's packed keys and
      * values (8 x 8 x 128 x 128 x 64, two threads, old and new build in one process: 4% faster
-     * as one block). Only while the
-     * block's score tile stays within the largest FA_BQ-row one (the scratch never grows past
-     * what FA_BQ rows may need), and with enough heads to keep every thread busy. */
+     * as one block). Only while the block's score tile stays within the largest FA_BQ-row one
+     * (the scratch never grows past what FA_BQ rows may need), and with enough heads to keep
+     * every thread busy. */
     if (L > FA_BQ && L <= FA_BQ_ONE && N >= FA_BQ_ONE_N && L * (ptrdiff_t)ncols_max <= FA_BQ * 512)
         return (int)L;
     return FA_BQ;
