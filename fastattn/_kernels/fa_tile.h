@@ -141,17 +141,18 @@ FA_TARGET static int FA_NAME(pack_v)(const FA_T *v, ptrdiff_t v_rs, int nk, int 
     V vprobe = (V){0}, vamax = (V){0};
     const VI absmask = (VI){0} + (FA_I)(((uint64_t)1 << (8 * sizeof(FA_T) - 1)) - 1);
 #endif
-    for (int c0 = 0; c0 < evp; c0 += FA_NR) {
-        FA_T *panel = vp + (ptrdiff_t)c0 * nk;
-        int pw = evp - c0 < FA_NR ? evp - c0 : FA_NR;
-        int w = Ev - c0 < pw ? Ev - c0 : pw;
-        for (int j = 0; j < nk; j++) {
-            const FA_T *vrow = v + j * v_rs + c0;
-            FA_T *dst = panel + (ptrdiff_t)j * pw;
+    /* row by row (V is read in its own order, one row after the other), each row's columns
+     * going to their panels */
+    for (int j = 0; j < nk; j++) {
+        const FA_T *vrow = v + j * v_rs;
+        for (int c0 = 0; c0 < evp; c0 += FA_NR) {
+            int pw = evp - c0 < FA_NR ? evp - c0 : FA_NR;
+            int w = Ev - c0 < pw ? Ev - c0 : pw;
+            FA_T *dst = vp + (ptrdiff_t)c0 * nk + (ptrdiff_t)j * pw;
 #if FA_VW > 1
             if (w == pw) {
                 for (int t = 0; t < pw / FA_VW; t++) {
-                    V x = VLOAD(vrow + t * FA_VW);
+                    V x = VLOAD(vrow + c0 + t * FA_VW);
                     VSTORE(dst + t * FA_VW, x);
                     vprobe += x * 0;                      /* inf * 0 and NaN * 0 are NaN */
                     V ax = (V)((VI)x & absmask);
@@ -161,7 +162,7 @@ FA_TARGET static int FA_NAME(pack_v)(const FA_T *v, ptrdiff_t v_rs, int nk, int 
             }
 #endif
             for (int c = 0; c < pw; c++) {
-                FA_T x = c < w ? vrow[c] : 0;
+                FA_T x = c < w ? vrow[c0 + c] : 0;
                 dst[c] = x;
                 probe += x * 0;
                 FA_T ax = x < 0 ? -x : x;
