@@ -54,12 +54,13 @@ def _cpu_header():
     return model, flags, load
 
 
-def _timed(fn, n=1):
-    """Seconds per call over n back-to-back calls, after one untimed call: after the pause
+def _timed(fn, n=1, warm=1):
+    """Seconds per call over n back-to-back calls, after `warm` untimed calls: after the pause
     between systems every library's worker threads (and their vCPUs) are idle, and waking them
     cost ~1-2 ms per call on some hosts (a Zen 3 VM: 7x the M = 8 GEMM itself), the same for
     every library and no part of the GEMM; in a model the linear layers run back to back."""
-    fn()
+    for _ in range(warm):
+        fn()
     t0 = time.perf_counter()
     for _ in range(n):
         fn()
@@ -67,8 +68,12 @@ def _timed(fn, n=1):
 
 
 def _inner_count(fn, target=0.02):
-    """Calls per timed sample so that one sample lasts ~target seconds (small shapes)."""
-    t = _timed(fn, 3)
+    """Calls per timed sample so that one sample lasts ~target seconds (small shapes), from the
+    fastest of three short timings after a warm-up: a count taken from one cold timing (the
+    weight ring's first pass, idle threads) came out 2-3x too small for some shapes, and a
+    sample of a few calls after the pause between systems then measured mostly the wake-up
+    (32 x 1536 x 512 on Zen 3: 9 calls a sample, median 1.13 ms; 24 calls, 0.78 ms)."""
+    t = min(_timed(fn, 3, warm=3) for _ in range(3))
     return max(1, int(target / max(t, 1e-7)))
 
 
@@ -130,7 +135,8 @@ def main():
     l3 = _l3_bytes()
     print(f"# small M (<= 32): each call reads the next of a ring of weight copies totalling > "
           f"{3 * l3 >> 20} MiB (3x the L3), so the weights come from DRAM as in a decode step; "
-          f"each timed sample starts with one untimed call (it wakes the idle threads)")
+          f"each ring is read once untimed first; calls per sample from warmed timings; each "
+          f"timed sample starts with one untimed call (it wakes the idle threads)")
     print(f"# memory bandwidth (np.copyto of 512 MiB, read + write): {bw:.1f} GB/s\n")
 
     torch = None
@@ -160,8 +166,9 @@ def main():
             w_next, l_next = _cycle(ws), _cycle(layers)
             f_fa = lambda: l_next()(x, n_threads=args.threads, out=out_fa)   # noqa: E731
             f_np = lambda: np.matmul(x, w_next().T, out=out_np)              # noqa: E731
-            f_fa()
-            f_np()
+            for _ in range(n_copies):       # one untimed pass over each ring first
+                f_fa()
+                f_np()
             n_fa, n_np = _inner_count(f_fa), _inner_count(f_np)
             t_fa, t_np, t_t = [], [], []
             if torch is not None:
@@ -169,7 +176,8 @@ def main():
                 wt_next = _cycle([torch.from_numpy(a) for a in ws])
                 out_t = torch.empty((M, N))
                 f_t = lambda: torch.mm(xt, wt_next().t(), out=out_t)        # noqa: E731
-                f_t()
+                for _ in range(n_copies):
+                    f_t()
                 n_t = _inner_count(f_t)
             for _ in range(args.repeats):
                 t_fa.append(_timed(f_fa, n_fa))
