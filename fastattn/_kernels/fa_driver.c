@@ -44,6 +44,7 @@
 #include <omp.h>
 #else
 #define omp_get_thread_num() 0
+#define omp_get_num_threads() 1
 #endif
 
 #include "fa_driver.h"

@@ -46,6 +46,21 @@ static int FA_SFX(shared_mask_extent)(const unsigned char *bm, const FA_T *fm, p
     return last + 1;
 }
 
+/* Prefetch (towards L2) share r of nq of the next head's q, k and v rows: q row r and keys
+ * [r S / nq, (r + 1) S / nq). A fused item calls it once per softmax row, so the next head's
+ * inputs arrive while this head computes instead of stalling its packing and first q pass
+ * (8 x 8 x 128 x 128 x 64, same process: +9-12%, causal +8%). */
+static void FA_SFX(prefetch_share)(const fa_problem *p, const FA_T *q, const FA_T *k,
+                                   const FA_T *v, int r, int nq)
+{
+    const int qb = p->E * (int)sizeof(FA_T), vb = p->Ev * (int)sizeof(FA_T);
+    for (int b = 0; b < qb; b += 64) FA_PREFETCH((const char *)(q + r * p->q_rs) + b, 2);
+    for (int j = (int)((ptrdiff_t)r * p->S / nq); j < (int)((ptrdiff_t)(r + 1) * p->S / nq); j++) {
+        for (int b = 0; b < qb; b += 64) FA_PREFETCH((const char *)(k + j * p->k_rs) + b, 2);
+        for (int b = 0; b < vb; b += 64) FA_PREFETCH((const char *)(v + j * p->v_rs) + b, 2);
+    }
+}
+
 /* One work item: query rows [q0, q0 + nq) of one leading index against keys [kstart, kstop). */
 static void FA_SFX(sdpa_item)(
     const fa_problem *p,
@@ -58,6 +73,8 @@ static void FA_SFX(sdpa_item)(
     FA_T *out, ptrdiff_t out_rs,            /* OUT (nq, Ev) */
     double *m_out, double *l_out,           /* OUT (nq,) row max and sum, or NULL */
     int q0, int nq, int kstart, int kstop,  /* IN  key range (multiples of bk, or S) */
+    const FA_T *pf_q, const FA_T *pf_k,     /* IN  the next head's q, k, v to prefetch (a fused */
+    const FA_T *pf_v,                       /*     item), or NULL */
     char *scratch, char *scratch_end)       /* this thread's scratch */
 {
     const int S = p->S, E = p->E, Ev = p->Ev, bk = p->bk, pad = p->pad;
@@ -132,6 +149,7 @@ static void FA_SFX(sdpa_item)(
                 const FA_T *fmr = fmt != NULL ? fmt + r * m_rs + k0 * m_cs : NULL;
                 ca[r] = FA_OPS.row_update(sc + (ptrdiff_t)(r - g0) * ncols, nkg, ncols, lim,
                                           rowmax[r], bmr, fmr, m_cs, &m[r], &l[r], &cb[r]);
+                if (pf_q != NULL) FA_SFX(prefetch_share)(p, pf_q, pf_k, pf_v, r, nq);
             }
             /* 3. acc = diag(ca) acc + diag(cb) P @ v_tile, the rescale fused into P @ V */
             if (vp != NULL) {
@@ -360,8 +378,20 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
                 vpi = vp_own;
                 vbi = &v_bad_own;
             }
+            /* the head this thread most likely takes next (items go out in order, one per
+             * free thread) */
+            const FA_T *pfq = NULL, *pfk = NULL, *pfv = NULL;
+            if (fused) {
+                ptrdiff_t nn = n + omp_get_num_threads();
+                if (nn < N) {
+                    pfq = q + lead_offset(nn, nd, p->lead, p->q_lead, 1);
+                    pfk = k + lead_offset(nn, nd, p->lead, p->k_lead, hg);
+                    pfv = v + lead_offset(nn, nd, p->lead, p->v_lead, hg);
+                }
+            }
             FA_SFX(sdpa_item)(p, q + qo + q0 * p->q_rs, kpi, vpi, vbi, k + ko, v + vo, bmi, fmi,
-                              dst, Ev, mrow, lrow, q0, nq, kstart, kstop, mine, mine_end);
+                              dst, Ev, mrow, lrow, q0, nq, kstart, kstop, pfq, pfk, pfv, mine,
+                              mine_end);
         }
 
         /* pass 3 (key splits only): merge the partial results of each leading index, in split order */
