@@ -290,6 +290,7 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
 #pragma omp parallel num_threads(n_threads)
     {
         char *mine = scratch + omp_get_thread_num() * sstride;
+        const int team = omp_get_num_threads();
         FA_ASSERT_IN(mine, sstride, piece(ws, FA_W_SCRATCH), piece_end(ws, FA_W_SCRATCH),
                      "thread scratch");
         char *mine_end = mine + sstride - fp_bytes;       /* the item scratch */
@@ -382,7 +383,7 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
              * free thread) */
             const FA_T *pfq = NULL, *pfk = NULL, *pfv = NULL;
             if (fused) {
-                ptrdiff_t nn = n + omp_get_num_threads();
+                ptrdiff_t nn = n + team;
                 if (nn < N) {
                     pfq = q + lead_offset(nn, nd, p->lead, p->q_lead, 1);
                     pfk = k + lead_offset(nn, nd, p->lead, p->k_lead, hg);
