@@ -15,13 +15,16 @@ import sys
 import numpy as np
 
 from _common import alternate, cpu_line, load_built_extension
+from fastattn._ops import _aligned_empty
 
 DEFAULT_SHAPES = ("8x512x512,8x2048x512,8x32000x512,32x512x512,32x2048x512,32x32000x512,"
                   "1024x512x512,1024x2048x512,1024x512x2048,4096x1536x384,4096x384x1536")
 
 
 def _packed(mod, w):
-    wp = np.empty(mod.packed_size(w.shape[0], w.shape[1], 4), np.float32)
+    # 64-byte aligned, as fastattn._ops allocates them (NumPy's 16-byte start made a 32-byte
+    # panel load straddle two cache lines by chance, differently for the two builds)
+    wp = _aligned_empty((mod.packed_size(w.shape[0], w.shape[1], 4),), np.dtype(np.float32))
     mod.pack_weight(w, wp)
     return wp
 
@@ -31,7 +34,7 @@ def run_shape(mods, M, N, K, threads, rounds, rng):
     w = rng.standard_normal((N, K), dtype=np.float32)
     n_copies = max(1, -(-96 * 2**20 // (4 * N * K))) if M <= 32 else 1
     rings = [[_packed(m, w) for _ in range(n_copies)] for m in mods]
-    ys = [np.empty((M, N), np.float32) for _ in mods]
+    ys = [_aligned_empty((M, N), np.dtype(np.float32)) for _ in mods]
     pos = [0, 0]
 
     def call(i):
