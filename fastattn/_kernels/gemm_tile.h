@@ -341,12 +341,7 @@ GM_TARGET static void GM_NAME(pack)(const GM_T *w, ptrdiff_t w_rs, ptrdiff_t N, 
  * that bring the weights in from memory (the first row block of an item; the hardware
  * prefetcher alone left the M = 8 output projection at 16 GB/s of the 27 measured, 21 with
  * this); the other row blocks find the panels in L2 or L3 (prefetching for them too, 2 or 4
- * KiB ahead, measured within +-1% in bench/ab_gemm.py). Prefetch also
- * of the next register block's output tile (and its residual rows when the epilogue will
- * read them): nx_rows rows of NR elements at nx_y (nx_res), row strides y_rs (nx_res_rs),
- * fetched while this block computes. Without it every block of a large-M GEMM waited on its
- * y lines at the end (stores to lines not in cache) and, after the first K block, at the start
- * (the partial sums): one core, 1024 x 512 x 512, 0.80x OpenBLAS's speed before, 0.90x after. */
+ * KiB ahead, measured within +-1% in bench/ab_gemm.py). */
 #if GM_VW > 1
 #define GM_ACC V
 #define GM_ZERO ((V){0})
@@ -359,18 +354,8 @@ GM_TARGET static void GM_NAME(pack)(const GM_T *w, ptrdiff_t w_rs, ptrdiff_t N, 
 
 GM_TARGET static FA_ALWAYS_INLINE void
 GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM_T *panel,
-            GM_T *y, ptrdiff_t y_rs, ptrdiff_t nv, int first, int ahead, const GM_T *nx_y,
-            const GM_T *nx_res, ptrdiff_t nx_res_rs, int nx_rows, ptrdiff_t nx_cols)
+            GM_T *y, ptrdiff_t y_rs, ptrdiff_t nv, int first, int ahead)
 {
-    /* first and last element of each row: up to NR elements span two lines when unaligned */
-    for (int r = 0; r < nx_rows; r++) {
-        FA_PREFETCH(nx_y + r * y_rs, 3);
-        FA_PREFETCH(nx_y + r * y_rs + nx_cols - 1, 3);
-        if (nx_res) {
-            FA_PREFETCH(nx_res + r * nx_res_rs, 3);
-            FA_PREFETCH(nx_res + r * nx_res_rs + nx_cols - 1, 3);
-        }
-    }
     GM_ACC acc[GM_MR][GM_NV];
     GM_T tmp[GM_MR][GM_NR];
     const GM_T *xp[GM_MR];
@@ -414,6 +399,63 @@ GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM
         } else {
             for (int v = 0; v < GM_NV; v++) VSTORE(&tmp[r][v * GM_VW], acc[r][v]);
             for (ptrdiff_t c = 0; c < nv; c++) y[r * y_rs + c] = tmp[r][c];
+        }
+    }
+}
+
+#if GM_VW > 1
+/* A whole register block (MR rows, all NR columns) without prefetching: mk()'s sums, in a
+ * function of its own. Inlined into item(), GCC's register allocation kept moves between
+ * the accumulators in the k loop (the last row's two chains went through four registers);
+ * alone, the loop is the NV loads, MR broadcasts and MR * NV multiply-adds and nothing else.
+ * Zen 3, two threads, same process against the inlined block (bench/ab_gemm.py,
+ * bench/results/ab_gemm_zen3.txt): +3-10% at M >= 1024. */
+GM_TARGET static __attribute__((noinline)) void
+GM_NAME(mk_full)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t kcb, const GM_T *panel, GM_T *y,
+                 ptrdiff_t y_rs, int first)
+{
+    V acc[GM_MR][GM_NV];
+    const GM_T *xp[GM_MR];
+#pragma GCC unroll 8
+    for (int r = 0; r < GM_MR; r++) {
+        xp[r] = x + r * x_rs;
+#pragma GCC unroll 4
+        for (int v = 0; v < GM_NV; v++)
+            acc[r][v] = first ? (V){0} : VLOAD(y + r * y_rs + v * GM_VW);
+    }
+    for (ptrdiff_t k = 0; k < kcb; k++) {
+        V wv[GM_NV];
+#pragma GCC unroll 4
+        for (int v = 0; v < GM_NV; v++) wv[v] = VLOAD(panel + k * GM_NR + v * GM_VW);
+#pragma GCC unroll 8
+        for (int r = 0; r < GM_MR; r++) {
+            GM_T xe = xp[r][k];
+#pragma GCC unroll 4
+            for (int v = 0; v < GM_NV; v++) acc[r][v] += xe * wv[v];
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < GM_MR; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < GM_NV; v++) VSTORE(y + r * y_rs + v * GM_VW, acc[r][v]);
+}
+#endif
+
+/* Prefetch the next register block's output tile (and its residual rows when the epilogue
+ * will read them): rows rows of cols elements at y (res), row strides y_rs (res_rs), fetched
+ * while this block computes. Without it every block of a large-M GEMM waited on its y lines
+ * at the end (stores to lines not in cache) and, after the first K block, at the start (the
+ * partial sums): one core, 1024 x 512 x 512, 0.80x OpenBLAS's speed before, 0.90x after. The
+ * first and last element of each row: up to NR elements span two lines when unaligned. */
+static inline void GM_NAME(prefetch_tile)(const GM_T *y, ptrdiff_t y_rs, const GM_T *res,
+                                          ptrdiff_t res_rs, int rows, ptrdiff_t cols)
+{
+    for (int r = 0; r < rows; r++) {
+        FA_PREFETCH(y + r * y_rs, 3);
+        FA_PREFETCH(y + r * y_rs + cols - 1, 3);
+        if (res) {
+            FA_PREFETCH(res + r * res_rs, 3);
+            FA_PREFETCH(res + r * res_rs + cols - 1, 3);
         }
     }
 }
@@ -588,13 +630,20 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
             const GM_T *xb = x + i0 * x_rs + k0;
             const GM_T *panel = blk + j0 * kcb;
             GM_T *yb = y + i0 * y_rs + j0;
-            int nx_rows = b + 1 == n_blk ? 0 : m - ni < GM_MR ? (int)(m - ni) : GM_MR;
-            ptrdiff_t nx_cols = n_end - nj < GM_NR ? n_end - nj : GM_NR;
-            /* pointers formed only inside the arrays (none when there is no next block) */
-            const GM_T *nx_y = nx_rows ? y + ni * y_rs + nj : yb;
-            const GM_T *nx_res = nx_rows && last && res ? res + ni * res_rs + nj : NULL;
-#define GM_CALL(R) GM_NAME(mk)(xb, x_rs, R, kcb, panel, yb, y_rs, nv, first, i0 == 0, nx_y, \
-                          nx_res, res_rs, nx_rows, nx_cols)
+            if (b + 1 < n_blk) {          /* pointers formed only inside the arrays */
+                ptrdiff_t nx_cols = n_end - nj < GM_NR ? n_end - nj : GM_NR;
+                GM_NAME(prefetch_tile)(y + ni * y_rs + nj, y_rs,
+                                       last && res ? res + ni * res_rs + nj : NULL, res_rs,
+                                       m - ni < GM_MR ? (int)(m - ni) : GM_MR, nx_cols);
+            }
+#define GM_CALL(R) GM_NAME(mk)(xb, x_rs, R, kcb, panel, yb, y_rs, nv, first, i0 == 0)
+#if GM_VW > 1
+            /* whole blocks that find their panel in L2 / L3 (not the first row block, which
+             * prefetches it from memory): the tight loop */
+            if (mr == GM_MR && nv == GM_NR && i0 != 0)
+                GM_NAME(mk_full)(xb, x_rs, kcb, panel, yb, y_rs, first);
+            else
+#endif
             switch (mr) {
             case GM_MR: GM_CALL(GM_MR); break;
             case 1: GM_CALL(1); break;
