@@ -39,8 +39,11 @@ enum { GM_NAME(mr) = GM_MR, GM_NAME(nr) = GM_NR, GM_NAME(kc) = GM_KC };
 /* item(): up to this many MR-row blocks run panel by panel (each panel read from memory once
  * and reused from L1 by the item's few rows: a decode step), more row block by row block */
 #define GM_PANEL_OUTER_RB 2
-/* software prefetch distance along the packed panel: 4 KiB ahead, in k steps */
+/* software prefetch distance along the packed panel: 4 KiB ahead, in k steps, for blocks
+ * streaming it from memory (mk's `ahead`); 512 bytes for blocks finding it in L2 / L3
+ * (mk_full) */
 #define GM_PF_K (4096 / (GM_NR * (ptrdiff_t)sizeof(GM_T)))
+#define GM_PF_NEAR 512
 
 #if GM_VW > 1
 typedef GM_T GM_NAME(vec) __attribute__((vector_size(GM_VW * sizeof(GM_T)), aligned(sizeof(GM_T))));
@@ -404,12 +407,14 @@ GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM
 }
 
 #if GM_VW > 1
-/* A whole register block (MR rows, all NR columns) without prefetching: mk()'s sums, in a
- * function of its own. Inlined into item(), GCC's register allocation kept moves between
- * the accumulators in the k loop (the last row's two chains went through four registers);
- * alone, the loop is the NV loads, MR broadcasts and MR * NV multiply-adds and nothing else.
- * Zen 3, two threads, same process against the inlined block (bench/ab_gemm.py,
- * bench/results/ab_gemm_zen3.txt): +3-10% at M >= 1024. */
+/* A whole register block (MR rows, all NR columns): mk()'s sums, in a function of its own.
+ * Inlined into item(), GCC's register allocation kept moves between the accumulators in the
+ * k loop (the last row's two chains went through four registers); alone, the loop is the NV
+ * loads, MR broadcasts and MR * NV multiply-adds, and a prefetch of the panel GM_PF_NEAR
+ * bytes ahead (from L2 / L3: the item's first row block brought it in). Zen 3, two threads,
+ * same process (bench/ab_gemm.py, bench/results/ab_gemm_zen3.txt) at M >= 1024: the
+ * function alone +1-5% against the inlined block, the prefetch a further +3-8% (at 1 KiB
+ * ahead -5 to +4%, 2 KiB +0-6%). The AVX-512 instance uses it unmeasured. */
 GM_TARGET static __attribute__((noinline)) void
 GM_NAME(mk_full)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t kcb, const GM_T *panel, GM_T *y,
                  ptrdiff_t y_rs, int first)
@@ -425,6 +430,9 @@ GM_NAME(mk_full)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t kcb, const GM_T *panel
     }
     for (ptrdiff_t k = 0; k < kcb; k++) {
         V wv[GM_NV];
+#pragma GCC unroll 4
+        for (ptrdiff_t b = 0; b < GM_NR * (ptrdiff_t)sizeof(GM_T); b += 64)
+            FA_PREFETCH((const char *)(panel + k * GM_NR) + GM_PF_NEAR + b, 3);
 #pragma GCC unroll 4
         for (int v = 0; v < GM_NV; v++) wv[v] = VLOAD(panel + k * GM_NR + v * GM_VW);
 #pragma GCC unroll 8
@@ -678,6 +686,7 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
 #undef GM_NR
 #undef GM_PANEL_OUTER_RB
 #undef GM_PF_K
+#undef GM_PF_NEAR
 #undef GM_ACC
 #undef GM_ZERO
 #undef VLOAD
