@@ -1,9 +1,11 @@
-"""What every bench/ script prints with its figures: the CPU, its SIMD flags, the load."""
+"""What every bench/ script prints with its figures: the CPU, its SIMD flags, the load, and
+which fastattn was measured."""
 import glob
 import importlib.machinery
 import importlib.util
 import os
 import platform
+import subprocess
 import sys
 import time
 
@@ -28,6 +30,24 @@ def cpu_line():
     except OSError:
         pass
     return f"{name}; {simd}; {os.cpu_count()} CPUs; load average {load}"
+
+
+def fastattn_origin():
+    """'fastattn <version> from <package dir> (<source tree at commit> | installed copy)': the
+    scripts import the installed package, and CI's `pip install .[test]` replaces an editable
+    install with a wheel of whatever it built, so a figure must say what it measured."""
+    import fastattn
+    pkg = os.path.dirname(os.path.abspath(fastattn.__file__))
+    root = os.path.dirname(pkg)
+    how = "installed copy"
+    if os.path.isdir(os.path.join(root, ".git")):
+        try:
+            rev = subprocess.run(["git", "-C", root, "describe", "--always", "--dirty"],
+                                 capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            rev = ""
+        how = f"source tree at {rev}" if rev else "source tree"
+    return f"fastattn {fastattn.__version__} from {pkg} ({how})"
 
 
 def load_built_extension(tree, name, tag):

@@ -57,6 +57,8 @@ def _child(args):
     torch.set_num_threads(th)
     fastattn.set_num_threads(th)
     threadpool_limits(limits=th, user_api="blas")
+    from _common import fastattn_origin
+    print(f"## child: import order {args.order}; {fastattn_origin()}")
     print(f"## child: import order {args.order}; torch {torch.__version__} threads "
           f"{torch.get_num_threads()}, fastattn {fastattn.__version__} kernel threads "
           f"{fastattn.get_num_threads()}, transformers {transformers.__version__}, numpy "

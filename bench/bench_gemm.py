@@ -120,6 +120,8 @@ def main():
     from fastattn import _ops
     from fastattn._kernels import _gemm
 
+    from _common import fastattn_origin
+
     if args.isa:
         _gemm.set_isa(args.isa)
     model, flags, load = _cpu_header()
@@ -128,6 +130,7 @@ def main():
     print(f"# CPU: {model}; {os.cpu_count()} CPUs")
     print(f"# flags: {flags}")
     print(f"# loadavg before: {load}")
+    print(f"# {fastattn_origin()}")
     print(f"# fastattn {fastattn.__version__}, GEMM kernels {_gemm.isa()} (MR, NR, KC) = "
           f"{_gemm.blocking(4)}; NumPy {np.__version__}, BLAS {'; '.join(blas)}")
     print(f"# threads: {args.threads} for both; medians of {args.repeats} interleaved rounds")

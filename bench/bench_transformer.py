@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from _common import cpu_line
+from _common import cpu_line, fastattn_origin
 
 
 def _env_header(threads):
@@ -32,7 +32,7 @@ def _env_header(threads):
 
     import fastattn
     print(f"# CPU: {cpu_line()}; fastattn kernels: attention {fastattn._config.config()['simd']}")
-    print(f"# python {platform.python_version()}  numpy {np.__version__}  fastattn {fastattn.__version__}"
+    print(f"# python {platform.python_version()}  numpy {np.__version__}  {fastattn_origin()}"
           f"  platform {platform.platform()}")
     print(f"# threads: {threads} (fastattn kernel + BLAS + torch intra-op)")
     for lib in threadpool_info():

@@ -414,7 +414,9 @@ GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM
  * bytes ahead (from L2 / L3: the item's first row block brought it in). Zen 3, two threads,
  * same process (bench/ab_gemm.py, bench/results/ab_gemm_zen3.txt) at M >= 1024: the
  * function alone +1-5% against the inlined block, the prefetch a further +3-8% (at 1 KiB
- * ahead -5 to +4%, 2 KiB +0-6%). The AVX-512 instance uses it unmeasured. */
+ * ahead -5 to +4%, 2 KiB +0-6%). Written out rather than as a noinline call of mk() with
+ * constant arguments: that compiled with the moves back. The AVX-512 instance uses it
+ * unmeasured. */
 GM_TARGET static __attribute__((noinline)) void
 GM_NAME(mk_full)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t kcb, const GM_T *panel, GM_T *y,
                  ptrdiff_t y_rs, int first)
