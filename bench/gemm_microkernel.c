@@ -11,7 +11,7 @@
  *   gcc -O2 -mavx2 -mfma -DMR=6 -DNV=2 bench/gemm_microkernel.c -o /tmp/mk && /tmp/mk 256 16
  *
  * Zen 3, one core (FMA peak 91 GFLOP/s, bench/fma_peak.c), KC 256, 1 and 16 row blocks, two
- * runs each: 4 x 24 80-87 GFLOP/s, 6 x 16 65-78: four broadcasts per twelve multiply-adds
+ * runs each: 4 x 24 77-87 GFLOP/s, 6 x 16 65-78: four broadcasts per twelve multiply-adds
  * against six. Inside the real GEMM the block shape did not carry over (see
  * bench/results/ab_gemm_zen3.txt, 2026-12-01 22:50). */
 #include <immintrin.h>
