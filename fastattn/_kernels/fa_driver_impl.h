@@ -55,7 +55,8 @@ static void FA_SFX(prefetch_share)(const fa_problem *p, const FA_T *q, const FA_
 {
     const int qb = p->E * (int)sizeof(FA_T), vb = p->Ev * (int)sizeof(FA_T);
     for (int b = 0; b < qb; b += 64) FA_PREFETCH((const char *)(q + r * p->q_rs) + b, 2);
-    for (int j = (int)((ptrdiff_t)r * p->S / nq); j < (int)((ptrdiff_t)(r + 1) * p->S / nq); j++) {
+    const int j0 = (int)((ptrdiff_t)r * p->S / nq), j1 = (int)((ptrdiff_t)(r + 1) * p->S / nq);
+    for (int j = j0; j < j1; j++) {
         for (int b = 0; b < qb; b += 64) FA_PREFETCH((const char *)(k + j * p->k_rs) + b, 2);
         for (int b = 0; b < vb; b += 64) FA_PREFETCH((const char *)(v + j * p->v_rs) + b, 2);
     }
