@@ -1,6 +1,7 @@
 """Two builds of the GEMM side by side in one process: is a change faster?
 
     python bench/ab_gemm.py OLD_TREE NEW_TREE [--threads 2] [--shapes 1024x512x512,8x32000x512]
+                            [--epilogue none|bias+gelu|bias+res]
 
 Like ab_attention.py: OLD_TREE and NEW_TREE are source trees built in place, both builds'
 `_gemm` extensions are loaded into this process under different module names and called
@@ -29,9 +30,16 @@ def _packed(mod, w):
     return wp
 
 
-def run_shape(mods, M, N, K, threads, rounds, rng):
+def run_shape(mods, M, N, K, threads, rounds, rng, epilogue="none"):
     x = rng.standard_normal((M, K), dtype=np.float32)
     w = rng.standard_normal((N, K), dtype=np.float32)
+    # the models' epilogues: bias + GELU (a BERT FFN's first layer), bias + residual (an
+    # output projection, an FFN's second layer); the inputs scaled as in a real layer
+    bias = rng.standard_normal(N, dtype=np.float32) if epilogue != "none" else None
+    act = mods[0].ACTIVATIONS["gelu"] if epilogue == "bias+gelu" else 0
+    res = rng.standard_normal((M, N), dtype=np.float32) if epilogue == "bias+res" else None
+    if act:
+        x *= 1 / np.sqrt(K)
     n_copies = max(1, -(-96 * 2**20 // (4 * N * K))) if M <= 32 else 1
     rings = [[_packed(m, w) for _ in range(n_copies)] for m in mods]
     ys = [_aligned_empty((M, N), np.dtype(np.float32)) for _ in mods]
@@ -40,7 +48,7 @@ def run_shape(mods, M, N, K, threads, rounds, rng):
     def call(i):
         wp = rings[i][pos[i] % n_copies]
         pos[i] += 1
-        mods[i].gemm(x, wp, N, None, 0, None, ys[i], threads)
+        mods[i].gemm(x, wp, N, bias, act, res, ys[i], threads)
 
     for i in range(2):
         call(i)
@@ -49,7 +57,7 @@ def run_shape(mods, M, N, K, threads, rounds, rng):
     n = max(3, int(0.03 / (2 * M * N * K / 100e9)))         # ~30 ms per sample
     t_old, t_new = alternate(call, n, rounds)
     gf = 2e-9 * M * N * K
-    print(f"{M}x{N}x{K}: old {1e3 * np.median(t_old):.3f} ms ({gf / np.median(t_old):.1f} "
+    print(f"{M}x{N}x{K}{'' if epilogue == 'none' else ' ' + epilogue}: old {1e3 * np.median(t_old):.3f} ms ({gf / np.median(t_old):.1f} "
           f"GFLOP/s), new {1e3 * np.median(t_new):.3f} ms ({gf / np.median(t_new):.1f} GFLOP/s), "
           f"new / old speed {np.median(t_old / t_new):.3f}", flush=True)
 
@@ -61,6 +69,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--shapes", default=DEFAULT_SHAPES, help="MxNxK,...")
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--epilogue", default="none", choices=["none", "bias+gelu", "bias+res"],
+                    help="fused epilogue to time with the product (default: none)")
     args = ap.parse_args(argv)
     mods = [load_built_extension(args.old, "_gemm", "ab_old"),
             load_built_extension(args.new, "_gemm", "ab_new")]
@@ -71,7 +81,7 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     for s in args.shapes.split(","):
         M, N, K = (int(v) for v in s.split("x"))
-        run_shape(mods, M, N, K, args.threads, args.rounds, rng)
+        run_shape(mods, M, N, K, args.threads, args.rounds, rng, args.epilogue)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,14 @@ enum { GM_NAME(mr) = GM_MR, GM_NAME(nr) = GM_NR, GM_NAME(kc) = GM_KC };
  * (mk_full; 2 or 4 KiB there, tried when the block was still inlined, measured +-1%) */
 #define GM_PF_K (4096 / (GM_NR * (ptrdiff_t)sizeof(GM_T)))
 #define GM_PF_NEAR 512
+/* k steps before the end of a block's last K block at which the residual rows its epilogue
+ * adds are prefetched. Fetched only with the next block's output tile (one block ahead) they
+ * were evicted again by the time the epilogue read them (a block streams its whole panel,
+ * 24-32 KiB, through the 32 KiB L1): at 4096 x 384 x 384 + bias + residual, half of item()'s
+ * perf samples sat on the residual's load. Same process against that alone (bench/ab_gemm.py
+ * --epilogue bias+res, Zen 3): 4096 x 384 x 384 +10%, 4096 x 384 x 1536 +2.5%, 1024 x 512 x
+ * 2048 +4.6%, 2048 x 512 x 512 +5.3% (128 steps ahead: the same as 64) */
+#define GM_RES_LEAD 64
 
 #if GM_VW > 1
 typedef GM_T GM_NAME(vec) __attribute__((vector_size(GM_VW * sizeof(GM_T)), aligned(sizeof(GM_T))));
@@ -145,7 +153,7 @@ GM_TARGET static inline V GM_NAME(vexp)(V x)
  * The second interval, the expensive one, is evaluated only when some lane needs it (a NaN
  * lane does: it takes that interval, which propagates it). Fitting erfc rather than erf keeps
  * its relative accuracy (~8 float32 eps) where GELU's negative tail needs it. */
-GM_TARGET static inline V GM_NAME(verfc_tail)(V a)
+GM_TARGET static inline V GM_NAME(verfc_q1)(V a)
 {
     V t1 = a - 1.5f;
     V q1 = VSPLAT(1.331209019e-04f);
@@ -159,8 +167,12 @@ GM_TARGET static inline V GM_NAME(verfc_tail)(V a)
     q1 = q1 * t1 + 1.783954596e-01f;
     q1 = q1 * t1 + -1.189302889e-01f;
     q1 = q1 * t1 + 3.389485341e-02f;
-    if (!GM_ANY(~(VI)(a < 2.0f)))
-        return q1;
+    return q1;
+}
+
+/* erfc(a) for 2 <= a (a may be NaN or +inf), given q1 = verfc_q1(a) for the lanes below 2 */
+GM_TARGET static inline V GM_NAME(verfc_q2)(V a, V q1)
+{
     V ac = VSEL(a > 6.5f, VSPLAT(6.5f), a);            /* NaN stays NaN */
     V t2 = ac - 4.25f;
     V q2 = VSPLAT(-4.627353082e-10f);
@@ -178,6 +190,14 @@ GM_TARGET static inline V GM_NAME(verfc_tail)(V a)
     V e = GM_NAME(vexp)(q2);
     e = VSEL(a > 6.5f, VSPLAT(0.0f), e);
     return VSEL(a < 2.0f, q1, e);
+}
+
+GM_TARGET static inline V GM_NAME(verfc_tail)(V a)
+{
+    V q1 = GM_NAME(verfc_q1)(a);
+    if (!GM_ANY(~(VI)(a < 2.0f)))
+        return q1;
+    return GM_NAME(verfc_q2)(a, q1);
 }
 
 /* erf(a) - a = a * S(a^2) for 0 <= a < 1: S of degree 8 (near-minimax as above, relative fit
@@ -209,6 +229,53 @@ GM_TARGET static inline V GM_NAME(verf)(V x)
     return (V)((VI)r | ((VI)x & signbit));
 }
 
+/* exact GELU, x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2 for x >= 0 and erfc(|x| / sqrt 2) / 2
+ * for x < 0 (no cancellation in the negative tail: relative accuracy kept down to x = -9.2,
+ * beyond which gelu is -0), in three steps: a = |x| / sqrt 2; erf(a) for a < 1 and erfc(a)
+ * above (the tail, needed only when some lane has a >= 1); the product. */
+GM_TARGET static inline V GM_NAME(gelu_arg)(V x)
+{
+    const VI signbit = (VI){0} + (GM_I)(-2147483647 - 1);
+    return (V)((VI)x & ~signbit) * 0.707106781f;
+}
+
+GM_TARGET static inline V GM_NAME(gelu_end)(V x, V a, V small, V tail)
+{
+    V erf_a = VSEL(a < 1.0f, small, 1.0f - tail);
+    V erfc_a = VSEL(a < 1.0f, 1.0f - small, tail);
+    V phi = VSEL(x < 0.0f, erfc_a, 1.0f + erf_a) * 0.5f;
+    V y = x * phi;
+    return VSEL(phi == 0.0f, VSPLAT(-0.0f), y);         /* -inf * 0 would be NaN */
+}
+
+/* GELU of n vectors at once (n a constant after inlining): the same lane-wise arithmetic as
+ * act_vec's, with the two interval tests taken once for all n vectors, so that the n
+ * polynomial chains are independent straight-line code the core can overlap. A lane's
+ * result does not depend on which branch its neighbours chose: each interval's value is
+ * selected lane by lane. In the GEMM's epilogue, two rows at a time against one vector at a
+ * time (bench/ab_gemm.py --epilogue bias+gelu, Zen 3): +1-4%; three rows: no better. */
+GM_TARGET static FA_ALWAYS_INLINE void GM_NAME(gelu_n)(V *v, const int n)
+{
+    V a[2 * GM_NV], small[2 * GM_NV], tail[2 * GM_NV];
+    VI need = (VI){0};
+    for (int i = 0; i < n; i++) {
+        a[i] = GM_NAME(gelu_arg)(v[i]);
+        small[i] = GM_NAME(verf_small)(a[i]);
+        tail[i] = VSPLAT(0.0f);
+        need |= ~(VI)(a[i] < 1.0f);
+    }
+    if (GM_ANY(need)) {
+        need = (VI){0};
+        for (int i = 0; i < n; i++) {
+            tail[i] = GM_NAME(verfc_q1)(a[i]);
+            need |= ~(VI)(a[i] < 2.0f);
+        }
+        if (GM_ANY(need))
+            for (int i = 0; i < n; i++) tail[i] = GM_NAME(verfc_q2)(a[i], tail[i]);
+    }
+    for (int i = 0; i < n; i++) v[i] = GM_NAME(gelu_end)(v[i], a[i], small[i], tail[i]);
+}
+
 GM_TARGET static inline V GM_NAME(act_vec)(V x, int act)
 {
     V e, y;
@@ -216,18 +283,9 @@ GM_TARGET static inline V GM_NAME(act_vec)(V x, int act)
     case GM_ACT_RELU:
         return VSEL(x < 0.0f, VSPLAT(0.0f), x);
     case GM_ACT_GELU: {
-        /* x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2 for x >= 0 and erfc(|x| / sqrt 2) / 2
-         * for x < 0 (no cancellation in the negative tail: relative accuracy kept down to
-         * x = -9.2, beyond which gelu is -0) */
-        const VI signbit = (VI){0} + (GM_I)(-2147483647 - 1);
-        V a = (V)((VI)x & ~signbit) * 0.707106781f;
-        V small = GM_NAME(verf_small)(a);
+        V a = GM_NAME(gelu_arg)(x);
         V tail = GM_ANY(~(VI)(a < 1.0f)) ? GM_NAME(verfc_tail)(a) : VSPLAT(0.0f);
-        V erf_a = VSEL(a < 1.0f, small, 1.0f - tail);
-        V erfc_a = VSEL(a < 1.0f, 1.0f - small, tail);
-        V phi = VSEL(x < 0.0f, erfc_a, 1.0f + erf_a) * 0.5f;
-        y = x * phi;
-        return VSEL(phi == 0.0f, VSPLAT(-0.0f), y);     /* -inf * 0 would be NaN */
+        return GM_NAME(gelu_end)(x, a, GM_NAME(verf_small)(a), tail);
     }
     case GM_ACT_GELU_TANH: {
         V u = x * (0.797884561f + (0.797884561f * 0.044715f) * (x * x));
@@ -288,6 +346,41 @@ GM_TARGET static void GM_NAME(epilogue_row)(GM_T *y, ptrdiff_t n, const GM_T *bi
     }
 #endif
 }
+
+#ifdef GM_VEC_ACT
+/* The epilogue of a whole register block (MR rows x NR columns), two rows at a time: the same
+ * per-element arithmetic as epilogue_row (bias, act, residual, in that order), GELU on the two
+ * rows' 2 * NV vectors together (gelu_n). */
+GM_TARGET static void GM_NAME(epilogue_block)(GM_T *y, ptrdiff_t y_rs, const GM_T *bias, int act,
+                                             const GM_T *res, ptrdiff_t res_rs)
+{
+    V b[GM_NV];
+    for (int c = 0; c < GM_NV; c++) b[c] = bias ? VLOAD(bias + c * GM_VW) : VSPLAT(0.0f);
+    for (int r = 0; r < GM_MR; r += 2) {
+        const int nr = GM_MR - r < 2 ? 1 : 2;
+        V v[2 * GM_NV];
+        for (int i = 0; i < nr; i++)
+            for (int c = 0; c < GM_NV; c++) {
+                v[i * GM_NV + c] = VLOAD(y + (r + i) * y_rs + c * GM_VW);
+                if (bias) v[i * GM_NV + c] = v[i * GM_NV + c] + b[c];
+            }
+        if (act == GM_ACT_GELU) {
+            if (nr == 2)
+                GM_NAME(gelu_n)(v, 2 * GM_NV);
+            else
+                GM_NAME(gelu_n)(v, GM_NV);
+        } else if (act) {
+            for (int i = 0; i < nr * GM_NV; i++) v[i] = GM_NAME(act_vec)(v[i], act);
+        }
+        for (int i = 0; i < nr; i++)
+            for (int c = 0; c < GM_NV; c++) {
+                V t = v[i * GM_NV + c];
+                if (res) t = t + VLOAD(res + (r + i) * res_rs + c * GM_VW);
+                VSTORE(y + (r + i) * y_rs + c * GM_VW, t);
+            }
+    }
+}
+#endif
 
 /* y = act(x) elementwise over n elements (y may be x): the standalone activation kernel, one
  * pass over memory; the same element function as the epilogue, so the bits agree with it. */
@@ -649,9 +742,22 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
 #if GM_VW > 1
             /* whole blocks that find their panel in L2 / L3 (not the first row block, which
              * prefetches it from memory): the tight loop */
-            if (mr == GM_MR && nv == GM_NR && i0 != 0)
-                GM_NAME(mk_full)(xb, x_rs, kcb, panel, yb, y_rs, first);
-            else
+            if (mr == GM_MR && nv == GM_NR && i0 != 0) {
+                if (last && res && kcb > 2 * GM_RES_LEAD) {
+                    /* the residual rows this block's epilogue reads, fetched GM_RES_LEAD k
+                     * steps before the end */
+                    ptrdiff_t ks = kcb - GM_RES_LEAD;
+                    GM_NAME(mk_full)(xb, x_rs, ks, panel, yb, y_rs, first);
+                    const GM_T *rb = res + i0 * res_rs + j0;
+                    for (int r = 0; r < GM_MR; r++) {
+                        FA_PREFETCH(rb + r * res_rs, 3);
+                        FA_PREFETCH(rb + r * res_rs + GM_NR - 1, 3);
+                    }
+                    GM_NAME(mk_full)(xb + ks, x_rs, GM_RES_LEAD, panel + ks * GM_NR, yb, y_rs, 0);
+                } else {
+                    GM_NAME(mk_full)(xb, x_rs, kcb, panel, yb, y_rs, first);
+                }
+            } else
 #endif
             switch (mr) {
             case GM_MR: GM_CALL(GM_MR); break;
@@ -675,6 +781,12 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
             }
 #undef GM_CALL
             if (last && (bias || act || res)) {
+#ifdef GM_VEC_ACT
+                if (mr == GM_MR && nv == GM_NR)
+                    GM_NAME(epilogue_block)(yb, y_rs, bias ? bias + j0 : NULL, act,
+                                            res ? res + i0 * res_rs + j0 : NULL, res_rs);
+                else
+#endif
                 for (int r = 0; r < mr; r++)
                     GM_NAME(epilogue_row)(yb + r * y_rs, nv, bias ? bias + j0 : NULL, act,
                                           res ? res + (i0 + r) * res_rs + j0 : NULL);
@@ -688,6 +800,7 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
 #undef GM_PANEL_OUTER_RB
 #undef GM_PF_K
 #undef GM_PF_NEAR
+#undef GM_RES_LEAD
 #undef GM_ACC
 #undef GM_ZERO
 #undef VLOAD

@@ -140,6 +140,29 @@ def test_epilogue_matches_standalone_activation(rng):
         np.testing.assert_array_equal(_ops.linear(x, w, b, name), fn(z))
 
 
+def test_fused_gelu_and_residual_equal_the_unfused_ops(rng, isa):
+    # The epilogue of a whole register block runs GELU on two rows at once and decides its
+    # interval branches once for them (gemm_tile.h, gelu_n); the residual of a whole block is
+    # prefetched inside its last K block. Rows scaled from 0.02 to 20 put register blocks
+    # on every branch combination (all |z| small, some past each interval switch, inf and
+    # NaN lanes); every element must equal the unfused GELU of the same product plus the same
+    # residual, bit for bit. K = 700 crosses a K block for every ISA; M = 47 and N = 83 leave
+    # partial blocks on both edges.
+    M, N, K = 47, 83, 700
+    x, w, b = _data(rng, M, N, K, np.float32)
+    x *= np.geomspace(0.02, 20, M).astype(np.float32)[:, None] / np.float32(np.sqrt(K))
+    x[5, :3] = np.inf                          # an inf / NaN product in a few rows
+    x[29, 7] = np.nan
+    res = rng.standard_normal((M, N)).astype(np.float32)
+    for name, fn in (("gelu", _ops.gelu), ("gelu_tanh", lambda a: _ops.gelu(a, approximate="tanh")),
+                     ("silu", _ops.silu), (None, lambda a: a)):
+        layer = _ops.PackedLinear(w, b, name)
+        z = _ops.linear(x, w, b)
+        np.testing.assert_array_equal(layer(x), fn(z))
+        np.testing.assert_array_equal(layer(x, res), fn(z) + res)
+        np.testing.assert_array_equal(layer(x, res, n_threads=1), fn(z) + res)
+
+
 def test_nonfinite_inputs_propagate():
     x = np.array([[1.0, np.nan, 0.0], [1.0, 1.0, 1.0], [np.inf, 0.0, 0.0]], np.float32)
     w = np.ones((5, 3), np.float32)
