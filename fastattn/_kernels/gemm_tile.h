@@ -348,6 +348,9 @@ GM_TARGET static void GM_NAME(epilogue_row)(GM_T *y, ptrdiff_t n, const GM_T *bi
 }
 
 #ifdef GM_VEC_ACT
+#if GM_MR % 2
+#error "epilogue_block takes the rows two at a time: GM_MR must be even"
+#endif
 /* The epilogue of a whole register block (MR rows x NR columns), two rows at a time: the same
  * per-element arithmetic as epilogue_row (bias, act, residual, in that order), GELU on the two
  * rows' 2 * NV vectors together (gelu_n). */
@@ -357,22 +360,18 @@ GM_TARGET static void GM_NAME(epilogue_block)(GM_T *y, ptrdiff_t y_rs, const GM_
     V b[GM_NV];
     for (int c = 0; c < GM_NV; c++) b[c] = bias ? VLOAD(bias + c * GM_VW) : VSPLAT(0.0f);
     for (int r = 0; r < GM_MR; r += 2) {
-        const int nr = GM_MR - r < 2 ? 1 : 2;
         V v[2 * GM_NV];
-        for (int i = 0; i < nr; i++)
+        for (int i = 0; i < 2; i++)
             for (int c = 0; c < GM_NV; c++) {
                 v[i * GM_NV + c] = VLOAD(y + (r + i) * y_rs + c * GM_VW);
                 if (bias) v[i * GM_NV + c] = v[i * GM_NV + c] + b[c];
             }
         if (act == GM_ACT_GELU) {
-            if (nr == 2)
-                GM_NAME(gelu_n)(v, 2 * GM_NV);
-            else
-                GM_NAME(gelu_n)(v, GM_NV);
+            GM_NAME(gelu_n)(v, 2 * GM_NV);
         } else if (act) {
-            for (int i = 0; i < nr * GM_NV; i++) v[i] = GM_NAME(act_vec)(v[i], act);
+            for (int i = 0; i < 2 * GM_NV; i++) v[i] = GM_NAME(act_vec)(v[i], act);
         }
-        for (int i = 0; i < nr; i++)
+        for (int i = 0; i < 2; i++)
             for (int c = 0; c < GM_NV; c++) {
                 V t = v[i * GM_NV + c];
                 if (res) t = t + VLOAD(res + (r + i) * res_rs + c * GM_VW);
@@ -543,22 +542,17 @@ GM_NAME(mk_full)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t kcb, const GM_T *panel
 }
 #endif
 
-/* Prefetch the next register block's output tile (and its residual rows when the epilogue
- * will read them): rows rows of cols elements at y (res), row strides y_rs (res_rs), fetched
- * while this block computes. Without it every block of a large-M GEMM waited on its y lines
- * at the end (stores to lines not in cache) and, after the first K block, at the start (the
- * partial sums): one core, 1024 x 512 x 512, 0.80x OpenBLAS's speed before, 0.90x after. The
- * first and last element of each row: up to NR elements span two lines when unaligned. */
-static inline void GM_NAME(prefetch_tile)(const GM_T *y, ptrdiff_t y_rs, const GM_T *res,
-                                          ptrdiff_t res_rs, int rows, ptrdiff_t cols)
+/* Prefetch rows rows of cols elements at p, row stride rs: the first and last element of each
+ * row (up to NR elements span two lines when unaligned). item() fetches the next register
+ * block's output tile (and its residual rows when the epilogue will read them) while this
+ * block computes: without it every block of a large-M GEMM waited on its y lines at the end
+ * (stores to lines not in cache) and, after the first K block, at the start (the partial
+ * sums): one core, 1024 x 512 x 512, 0.80x OpenBLAS's speed before, 0.90x after. */
+static inline void GM_NAME(prefetch_rows)(const GM_T *p, ptrdiff_t rs, int rows, ptrdiff_t cols)
 {
     for (int r = 0; r < rows; r++) {
-        FA_PREFETCH(y + r * y_rs, 3);
-        FA_PREFETCH(y + r * y_rs + cols - 1, 3);
-        if (res) {
-            FA_PREFETCH(res + r * res_rs, 3);
-            FA_PREFETCH(res + r * res_rs + cols - 1, 3);
-        }
+        FA_PREFETCH(p + r * rs, 3);
+        FA_PREFETCH(p + r * rs + cols - 1, 3);
     }
 }
 
@@ -734,28 +728,24 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
             GM_T *yb = y + i0 * y_rs + j0;
             if (b + 1 < n_blk) {          /* pointers formed only inside the arrays */
                 ptrdiff_t nx_cols = n_end - nj < GM_NR ? n_end - nj : GM_NR;
-                GM_NAME(prefetch_tile)(y + ni * y_rs + nj, y_rs,
-                                       last && res ? res + ni * res_rs + nj : NULL, res_rs,
-                                       m - ni < GM_MR ? (int)(m - ni) : GM_MR, nx_cols);
+                int nx_rows = m - ni < GM_MR ? (int)(m - ni) : GM_MR;
+                GM_NAME(prefetch_rows)(y + ni * y_rs + nj, y_rs, nx_rows, nx_cols);
+                if (last && res)
+                    GM_NAME(prefetch_rows)(res + ni * res_rs + nj, res_rs, nx_rows, nx_cols);
             }
 #define GM_CALL(R) GM_NAME(mk)(xb, x_rs, R, kcb, panel, yb, y_rs, nv, first, i0 == 0)
 #if GM_VW > 1
             /* whole blocks that find their panel in L2 / L3 (not the first row block, which
              * prefetches it from memory): the tight loop */
             if (mr == GM_MR && nv == GM_NR && i0 != 0) {
-                if (last && res && kcb > 2 * GM_RES_LEAD) {
-                    /* the residual rows this block's epilogue reads, fetched GM_RES_LEAD k
-                     * steps before the end */
-                    ptrdiff_t ks = kcb - GM_RES_LEAD;
-                    GM_NAME(mk_full)(xb, x_rs, ks, panel, yb, y_rs, first);
-                    const GM_T *rb = res + i0 * res_rs + j0;
-                    for (int r = 0; r < GM_MR; r++) {
-                        FA_PREFETCH(rb + r * res_rs, 3);
-                        FA_PREFETCH(rb + r * res_rs + GM_NR - 1, 3);
-                    }
-                    GM_NAME(mk_full)(xb + ks, x_rs, GM_RES_LEAD, panel + ks * GM_NR, yb, y_rs, 0);
-                } else {
-                    GM_NAME(mk_full)(xb, x_rs, kcb, panel, yb, y_rs, first);
+                /* with a residual, the last K block in two calls (the partial sums go through
+                 * y exactly), the rows the epilogue adds fetched GM_RES_LEAD k steps before
+                 * the end */
+                ptrdiff_t ks = last && res && kcb > 2 * GM_RES_LEAD ? kcb - GM_RES_LEAD : kcb;
+                GM_NAME(mk_full)(xb, x_rs, ks, panel, yb, y_rs, first);
+                if (ks < kcb) {
+                    GM_NAME(prefetch_rows)(res + i0 * res_rs + j0, res_rs, GM_MR, GM_NR);
+                    GM_NAME(mk_full)(xb + ks, x_rs, kcb - ks, panel + ks * GM_NR, yb, y_rs, 0);
                 }
             } else
 #endif
