@@ -248,15 +248,42 @@ def check_choice(value, name, choices):
     return value
 
 
-def check_out(out, name, dtype, shape, *, aligned=False):
+def _distinct_elements(a):
+    """Whether no two elements of `a` share memory, for the layouts slicing, transposing and
+    reshaping produce: sorted by stride, each axis steps over the whole extent of the ones
+    inside it (a sufficient test; as_strided views that fold back on themselves fail it)."""
+    dims = sorted((abs(st), n) for st, n in zip(a.strides, a.shape) if n > 1)
+    extent = a.itemsize
+    for st, n in dims:
+        if st < extent:
+            return False
+        extent = st * n
+    return True
+
+
+def check_out(out, name, dtype, shape, *, aligned=False, rows=False):
     """A caller's output array: a NumPy array of exactly `dtype` and `shape`, writeable and
-    C-contiguous; with `aligned`, also element-aligned in native byte order (vector stores)."""
+    C-contiguous; with `aligned`, also element-aligned in native byte order (vector stores).
+    With `rows` (implies `aligned`) any strides are accepted whose last axis is contiguous and
+    whose elements are distinct (a transposed or sliced view of a larger buffer)."""
     if not isinstance(out, np.ndarray):
         raise TypeError(f"{name} must be a NumPy array or None, got {type(out).__name__}")
     if out.dtype != dtype:
         raise TypeError(f"{name} must have dtype {dtype}, got {out.dtype}")
     if out.shape != shape:
         raise ValueError(f"{name} must have shape {shape}, got {name}.shape={out.shape}")
+    if rows:
+        if not out.flags.writeable:
+            raise ValueError(f"{name} must be writeable")
+        if not (out.flags.aligned and out.dtype.isnative):
+            raise ValueError(f"{name} must be element-aligned, in native byte order")
+        if out.ndim and out.shape[-1] > 1 and out.strides[-1] != out.itemsize:
+            raise ValueError(f"{name}'s last axis must be contiguous (stride {out.itemsize} "
+                             f"bytes), got strides {out.strides}")
+        if not _distinct_elements(out):
+            raise ValueError(f"{name} must not overlap itself, got strides {out.strides} "
+                             f"for shape {out.shape}")
+        return
     ok = out.flags.c_contiguous and out.flags.writeable
     if aligned:
         ok = ok and out.flags.aligned and out.dtype.isnative

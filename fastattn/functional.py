@@ -19,7 +19,8 @@ __all__ = ["scaled_dot_product_attention", "softmax", "linear", "PackedLinear", 
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, *, is_causal=False, scale=None,
-                                 enable_gqa=False, return_weights=False, n_threads=None):
+                                 enable_gqa=False, return_weights=False, out=None,
+                                 n_threads=None):
     """Fused scaled dot-product attention, ``softmax(query @ key.T * scale + mask) @ value``.
 
     Computed tile by tile with an online (max-subtracted) softmax: the L x S score matrix is
@@ -44,6 +45,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, *, is_causal
         uses key/value head ``h // (Hq // Hkv)``.
     return_weights : bool
         Also return the softmax weights, shape (..., L, S) (materialised: for inspection).
+    out : ndarray, optional
+        Where to write the result, of its exact shape and dtype: any writeable view whose last
+        axis is contiguous, for instance ``buf.reshape(B, L, H, Ev).transpose(0, 2, 1, 3)`` so
+        that the heads land side by side in ``buf`` (B, L, H * Ev), ready for the output
+        projection without a copy. Overlap with the inputs is allowed (the result then goes
+        through a temporary). The same values as without `out`, bit for bit.
     n_threads : int, optional
         OpenMP threads for this call (default: :func:`fastattn.get_num_threads`). The result is
         bitwise the same for any value.
@@ -51,7 +58,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, *, is_causal
     Returns
     -------
     out : ndarray, shape (..., L, Ev)
-        float32 for float32 inputs, float64 for float64 (see the dtype table in the README).
+        float32 for float32 inputs, float64 for float64 (see the dtype table in the README);
+        the `out` argument itself when one was given.
         A query row that may attend to no key (all masked, or S == 0) is zeros, never NaN.
     weights : ndarray, shape (..., L, S)
         Only with ``return_weights=True``; rows of fully masked queries are zeros.
@@ -79,7 +87,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, *, is_causal
     if mask is not None:
         mask, lead = _v.check_mask(mask, L, S, lead)
 
-    out = np.empty(tuple(lead) + (L, Ev), dtype=dtype)
+    shape = tuple(lead) + (L, Ev)
+    if out is None:
+        out = np.empty(shape, dtype=dtype)
+    else:
+        _v.check_out(out, "out", dtype, shape, rows=True)
     weights = np.zeros(tuple(lead) + (L, S), dtype=dtype) if want_w else None
     if S == 0 or (out.size == 0 and (weights is None or weights.size == 0)):
         out[...] = 0          # no key to attend to (S == 0): zeros, by the fully-masked rule
@@ -94,7 +106,12 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, *, is_causal
     v = _v.kernel_ready(v, dtype)
     if mask is not None:
         mask = _v.kernel_ready(mask, mask.dtype if mask.dtype.kind == "b" else dtype)
-    _k.sdpa(q, k, v, mask, out, weights, tuple(lead), causal, scale, group, nthr)
+    dst = out
+    if any(a is not None and np.may_share_memory(out, a) for a in (q, k, v, mask)):
+        dst = np.empty(shape, dtype=dtype)         # the kernel reads the inputs while it writes
+    _k.sdpa(q, k, v, mask, dst, weights, tuple(lead), causal, scale, group, nthr)
+    if dst is not out:
+        out[...] = dst
     return (out, weights) if want_w else out
 
 

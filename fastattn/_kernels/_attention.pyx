@@ -44,7 +44,8 @@ cdef extern from "fa_driver.h" nogil:
         Py_ssize_t m_lead[FA_MAX_LEAD]
         Py_ssize_t k_shape[FA_MAX_LEAD]
         Py_ssize_t v_shape[FA_MAX_LEAD]
-        Py_ssize_t q_rs, k_rs, v_rs, m_rs, m_cs
+        Py_ssize_t o_lead[FA_MAX_LEAD]
+        Py_ssize_t q_rs, k_rs, v_rs, m_rs, m_cs, o_rs
         Py_ssize_t N
         int L, S, E, Ev, causal
         double scale
@@ -156,6 +157,11 @@ cdef _problem(fa_problem *p, cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.nd
         _lead_strides(m, nd, p.m_lead, NULL)
         p.m_rs = _estride(m, m.ndim - 2)
         p.m_cs = _estride(m, m.ndim - 1)
+    p.o_rs = p.Ev                      # a C-contiguous (*lead, L, Ev) output; sdpa() sets
+    cdef Py_ssize_t ostride = <Py_ssize_t>p.L * p.Ev   # the strides of the array it writes
+    for d in range(nd - 1, -1, -1):
+        p.o_lead[d] = ostride
+        ostride *= lead[d]
     p.causal = causal
     p.scale = scale
     p.head_group = head_group
@@ -233,14 +239,17 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
 
     q (..., L, E), k (..., S, E), v (..., S, Ev), mask (..., L, S) bool/float or None:
     each with its own leading dims, broadcastable to `lead` (k, v with the head dim divided by
-    head_group). out (*lead, L, Ev) and weights (*lead, L, S) are C-contiguous and of q's dtype;
-    weights must be zero-filled. All sizes > 0. Validation happened in functional.py. n_threads
+    head_group). out (*lead, L, Ev) any strides with a contiguous last dimension, its elements
+    distinct and sharing no memory with the inputs; weights (*lead, L, S) C-contiguous and
+    zero-filled; both of q's dtype. All sizes > 0. Validation happened in functional.py. n_threads
     is an upper bound: the call uses no more threads than it has parallel work items.
     """
     cdef fa_problem p
     cdef fa_work w
     cdef cnp.ndarray m_arr = mask
     _problem(&p, q, k, v, m_arr, lead, causal, scale, head_group)
+    _lead_strides(out, p.nd, p.o_lead, NULL)
+    p.o_rs = _estride(out, out.ndim - 2)
     cdef int nthr = <int>max(1, min(n_threads, fa_parallel_items(&p)))
     fa_plan(&p, nthr, &w)
     cdef _Workspace ws = _workspace(w.total)       # held until the kernel returns

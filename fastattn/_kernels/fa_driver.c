@@ -34,7 +34,8 @@
  *
  * The kernels assume (functional.py and _validation.py check all of it first): q, k, v, mask
  * and out aligned to their item size, native byte order, last dimension contiguous; strides in
- * elements (0 for broadcast dimensions); every size > 0; the workspace sized by fa_plan.
+ * elements (0 for broadcast dimensions); out's elements distinct, none shared with an input;
+ * every size > 0; the workspace sized by fa_plan.
  */
 #include <math.h>
 #include <stddef.h>

@@ -50,7 +50,9 @@ typedef struct {
     ptrdiff_t v_shape[FA_MAX_LEAD];
     ptrdiff_t kslab_lead[FA_MAX_LEAD];  /* index of a packed k (v) slab, in slabs: C order over */
     ptrdiff_t vslab_lead[FA_MAX_LEAD];  /* k_shape (v_shape), 0 where broadcast */
+    ptrdiff_t o_lead[FA_MAX_LEAD];      /* the output's leading strides (its shape is lead) */
     ptrdiff_t q_rs, k_rs, v_rs;         /* row strides */
+    ptrdiff_t o_rs;                     /* the output's row stride (Ev when C-contiguous) */
     ptrdiff_t m_rs, m_cs;               /* mask row and column strides (0: broadcast) */
     ptrdiff_t N;
     int L, S, E, Ev;
@@ -95,7 +97,8 @@ ptrdiff_t fa_parallel_items(const fa_problem *p);
 void fa_plan(const fa_problem *p, int n_threads, fa_work *w);
 
 /* The fused attention, all passes, on n_threads OpenMP threads (at most). bm (bool, nonzero =
- * may attend) or fm (float, added) is the mask, or both NULL. out (N, L, Ev); weights (N, L, S),
+ * may attend) or fm (float, added) is the mask, or both NULL. out (*lead, L, Ev) at the strides
+ * o_lead / o_rs (rows of distinct items never share memory); weights (N, L, S) C-contiguous,
  * zero-filled, with stats (N, 2, L), or both NULL. */
 void fa_sdpa_run_f32(const fa_problem *p, const fa_work *w, const float *q, const float *k,
                      const float *v, const unsigned char *bm, const float *fm, float *out,

@@ -230,10 +230,11 @@ static void FA_SFX(weights_item)(
 
 /* Combine n_sp partial results of one leading index over disjoint key ranges, in a fixed order:
  * M = max_s m_s, l = sum_s l_s exp(m_s - M), out = sum_s out_s l_s exp(m_s - M) / l, where out_s
- * is split s's normalised output. part (n_sp, L, Ev); pml (n_sp, 2, L) their (m, l); out (L, Ev);
- * stats (2 L) receives (M, l) per row when not NULL (the weights pass needs them). */
+ * is split s's normalised output. part (n_sp, L, Ev); pml (n_sp, 2, L) their (m, l); out (L, Ev),
+ * row stride out_rs; stats (2 L) receives (M, l) per row when not NULL (the weights pass needs
+ * them). */
 static void FA_SFX(merge_splits)(const FA_T *part, const double *pml, int n_sp, ptrdiff_t L, int Ev,
-                                 FA_T *out, double *stats)
+                                 FA_T *out, ptrdiff_t out_rs, double *stats)
 {
     const double *pm = pml, *pl = pml + L;
     for (ptrdiff_t r = 0; r < L; r++) {
@@ -245,7 +246,7 @@ static void FA_SFX(merge_splits)(const FA_T *part, const double *pml, int n_sp, 
             else if (mm > M)
                 M = mm;
         }
-        for (int c = 0; c < Ev; c++) out[r * Ev + c] = 0;
+        for (int c = 0; c < Ev; c++) out[r * out_rs + c] = 0;
         if (M != -INFINITY) {
             /* each partial is already normalised by its own l_s: weight it by l_s e^(m_s - M) / l */
             for (int sp = 0; sp < n_sp; sp++)
@@ -253,7 +254,7 @@ static void FA_SFX(merge_splits)(const FA_T *part, const double *pml, int n_sp, 
             for (int sp = 0; sp < n_sp; sp++) {
                 if (pm[2 * sp * L + r] == -INFINITY) continue;
                 double f = pl[2 * sp * L + r] * exp(pm[2 * sp * L + r] - M) / l;
-                for (int c = 0; c < Ev; c++) out[r * Ev + c] += (FA_T)(part[(sp * L + r) * Ev + c] * f);
+                for (int c = 0; c < Ev; c++) out[r * out_rs + c] += (FA_T)(part[(sp * L + r) * Ev + c] * f);
             }
         }
         if (stats != NULL) {
@@ -348,7 +349,8 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
             ptrdiff_t mo = lead_offset(n, nd, p->lead, p->m_lead, 1);
             const unsigned char *bmi = bm != NULL ? bm + mo + q0 * p->m_rs : NULL;
             const FA_T *fmi = fm != NULL ? fm + mo + q0 * p->m_rs : NULL;
-            FA_T *dst = out + n * L * Ev + (ptrdiff_t)q0 * Ev;
+            FA_T *dst = out + lead_offset(n, nd, p->lead, p->o_lead, 1) + (ptrdiff_t)q0 * p->o_rs;
+            ptrdiff_t dst_rs = p->o_rs;
             double *mrow = NULL, *lrow = NULL;
             int kstart = 0, kstop = S;
             if (n_sp > 1) {
@@ -357,6 +359,7 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
                 kstart = (int)(sp * FA_KEY_SPLIT);
                 if ((sp + 1) * FA_KEY_SPLIT < S) kstop = (int)((sp + 1) * FA_KEY_SPLIT);
                 dst = part + (n * n_sp + sp) * L * Ev;
+                dst_rs = Ev;
                 mrow = pml + (n * n_sp + sp) * 2 * L;
                 lrow = mrow + L;
                 FA_ASSERT_IN(dst, (ptrdiff_t)nq * Ev * isz, piece(ws, FA_W_PART),
@@ -392,7 +395,7 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
                 }
             }
             FA_SFX(sdpa_item)(p, q + qo + q0 * p->q_rs, kpi, vpi, vbi, k + ko, v + vo, bmi, fmi,
-                              dst, Ev, mrow, lrow, q0, nq, kstart, kstop, pfq, pfk, pfv, mine,
+                              dst, dst_rs, mrow, lrow, q0, nq, kstart, kstop, pfq, pfk, pfv, mine,
                               mine_end);
         }
 
@@ -401,7 +404,8 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
 #pragma omp for schedule(static)
             for (ptrdiff_t n = 0; n < N; n++)
                 FA_SFX(merge_splits)(part + n * n_sp * L * Ev, pml + n * n_sp * 2 * L, n_sp, L, Ev,
-                                     out + n * L * Ev, stats != NULL ? stats + 2 * n * L : NULL);
+                                     out + lead_offset(n, nd, p->lead, p->o_lead, 1), p->o_rs,
+                                     stats != NULL ? stats + 2 * n * L : NULL);
         }
 
         /* pass 4 (weights only): the softmax weights, from the final row max and sum */

@@ -273,12 +273,12 @@ class EncoderModel:
         # tiny problems (a short query) run on one thread: waking a second OpenMP thread
         # costs more than the whole call (~0.1 ms for 1 x 16 tokens x 12 heads)
         nthr = 1 if B * nh * S * S * hd < _ATTN_ONE_THREAD else None
-        ctx = scaled_dot_product_attention(q, k, v, attn_mask, n_threads=nthr)  # (B,nh,S,hd)
-        ctx = ctx.transpose(0, 2, 1, 3)                       # (B, S, nh, hd) view
-        if keep is None:
-            ctx = ctx.reshape(B * S, H)
-        else:
-            ctx = ctx[keep // S, keep % S].reshape(-1, H)
+        # the heads written side by side: ctx (B * S, H) is the output projection's input as it is
+        ctx = np.empty((B * S, H), dtype=x.dtype)
+        scaled_dot_product_attention(q, k, v, attn_mask, n_threads=nthr,
+                                     out=ctx.reshape(B, S, nh, hd).transpose(0, 2, 1, 3))
+        if keep is not None:
+            ctx = ctx[keep]
         x = layer_norm(p["o"](ctx, residual=x), p["ln1_w"], p["ln1_b"], cfg.layer_norm_eps)
         h = p["i"](x)                                         # act(x W_i^T + b_i), fused
         return layer_norm(p["out"](h, residual=x), p["ln2_w"], p["ln2_b"], cfg.layer_norm_eps)

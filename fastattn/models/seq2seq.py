@@ -7,7 +7,8 @@ Design:
   every self-attention are ONE packed (3 d, d) matrix (one GEMM per layer), and k, v of every
   cross-attention one packed (2 d, d) matrix; the per-name arrays are views into them.
 - Activations are C-contiguous (rows, d_model) matrices; heads are strided views handed to
-  :func:`fastattn.scaled_dot_product_attention` as they are.
+  :func:`fastattn.scaled_dot_product_attention` as they are, and it writes its output through a
+  strided view of a (rows, d_model) matrix, the heads side by side (no transposing copy).
 - Dense maths goes through ``_dense`` only (packed linear layers, layer_norm, log_softmax).
 - Decoding keeps a :class:`fastattn.generation.KVCache`: self-attention keys / values written in
   place at the step's position of buffers sized for the longest output; cross-attention keys /
@@ -542,8 +543,9 @@ class Seq2SeqTransformer:
         q = heads[:, :, 0].transpose(0, 2, 1, 3)                  # (B, H, T, Dh) views
         k = heads[:, :, 1].transpose(0, 2, 1, 3)
         v = heads[:, :, 2].transpose(0, 2, 1, 3)
-        o = _sdpa(q, k, v, kmask, is_causal=causal, n_threads=nthr)   # (B, H, T, Dh)
-        o = o.transpose(0, 2, 1, 3).reshape(B * T, d)
+        o = np.empty((B * T, d), dtype=x.dtype)                   # the heads side by side
+        _sdpa(q, k, v, kmask, is_causal=causal, n_threads=nthr,
+              out=o.reshape(B, T, H, Dh).transpose(0, 2, 1, 3))
         return a.o(o, residual=residual, n_threads=nthr)
 
     def _ffn(self, L, x, nthr, residual=None):
@@ -640,8 +642,9 @@ class Seq2SeqTransformer:
             qkv = a.qkv(h, n_threads=nthr).reshape(n, T, 3, H, Dh)
             k_all, v_all = cache.append(i, qkv[:, :, 1], qkv[:, :, 2])   # (n, H, t0+T, Dh)
             q = qkv[:, :, 0].transpose(0, 2, 1, 3)                          # (n, H, T, Dh)
-            o = _sdpa(q, k_all, v_all, is_causal=T > 1, n_threads=nthr)
-            o = o.reshape(n, d) if T == 1 else o.transpose(0, 2, 1, 3).reshape(n * T, d)
+            o = np.empty((n * T, d), dtype=x.dtype)                       # heads side by side
+            _sdpa(q, k_all, v_all, is_causal=T > 1, n_threads=nthr,
+                  out=o.reshape(n, T, H, Dh).transpose(0, 2, 1, 3))
             h = a.o(o, residual=x, n_threads=nthr)
             x = h if pre else ops.layer_norm(h, a.ln_g, a.ln_b, eps, n_threads=ln_thr)
             # -- cross-attention: the g rows of one source share its keys / values ------------
@@ -650,8 +653,9 @@ class Seq2SeqTransformer:
             q = a.q(h, n_threads=nthr)                # (n*T, d)
             q = q.reshape(n_src, g * T, H, Dh).transpose(0, 2, 1, 3)        # (B, H, g*T, Dh)
             ck, cv = cache.cross(i)                                          # (B, H, S, Dh)
-            o = _sdpa(q, ck, cv, cache.memory_mask, n_threads=nthr)   # (B, H, g*T, Dh)
-            o = o.transpose(0, 2, 1, 3).reshape(n * T, d)
+            o = np.empty((n * T, d), dtype=x.dtype)
+            _sdpa(q, ck, cv, cache.memory_mask, n_threads=nthr,
+                  out=o.reshape(n_src, g * T, H, Dh).transpose(0, 2, 1, 3))
             h = a.o(o, residual=x, n_threads=nthr)
             x = h if pre else ops.layer_norm(h, a.ln_g, a.ln_b, eps, n_threads=ln_thr)
             # -- feed-forward -------------------------------------------------------------------

@@ -3,8 +3,9 @@
 Inside a block every activation is a C-contiguous (batch * seq, d_model) matrix. Self-attention
 projects q, k and v with ONE GEMM against the packed ``in_proj_weight``; the heads are strided
 views (B, H, T, Dh) of that product, passed to :func:`fastattn.scaled_dot_product_attention` as
-they are (the kernel takes any strides with a contiguous last axis). The kernel's (B, H, L, Dh)
-output is transposed to (B, L, H * Dh) once and goes through W_O. A query that may attend to no
+they are (the kernel takes any strides with a contiguous last axis). The kernel writes its
+(B, H, L, Dh) output through a strided view of a (B * L, H * Dh) matrix, the heads side by side,
+which goes through W_O as it is. A query that may attend to no
 key at all (every key padded) gets zeros (PyTorch gives NaN there, or zeros on its nested-tensor
 fast path).
 """
@@ -125,11 +126,12 @@ class MultiHeadAttention(_Module):
             q = self._heads(self._proj(0)(xq), B, L, 0)
             k = self._heads(self._proj(1)(xk), B, S, 0)
             v = self._heads(self._proj(2)(xv), B, S, 0)
+        # the heads written side by side into concat (B*L, E), W_O's input as it is
+        concat = np.empty((B * L, E), dtype=q.dtype)
         res = scaled_dot_product_attention(q, k, v, kmask.mask, is_causal=kmask.causal,
-                                           return_weights=need_weights)
-        o, w = res if need_weights else (res, None)
-        # (B, H, L, Dh) -> (B, L, H, Dh) -> (B*L, E): the one copy that concatenates the heads
-        concat = np.ascontiguousarray(o.swapaxes(1, 2)).reshape(B * L, E)
+                                           return_weights=need_weights,
+                                           out=concat.reshape(B, L, self.num_heads, -1).swapaxes(1, 2))
+        w = res[1] if need_weights else None
         out = self.out_proj._forward(concat, residual)
         if need_weights and average:
             w = w.mean(axis=1)

@@ -190,6 +190,105 @@ def test_memory_layouts(rng, dtype):
     _check(x.swapaxes(1, 2), x.swapaxes(1, 2), x.swapaxes(1, 2), dtype, is_causal=True)
 
 
+def _out_views(B, H, L, Ev, dtype):
+    """Output arrays of shape (B, H, L, Ev) in other layouts, each the only thing in an
+    exact-size, NaN-filled buffer (under the sanitizer a write past it is caught), and the
+    buffer's elements that are not part of the view (a write there is a stray write)."""
+    heads = np.full((B, L, H * Ev), np.nan, dtype)                 # heads side by side
+    flipped = np.full((B, H, L, Ev), np.nan, dtype)                 # negative strides
+    padded = np.full((H, B, L + 3, Ev + 5), np.nan, dtype)          # gaps between rows
+    return [
+        (heads.reshape(B, L, H, Ev).transpose(0, 2, 1, 3), heads, None),
+        (flipped[::-1, ::-1, ::-1], flipped, None),
+        (padded.transpose(1, 0, 2, 3)[:, :, 2:L + 2, 1:Ev + 1], padded,
+         (slice(None), slice(None), slice(2, L + 2), slice(1, Ev + 1))),
+    ]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape, causal, masked", [
+    ((2, 3, 20, 30, 8, 6), True, False),            # packed tiles
+    ((2, 12, 128, 128, 32, 32), False, True),       # the encoder's heads, key padding
+    ((1, 2, 3, 2 * 2048 + 5, 16, 8), False, False), # key splits (merged into out)
+    ((3, 2, 1, 7, 4, 4), True, True),               # decode (keys in place)
+    ((1, 1, 5, 6, 1024, 33), False, False),         # odd widths
+], ids=str)
+def test_out_argument_in_any_layout(rng, dtype, shape, causal, masked):
+    """out= writes exactly the values sdpa returns, bit for bit, into views whose strides are not
+    C-contiguous (heads side by side, negative, gaps), touches nothing else of their buffers, and
+    is what the call returns."""
+    B, H, L, S, E, Ev = shape
+    q, k, v = _qkv(rng, shape, dtype)
+    mask = rng.random((B, 1, 1, S)) < 0.8 if masked else None
+    ref, ref_w = sdpa(q, k, v, mask, is_causal=causal, return_weights=True)
+    assert_close(ref, sdpa_ref(q, k, v, mask, is_causal=causal)[0], dtype)
+    for out, buf, window in _out_views(B, H, L, Ev, dtype):
+        got = sdpa(q, k, v, mask, is_causal=causal, out=out)
+        assert got is out
+        np.testing.assert_array_equal(out, ref)
+        if window is None:
+            assert not np.isnan(buf).any()                  # the view covers the buffer
+        else:
+            untouched = np.ones(buf.shape, bool)
+            untouched[window] = False
+            assert np.isnan(buf[untouched]).all()
+        out[...] = np.nan
+        got, w = sdpa(q, k, v, mask, is_causal=causal, out=out, return_weights=True)
+        assert got is out
+        np.testing.assert_array_equal(out, ref)
+        np.testing.assert_array_equal(w, ref_w)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_out_overlapping_the_inputs(rng, dtype):
+    """out sharing memory with q, k or v (one projection buffer) still gives the values computed
+    from the inputs as they were (the result goes through a temporary)."""
+    B, H, L, Dh = 2, 3, 17, 8
+    buf = rng.standard_normal((B, L, 3, H, Dh)).astype(dtype)
+    q, k, v = (buf[:, :, j].transpose(0, 2, 1, 3) for j in range(3))
+    ref = sdpa(q.copy(), k.copy(), v.copy(), is_causal=True)
+    out = buf[:, :, 0].transpose(0, 2, 1, 3)                # write over the queries
+    assert sdpa(q, k, v, is_causal=True, out=out) is out
+    np.testing.assert_array_equal(out, ref)
+    qq = rng.standard_normal((1, 2, 5, 4)).astype(dtype)
+    ref = sdpa(qq, qq, qq)
+    got = qq.copy()
+    sdpa(got, got, got, out=got)                            # the very same array
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_out_errors(rng):
+    q, k, v = _qkv(rng, (2, 3, 4, 5, 8, 6), np.float32)
+    good = np.empty((2, 3, 4, 6), np.float32)
+    with pytest.raises(TypeError, match="out must be a NumPy array"):
+        sdpa(q, k, v, out=good.tolist())
+    with pytest.raises(TypeError, match="out must have dtype float32"):
+        sdpa(q, k, v, out=good.astype(np.float64))
+    with pytest.raises(ValueError, match=r"out must have shape \(2, 3, 4, 6\)"):
+        sdpa(q, k, v, out=good[:, :, :3])
+    with pytest.raises(ValueError, match="out must have shape"):
+        sdpa(q, k, v, out=good[0])                          # no broadcasting into out
+    ro = good.copy()
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="out must be writeable"):
+        sdpa(q, k, v, out=ro)
+    with pytest.raises(ValueError, match="out's last axis must be contiguous"):
+        sdpa(q, k, v, out=np.empty((2, 3, 4, 12), np.float32)[..., ::2])
+    with pytest.raises(TypeError, match="out must have dtype float32, got >f4"):
+        sdpa(q, k, v, out=good.astype(good.dtype.newbyteorder(">")))
+    raw = np.empty(good.nbytes + 1, np.uint8)[1:]
+    with pytest.raises(ValueError, match="element-aligned"):
+        sdpa(q, k, v, out=raw.view(np.float32).reshape(good.shape))
+    folded = np.lib.stride_tricks.as_strided(good, shape=good.shape,
+                                             strides=(0,) + good.strides[1:])
+    with pytest.raises(ValueError, match="out must not overlap itself"):
+        sdpa(q, k, v, out=folded)
+    rows = np.lib.stride_tricks.as_strided(good, shape=good.shape,
+                                           strides=good.strides[:2] + (8, 4))
+    with pytest.raises(ValueError, match="out must not overlap itself"):
+        sdpa(q, k, v, out=rows)
+
+
 def test_dtype_table(rng):
     q, k, v = _qkv(rng, (1, 1, 4, 5, 3, 2), np.float64)
     cases = [
