@@ -287,6 +287,100 @@ def layer_norm(cnp.ndarray x, object res, object gamma, object beta, double eps,
                           <const double *>gp, <const double *>bp, eps, <double *>yp + r * n)
 
 
+cdef inline void _embed_row_f32(const float *w, const float *t, const float *p, Py_ssize_t n,
+                                const float *g, const float *b, double eps,
+                                float *y) noexcept nogil:
+    cdef Py_ssize_t j
+    if t != NULL:
+        for j in range(n):
+            y[j] = w[j] + t[j]
+        w = y
+    gm_f32.ln(w, p, n, g, b, eps, y)
+
+
+cdef inline void _embed_row_f64(const double *w, const double *t, const double *p, Py_ssize_t n,
+                                const double *g, const double *b, double eps,
+                                double *y) noexcept nogil:
+    cdef Py_ssize_t j
+    if t != NULL:
+        for j in range(n):
+            y[j] = w[j] + t[j]
+        w = y
+    gm_f64.ln(w, p, n, g, b, eps, y)
+
+
+def _check_rows(cnp.ndarray idx, Py_ssize_t n_rows, Py_ssize_t n_table, str name):
+    if idx.dtype != np.intp or idx.ndim != 1 or idx.shape[0] != n_rows or \
+            not idx.flags.c_contiguous:
+        raise ValueError(f"{name} must be a contiguous 1-D intp array of {n_rows} indices")
+    if n_rows and (idx.min() < 0 or idx.max() >= n_table):
+        raise ValueError(f"{name} holds an index outside [0, {n_table})")
+
+
+def embed_layer_norm(cnp.ndarray word, cnp.ndarray ids, object types, object tt,
+                     cnp.ndarray pos_table, cnp.ndarray pos, object gamma, object beta,
+                     double eps, cnp.ndarray y, int n_threads):
+    """y[r] = LayerNorm((word[ids[r]] + types[tt[r]]) + pos_table[pos[r]]) * gamma + beta: a
+    BERT-style embedding layer in one pass, rows in parallel. The sums run in the tables' dtype
+    in that order, then the LayerNorm of the plain kernel (x + res with res the position row),
+    so the result is the same, bit for bit, as gathering, adding and normalising step by step.
+    types None: no token-type table; tt None: row 0 of it for every token. Tables (rows, n),
+    gamma / beta (n,) and y (len(ids), n) C-contiguous, one float dtype (the caller checks)."""
+    # IN   word (V, n), types (T, n) or None, pos_table (P, n); ids, tt, pos (rows,) intp
+    # IN   gamma, beta (n,) or None (1 and 0)
+    # OUT  y (rows, n)
+    cdef Py_ssize_t rows = cnp.PyArray_DIMS(y)[0], n = cnp.PyArray_DIMS(y)[1]
+    cdef cnp.ndarray tarr = types
+    cdef cnp.ndarray ttarr = tt
+    for a in (word, pos_table, y) + ((types,) if types is not None else ()):
+        if a.ndim != 2 or a.shape[1] != n or a.dtype != y.dtype or not a.flags.c_contiguous:
+            raise ValueError(f"embedding tables and output must be C-contiguous (rows, {n}) "
+                             f"arrays of {y.dtype}")
+    _check_rows(ids, rows, word.shape[0], "ids")
+    _check_rows(pos, rows, pos_table.shape[0], "pos")
+    if types is not None:
+        if tt is not None:
+            _check_rows(tt, rows, tarr.shape[0], "tt")
+        elif tarr.shape[0] < 1:
+            raise ValueError("the token-type table is empty")
+    for a in (gamma, beta):
+        if a is not None and (a.shape != (n,) or a.dtype != y.dtype or not a.flags.c_contiguous):
+            raise ValueError(f"gamma and beta must be contiguous ({n},) arrays of {y.dtype}")
+    cdef int isz = <int>cnp.PyArray_ITEMSIZE(y)
+    cdef const char *wp = <const char *> cnp.PyArray_DATA(word)
+    cdef const char *pp = <const char *> cnp.PyArray_DATA(pos_table)
+    cdef const char *tp = <const char *> cnp.PyArray_DATA(tarr) if types is not None else NULL
+    cdef const Py_ssize_t *ip = <const Py_ssize_t *> cnp.PyArray_DATA(ids)
+    cdef const Py_ssize_t *posp = <const Py_ssize_t *> cnp.PyArray_DATA(pos)
+    cdef const Py_ssize_t *ttp = <const Py_ssize_t *> cnp.PyArray_DATA(ttarr) if tt is not None else NULL
+    cdef const char *gp = <const char *> cnp.PyArray_DATA(<cnp.ndarray> gamma) if gamma is not None else NULL
+    cdef const char *bp = <const char *> cnp.PyArray_DATA(<cnp.ndarray> beta) if beta is not None else NULL
+    cdef char *yp = <char *> cnp.PyArray_DATA(y)
+    cdef Py_ssize_t r, row_bytes = n * isz, trow
+    cdef int nthr = n_threads
+    if nthr > rows:
+        nthr = <int>rows
+    if nthr < 1:
+        nthr = 1
+    if rows == 0 or n == 0:
+        return
+    with nogil, parallel(num_threads=nthr):
+        for r in prange(rows, schedule='static'):
+            trow = ttp[r] if ttp != NULL else 0
+            if isz == 4:
+                _embed_row_f32(<const float *>(wp + ip[r] * row_bytes),
+                               <const float *>(tp + trow * row_bytes) if tp != NULL else NULL,
+                               <const float *>(pp + posp[r] * row_bytes), n,
+                               <const float *>gp, <const float *>bp, eps,
+                               <float *>(yp + r * row_bytes))
+            else:
+                _embed_row_f64(<const double *>(wp + ip[r] * row_bytes),
+                               <const double *>(tp + trow * row_bytes) if tp != NULL else NULL,
+                               <const double *>(pp + posp[r] * row_bytes), n,
+                               <const double *>gp, <const double *>bp, eps,
+                               <double *>(yp + r * row_bytes))
+
+
 # ---------------------------------------------------------------- run-time facts, testing hook
 
 def openmp_enabled():

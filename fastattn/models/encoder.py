@@ -9,7 +9,9 @@ import os
 import numpy as np
 
 from ..functional import scaled_dot_product_attention
+from .._kernels import _gemm
 from .._ops import PackedLinear, layer_norm
+from .._threads import _effective_n_threads
 from .._validation import as_array, check_dtype, hf_attention_mask, to_numpy
 from .bert import _read_json, load_config, load_weights
 
@@ -242,21 +244,23 @@ class EncoderModel:
 
     def _embeddings(self, ids, tt, keep):
         """LN(word + token type + position) for the flat token positions `keep` (all: None);
-        returns (N, H)."""
+        returns (N, H). One pass in C: the rows gathered, summed in that order and normalised
+        (the same bits as gathering, adding and normalising array by array)."""
         top = self._top
         pos = np.broadcast_to(self._position_ids(ids), ids.shape).reshape(-1)
         ids = ids.reshape(-1)
+        if tt is not None:
+            tt = tt.reshape(-1)
         if keep is not None:
             ids, pos = ids[keep], pos[keep]
-        x = top["word"][ids]                                  # (N, H), a new array
-        if top["token_type"] is not None:
-            if tt is None:
-                x += top["token_type"][0]
-            else:
-                tt = tt.reshape(-1)
-                x += top["token_type"][tt if keep is None else tt[keep]]
-        x += top["position"][pos]
-        return layer_norm(x, top["emb_ln_w"], top["emb_ln_b"], self.config.layer_norm_eps)
+            tt = None if tt is None else tt[keep]
+        as_idx = lambda a: np.ascontiguousarray(a, dtype=np.intp)
+        y = np.empty((ids.shape[0], self.hidden_size), dtype=self.dtype)
+        _gemm.embed_layer_norm(top["word"], as_idx(ids), top["token_type"],
+                               None if tt is None else as_idx(tt), top["position"], as_idx(pos),
+                               top["emb_ln_w"], top["emb_ln_b"], self.config.layer_norm_eps, y,
+                               _effective_n_threads(None))
+        return y
 
     def _layer(self, x, p, B, S, attn_mask, keep, qkv_buf):
         """One post-norm block on x (N, H): the rows of all B * S positions, or (keep given)

@@ -360,3 +360,75 @@ def test_more_damaged_folders_name_the_file(tmp_path, bert_dir, enc):
     for bad in (3, None.__class__, [3]):
         with pytest.raises(ValueError, match="pooling must be one of"):
             enc.embed(ids, pooling=bad)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("model_type", ["bert", "roberta"])
+def test_embedding_layer_is_the_step_by_step_ops(tmp_path, dtype, model_type):
+    """The one-pass C embedding layer (gather, sum, LayerNorm) gives the bits of gathering the
+    three tables, adding them in order and normalising with fastattn.layer_norm, for every way
+    the rows come in: token types given or not, RoBERTa's padding-aware positions, only the
+    real tokens of a padded batch (embed's packed rows)."""
+    overrides = {"model_type": model_type, "pad_token_id": 1}
+    write_numpy_bert(tmp_path, dtype=dtype, type_vocab_size=3, config_overrides=overrides)
+    enc = EncoderModel.from_pretrained(tmp_path, dtype=dtype)
+    top, cfg = enc._top, enc.config
+    rng = np.random.default_rng(5)
+    ids, mask = padded_batch(rng, cfg.vocab_size, [9, 4, 1], 9, pad_id=1)
+    tt = rng.integers(0, 3, ids.shape)
+    keep = np.flatnonzero(mask)
+    for t in (None, tt):
+        for k in (None, keep):
+            got = enc._embeddings(ids, t, k)
+            pos = np.broadcast_to(enc._position_ids(ids), ids.shape).reshape(-1)
+            i, p_ = ids.reshape(-1), pos
+            ti = np.zeros(ids.size, int) if t is None else t.reshape(-1)
+            if k is not None:
+                i, p_, ti = i[k], p_[k], ti[k]
+            x = top["word"][i]
+            x += top["token_type"][ti]
+            x += top["position"][p_]
+            want = fastattn.layer_norm(x, top["emb_ln_w"], top["emb_ln_b"], cfg.layer_norm_eps)
+            assert got.dtype == dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+    if model_type == "roberta":          # positions start after the padding id
+        assert enc._position_ids(ids)[2, 0] == 2 and enc._position_ids(ids)[2, 1] == 1
+
+
+def test_embedding_kernel_refuses_bad_indexes():
+    """The C embedding layer checks its own indexes and layouts (a ValueError, never a read
+    outside a table), whatever its caller validated."""
+    from fastattn._kernels import _gemm
+    rng = np.random.default_rng(0)
+    word = rng.standard_normal((10, 8)).astype(np.float32)
+    types = rng.standard_normal((2, 8)).astype(np.float32)
+    posn = rng.standard_normal((6, 8)).astype(np.float32)
+    g, b = np.ones(8, np.float32), np.zeros(8, np.float32)
+    y = np.empty((3, 8), np.float32)
+    idx = lambda *v: np.array(v, dtype=np.intp)
+    _gemm.embed_layer_norm(word, idx(0, 9, 3), types, idx(0, 1, 1), posn, idx(0, 1, 5), g, b,
+                           1e-5, y, 2)
+    want = fastattn.layer_norm(word[[0, 9, 3]] + types[[0, 1, 1]] + posn[[0, 1, 5]], g, b, 1e-5)
+    np.testing.assert_array_equal(y, want)
+    cases = [
+        ((word, idx(0, 10, 3), types, None, posn, idx(0, 1, 2)), "ids holds an index outside"),
+        ((word, idx(0, -1, 3), types, None, posn, idx(0, 1, 2)), "ids holds an index outside"),
+        ((word, idx(0, 1, 3), types, idx(0, 2, 0), posn, idx(0, 1, 2)), "tt holds an index"),
+        ((word, idx(0, 1, 3), types, None, posn, idx(0, 1, 6)), "pos holds an index outside"),
+        ((word, idx(0, 1), types, None, posn, idx(0, 1, 2)), "ids must be a contiguous 1-D"),
+        ((word, idx(0, 1, 2, 3)[::-1][1:], None, None, posn, idx(0, 1, 2)), None),
+        ((word.astype(np.float64), idx(0, 1, 2), None, None, posn, idx(0, 1, 2)),
+         "C-contiguous"),
+        ((word[:, :4], idx(0, 1, 2), None, None, posn, idx(0, 1, 2)), "C-contiguous"),
+        ((word, idx(0, 1, 2), types[:0], None, posn, idx(0, 1, 2)), "token-type table is empty"),
+    ]
+    for args, match in cases:
+        if match is None:                  # a reversed (negative-stride) index array
+            with pytest.raises(ValueError, match="contiguous 1-D"):
+                _gemm.embed_layer_norm(*args, g, b, 1e-5, y, 2)
+            continue
+        with pytest.raises(ValueError, match=match):
+            _gemm.embed_layer_norm(*args, g, b, 1e-5, y, 2)
+    with pytest.raises(ValueError, match="gamma and beta"):
+        _gemm.embed_layer_norm(word, idx(0, 1, 2), None, None, posn, idx(0, 1, 2), g[:4], b,
+                               1e-5, y, 2)
