@@ -318,20 +318,39 @@ class PackedLinear:
     def dtype(self):
         return self._packed.dtype
 
-    def __call__(self, x, residual=None, n_threads=None, *, out=None):
-        """``act(x @ weight.T + bias) + residual`` for x (..., K) -> (..., N)."""
+    def _kernel_ready(self, x, residual):
+        """Whether x and residual go to the kernel as they are: what the models pass on every
+        call (a decode step makes dozens), with nothing to convert or check beyond the tests
+        here (the general path costs ~30 us a call, a third of an M = 8 decode-step GEMM)."""
         pk = self._packed
-        if (type(x) is np.ndarray and x.ndim == 2 and x.dtype == pk.dtype
+        return (type(x) is np.ndarray and x.ndim == 2 and x.dtype == pk.dtype
                 and x.shape[0] > 0 and x.shape[1] == pk.K > 0 and pk.N > 0
                 and x.flags.c_contiguous and x.flags.aligned
                 and (residual is None
                      or (type(residual) is np.ndarray and residual.dtype == pk.dtype
                          and residual.shape == (x.shape[0], pk.N)
-                         and residual.flags.c_contiguous and residual.flags.aligned))):
-            # what the models pass on every call (a decode step makes dozens), and a caller's
-            # own output array that needs nothing done to it: nothing to convert or check
-            # beyond the tests here, so straight to the kernel (the general path below costs
-            # ~30 us a call, a third of an M = 8 decode-step GEMM)
+                         and residual.flags.c_contiguous and residual.flags.aligned)))
+
+    def _then_layer_norm(self, x, residual, gamma, beta, eps, n_threads=None):
+        """``layer_norm(self(x, residual), gamma, beta, eps)``, the post-norm of a transformer
+        block, with the LayerNorm done inside the GEMM as each block of rows is finished (the
+        same bits as the two calls). gamma and beta: the models' own (N,) arrays."""
+        pk = self._packed
+        if (self._kernel_ready(x, residual)
+                and all(a is None or (type(a) is np.ndarray and a.dtype == pk.dtype
+                                      and a.shape == (pk.N,) and a.flags.c_contiguous
+                                      and a.flags.aligned) for a in (gamma, beta))):
+            y = _new_output((x.shape[0], pk.N), pk.dtype)
+            _g.gemm(x, pk.current(), pk.N, self._bias, self._act, residual, y,
+                    _effective_n_threads(n_threads), (gamma, beta, check_eps(eps)))
+            return y
+        return layer_norm(self(x, residual, n_threads), gamma, beta, eps, n_threads=n_threads)
+
+    def __call__(self, x, residual=None, n_threads=None, *, out=None):
+        """``act(x @ weight.T + bias) + residual`` for x (..., K) -> (..., N)."""
+        pk = self._packed
+        if self._kernel_ready(x, residual):
+            # and a caller's own output array that needs nothing done to it
             if out is None:
                 y = _new_output((x.shape[0], pk.N), pk.dtype)
             elif (type(out) is np.ndarray and out.dtype == pk.dtype

@@ -25,8 +25,9 @@
 #   starts them, and outputs from 256 KiB up, on a 64-byte boundary: unaligned, every AVX-512
 #   panel load straddled two cache lines, 2-19% slower at large M; exact size and unaligned
 #   under the sanitizer); no other workspace (the micro-kernel's edge tiles are on the
-#   stack) and nothing cached between calls, so FASTATTN_NO_WORKSPACE_CACHE has nothing to
-#   switch off here. x is read in place (an experiment packing x into MR-row panels per item
+#   stack) but, for a fused LayerNorm, one int per row block, calloc'ed per call at its exact
+#   size; nothing cached between calls, so FASTATTN_NO_WORKSPACE_CACHE has nothing to switch
+#   off here. x is read in place (an experiment packing x into MR-row panels per item
 #   measured 10-40% slower: with 256-column items the packing is not amortised).
 #
 # Kernels assume (fastattn/_ops.py checks all of it first): x, W, bias, res, y aligned to their
@@ -34,6 +35,7 @@
 # x, W, bias or res; the packed buffer was made by pack_weight with the ISA now selected.
 
 from cython.parallel cimport parallel, prange
+from libc.stdlib cimport calloc, free
 cimport numpy as cnp
 
 import numpy as np
@@ -70,6 +72,7 @@ cdef extern from "gemm_kernels.h" nogil:
                    const double *beta, double eps, double *y) noexcept nogil
     gm_ops_f32 gm_f32
     gm_ops_f64 gm_f64
+    int gm_block_done(int *count, int n)
     int fa_cpu_level()
     int gm_init(int level)
     int gm_current_level()
@@ -143,15 +146,24 @@ def pack_weight(cnp.ndarray w, cnp.ndarray wp):
 
 # ---------------------------------------------------------------- the GEMM driver
 
+cdef struct _Norm:
+    # a LayerNorm over each finished row of y, in place (the fused post-norm)
+    const char *gamma          # (N,) or NULL
+    const char *beta           # (N,) or NULL
+    double eps
+    int *done                  # (row blocks,) column items finished, zero at the start
+
+
 cdef inline void _gemm_item(Py_ssize_t item, const char *x, Py_ssize_t x_rs, Py_ssize_t M,
                             Py_ssize_t K, const char *wp, Py_ssize_t npad, Py_ssize_t N,
                             Py_ssize_t nc, Py_ssize_t n_nb, const char *bias, int act,
                             const char *res, Py_ssize_t res_rs, char *y, Py_ssize_t y_rs,
-                            int isz) noexcept nogil:
+                            int isz, const _Norm *norm) noexcept nogil:
     cdef Py_ssize_t i0 = (item // n_nb) * _MC    # row blocks outer: consecutive items share
     cdef Py_ssize_t n0 = (item % n_nb) * nc      # their x rows
     cdef Py_ssize_t m = _MC if M - i0 > _MC else M - i0
     cdef Py_ssize_t w = nc if N - n0 > nc else N - n0
+    cdef Py_ssize_t r
     if isz == 4:
         gm_f32.item(<const float *>x + i0 * x_rs, x_rs, m, K, <const float *>wp,
                     npad, n0, w, <const float *>bias, act,
@@ -162,17 +174,31 @@ cdef inline void _gemm_item(Py_ssize_t item, const char *x, Py_ssize_t x_rs, Py_
                     npad, n0, w, <const double *>bias, act,
                     (<const double *>res + i0 * res_rs) if res != NULL else NULL,
                     res_rs, <double *>y + i0 * y_rs, y_rs)
+    # the thread that finishes a row block's last column item normalises its rows while they
+    # are still in cache: the LayerNorm kernel on the same values, so the same bits as a
+    # separate pass
+    if norm == NULL or not gm_block_done(norm.done + item // n_nb, <int>n_nb):
+        return
+    for r in range(i0, i0 + m):
+        if isz == 4:
+            gm_f32.ln(<const float *>y + r * y_rs, NULL, N, <const float *>norm.gamma,
+                      <const float *>norm.beta, norm.eps, <float *>y + r * y_rs)
+        else:
+            gm_f64.ln(<const double *>y + r * y_rs, NULL, N, <const double *>norm.gamma,
+                      <const double *>norm.beta, norm.eps, <double *>y + r * y_rs)
 
 
 cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
                     const char *wp, Py_ssize_t N, const char *bias, int act,
                     const char *res, Py_ssize_t res_rs, char *y, Py_ssize_t y_rs,
-                    int isz, int n_threads) noexcept nogil:
+                    int isz, int n_threads, const _Norm *norm) noexcept nogil:
     # IN   x     (M, K)        row stride x_rs
     # IN   wp    (K * Npad,)   W (N, K) packed by pack_weight with the current kernel set
     # IN   bias  (N,)          or NULL
     # IN   res   (M, N)        row stride res_rs, or NULL
     # OUT  y     (M, N)        row stride y_rs; also holds the partial sums between K blocks
+    # IN   norm    a LayerNorm for every finished row, or NULL; norm.done has a zeroed counter
+    #              per row block of _MC rows
     # strides in elements; pointers untyped, isz (4 or 8) picks the dtype
     cdef Py_ssize_t nr = gm_f32.nr if isz == 4 else gm_f64.nr
     cdef Py_ssize_t npad = _cdiv(N, nr) * nr
@@ -191,20 +217,22 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
         with parallel(num_threads=nthr):
             for item in prange(n_items, schedule='dynamic'):
                 _gemm_item(item, x, x_rs, M, K, wp, npad, N, nc, n_nb, bias, act, res, res_rs,
-                           y, y_rs, isz)
+                           y, y_rs, isz, norm)
     else:
         # one row block (a decode step: reading the weights is the work): each thread streams
         # one contiguous slice of them
         with parallel(num_threads=nthr):
             for item in prange(n_items, schedule='static'):
                 _gemm_item(item, x, x_rs, M, K, wp, npad, N, nc, n_nb, bias, act, res, res_rs,
-                           y, y_rs, isz)
+                           y, y_rs, isz, norm)
 
 
 def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, object res,
-         cnp.ndarray y, int n_threads):
+         cnp.ndarray y, int n_threads, object norm=None):
     """y = act(x @ W.T + bias) + res with W packed in wp. x (M, K), res and y (M, N): 2-D,
-    last axis contiguous, aligned; bias (N,) contiguous or None; M, N >= 1."""
+    last axis contiguous, aligned; bias (N,) contiguous or None; M, N >= 1. norm: None or
+    (gamma, beta, eps), then y = LayerNorm(y) row by row (gamma, beta (N,) contiguous or None):
+    the bits of layer_norm(y) after the GEMM, done as each row block is finished."""
     cdef Py_ssize_t M = cnp.PyArray_DIMS(x)[0], K = cnp.PyArray_DIMS(x)[1]
     cdef int isz = <int>cnp.PyArray_ITEMSIZE(x)
     cdef Py_ssize_t x_rs = cnp.PyArray_STRIDES(x)[0] // isz
@@ -220,8 +248,23 @@ def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, obje
     cdef const char *xp = <const char *> cnp.PyArray_DATA(x)
     cdef const char *wpp = <const char *> cnp.PyArray_DATA(wp)
     cdef char *yp = <char *> cnp.PyArray_DATA(y)
-    with nogil:
-        _gemm_run(xp, x_rs, M, K, wpp, N, bp, act, rp, res_rs, yp, y_rs, isz, n_threads)
+    cdef _Norm nm
+    cdef const _Norm *nmp = NULL
+    if norm is not None:
+        gamma, beta, eps = norm
+        nm.gamma = <const char *> cnp.PyArray_DATA(<cnp.ndarray> gamma) if gamma is not None else NULL
+        nm.beta = <const char *> cnp.PyArray_DATA(<cnp.ndarray> beta) if beta is not None else NULL
+        nm.eps = eps
+        nm.done = <int *> calloc(<size_t>_cdiv(M, _MC), sizeof(int))
+        if nm.done == NULL:
+            raise MemoryError("fastattn: cannot allocate the GEMM's row-block counters")
+        nmp = &nm
+    try:
+        with nogil:
+            _gemm_run(xp, x_rs, M, K, wpp, N, bp, act, rp, res_rs, yp, y_rs, isz, n_threads, nmp)
+    finally:
+        if nmp != NULL:
+            free(nm.done)
 
 
 # ---------------------------------------------------------------- activations, LayerNorm

@@ -3,7 +3,9 @@
  *   pack      W (N, K) -> panels (gemm_tile.h has the layout)
  *   item      one (row block, column block) of y = act(x @ W.T + bias) + res
  *   act       y = act(x) elementwise
- *   ln        one row of residual + LayerNorm (vectorised; sums in double) */
+ *   ln        one row of residual + LayerNorm (vectorised; sums in double)
+ * and gm_block_done, the counter by which the GEMM driver normalises a row block's finished
+ * rows (the fused LayerNorm after a residual). */
 #ifndef FASTATTN_GEMM_KERNELS_H
 #define FASTATTN_GEMM_KERNELS_H
 
@@ -38,6 +40,13 @@ enum {
 
 GM_DECLARE_OPS(float, f32)
 GM_DECLARE_OPS(double, f64)
+
+/* One more of a row block's n column items has finished: nonzero for the thread that finished
+ * the last of them (acquire-release, so that thread sees every item's stores to the block). */
+static inline int gm_block_done(int *count, int n)
+{
+    return __atomic_add_fetch(count, 1, __ATOMIC_ACQ_REL) == n;
+}
 
 extern gm_ops_f32 gm_f32;
 extern gm_ops_f64 gm_f64;

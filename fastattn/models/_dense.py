@@ -2,7 +2,8 @@
 
 ``Linear(w, b=None, activation=None)`` holds one layer's weight packed once
 (:class:`fastattn.PackedLinear`); it is called as ``layer(x, residual=None, n_threads=None)``
--> ``act(x @ w.T + b) + residual`` with bias, activation and residual in the GEMM's epilogue.
+-> ``act(x @ w.T + b) + residual`` with bias, activation and residual in the GEMM's epilogue,
+and with ``norm=(gamma, beta, eps)`` the post-norm LayerNorm of that too.
 The weight is read when the layer is built, so models rebuild their layers after loading weights.
 """
 import math
@@ -31,8 +32,12 @@ class Linear:
         self._layer = PackedLinear(weight, bias, activation)
         self.size = weight.size
 
-    def __call__(self, x, residual=None, n_threads=None):
-        return self._layer(x, residual, n_threads)
+    def __call__(self, x, residual=None, n_threads=None, norm=None):
+        """norm: (gamma, beta, eps) to return layer_norm of the result instead, computed inside
+        the GEMM as its rows are finished (the same bits)."""
+        if norm is None:
+            return self._layer(x, residual, n_threads)
+        return self._layer._then_layer_norm(x, residual, *norm, n_threads=n_threads)
 
 
 def layer_norm(x, g, b, eps, n_threads=None):

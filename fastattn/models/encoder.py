@@ -10,7 +10,7 @@ import numpy as np
 
 from ..functional import scaled_dot_product_attention
 from .._kernels import _gemm
-from .._ops import PackedLinear, layer_norm
+from .._ops import PackedLinear
 from .._threads import _effective_n_threads
 from .._validation import as_array, check_dtype, hf_attention_mask, to_numpy
 from .bert import _read_json, load_config, load_weights
@@ -283,9 +283,10 @@ class EncoderModel:
                                      out=ctx.reshape(B, S, nh, hd).transpose(0, 2, 1, 3))
         if keep is not None:
             ctx = ctx[keep]
-        x = layer_norm(p["o"](ctx, residual=x), p["ln1_w"], p["ln1_b"], cfg.layer_norm_eps)
+        # LayerNorm(x + ctx W_o^T + b_o), the norm done inside the GEMM
+        x = p["o"]._then_layer_norm(ctx, x, p["ln1_w"], p["ln1_b"], cfg.layer_norm_eps)
         h = p["i"](x)                                         # act(x W_i^T + b_i), fused
-        return layer_norm(p["out"](h, residual=x), p["ln2_w"], p["ln2_b"], cfg.layer_norm_eps)
+        return p["out"]._then_layer_norm(h, x, p["ln2_w"], p["ln2_b"], cfg.layer_norm_eps)
 
     def _forward(self, ids, mask, tt, packed=False):
         """(B, S, H) last hidden state. packed=True computes the real tokens only (the dense

@@ -535,8 +535,9 @@ class Seq2SeqTransformer:
     # forward passes
     # ---------------------------------------------------------------------------------------
 
-    def _self_attention(self, a, x, B, T, H, kmask, causal, nthr, residual=None):
-        """x (B*T, d) -> attention output projected by W_O (+ residual), (B*T, d)."""
+    def _self_attention(self, a, x, B, T, H, kmask, causal, nthr, residual=None, norm=None):
+        """x (B*T, d) -> attention output projected by W_O (+ residual), (B*T, d); with norm
+        (gamma, beta, eps), its LayerNorm (post-norm, done inside the GEMM)."""
         d = x.shape[1]
         Dh = d // H
         heads = a.qkv(x, n_threads=nthr).reshape(B, T, 3, H, Dh)     # (B, T, 3, H, Dh)
@@ -546,10 +547,10 @@ class Seq2SeqTransformer:
         o = np.empty((B * T, d), dtype=x.dtype)                   # the heads side by side
         _sdpa(q, k, v, kmask, is_causal=causal, n_threads=nthr,
               out=o.reshape(B, T, H, Dh).transpose(0, 2, 1, 3))
-        return a.o(o, residual=residual, n_threads=nthr)
+        return a.o(o, residual=residual, n_threads=nthr, norm=norm)
 
-    def _ffn(self, L, x, nthr, residual=None):
-        return L.fc2(L.fc1(x, n_threads=nthr), residual=residual, n_threads=nthr)
+    def _ffn(self, L, x, nthr, residual=None, norm=None):
+        return L.fc2(L.fc1(x, n_threads=nthr), residual=residual, n_threads=nthr, norm=norm)
 
     def _encode(self, ids, mask, nthr):
         """ids (B, S) int64, mask (B, S) bool (True = token) -> (B*S, d)."""
@@ -569,10 +570,9 @@ class Seq2SeqTransformer:
                 h = ops.layer_norm(x, L.ln_g, L.ln_b, eps, n_threads=nthr)
                 x = self._ffn(L, h, nthr, residual=x)
             else:
-                h = self._self_attention(a, x, B, S, H, kmask, False, nthr, residual=x)
-                x = ops.layer_norm(h, a.ln_g, a.ln_b, eps, n_threads=nthr)
-                h = self._ffn(L, x, nthr, residual=x)
-                x = ops.layer_norm(h, L.ln_g, L.ln_b, eps, n_threads=nthr)
+                x = self._self_attention(a, x, B, S, H, kmask, False, nthr, residual=x,
+                                         norm=(a.ln_g, a.ln_b, eps))
+                x = self._ffn(L, x, nthr, residual=x, norm=(L.ln_g, L.ln_b, eps))
         if pre:
             g, b = self._final_ln["encoder"]
             x = ops.layer_norm(x, g, b, eps, n_threads=nthr)
@@ -645,8 +645,7 @@ class Seq2SeqTransformer:
             o = np.empty((n * T, d), dtype=x.dtype)                       # heads side by side
             _sdpa(q, k_all, v_all, is_causal=T > 1, n_threads=nthr,
                   out=o.reshape(n, T, H, Dh).transpose(0, 2, 1, 3))
-            h = a.o(o, residual=x, n_threads=nthr)
-            x = h if pre else ops.layer_norm(h, a.ln_g, a.ln_b, eps, n_threads=ln_thr)
+            x = a.o(o, residual=x, n_threads=nthr, norm=None if pre else (a.ln_g, a.ln_b, eps))
             # -- cross-attention: the g rows of one source share its keys / values ------------
             a = L.cross_attn
             h = ops.layer_norm(x, a.ln_g, a.ln_b, eps, n_threads=ln_thr) if pre else x
@@ -656,12 +655,10 @@ class Seq2SeqTransformer:
             o = np.empty((n * T, d), dtype=x.dtype)
             _sdpa(q, ck, cv, cache.memory_mask, n_threads=nthr,
                   out=o.reshape(n_src, g * T, H, Dh).transpose(0, 2, 1, 3))
-            h = a.o(o, residual=x, n_threads=nthr)
-            x = h if pre else ops.layer_norm(h, a.ln_g, a.ln_b, eps, n_threads=ln_thr)
+            x = a.o(o, residual=x, n_threads=nthr, norm=None if pre else (a.ln_g, a.ln_b, eps))
             # -- feed-forward -------------------------------------------------------------------
             h = ops.layer_norm(x, L.ln_g, L.ln_b, eps, n_threads=ln_thr) if pre else x
-            f = self._ffn(L, h, nthr, residual=x)
-            x = f if pre else ops.layer_norm(f, L.ln_g, L.ln_b, eps, n_threads=ln_thr)
+            x = self._ffn(L, h, nthr, residual=x, norm=None if pre else (L.ln_g, L.ln_b, eps))
         if pre:
             gm, bt = self._final_ln["decoder"]
             x = ops.layer_norm(x, gm, bt, eps, n_threads=ln_thr)
