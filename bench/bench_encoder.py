@@ -188,12 +188,16 @@ def _child(args):
                     spent[name] = spent.get(name, 0.0) + time.perf_counter() - t0
                     return r
                 return wrapper
-            saved = (ops.PackedLinear.__call__, enc_mod.layer_norm,
-                     enc_mod.scaled_dot_product_attention)
-            ops.PackedLinear.__call__ = timed("linear (GEMM + bias, activation, residual)",
-                                              saved[0])
-            enc_mod.layer_norm = timed("layer_norm", saved[1])
-            enc_mod.scaled_dot_product_attention = timed("attention", saved[2])
+            # (object, attribute, label): the linear layers without and with the post-norm
+            # LayerNorm fused into their GEMM, attention, the embedding layer
+            hooks = [(ops.PackedLinear, "__call__", "linear (GEMM + bias, activation, residual)"),
+                     (ops.PackedLinear, "_then_layer_norm",
+                      "linear + residual + LayerNorm (fused)"),
+                     (enc_mod, "scaled_dot_product_attention", "attention"),
+                     (enc_mod.EncoderModel, "_embeddings", "embeddings (gather + LayerNorm)")]
+            saved = [getattr(obj, attr) for obj, attr, _ in hooks]
+            for (obj, attr, label_), fn in zip(hooks, saved):
+                setattr(obj, attr, timed(label_, fn))
             try:
                 n = 3
                 t0 = time.perf_counter()
@@ -201,9 +205,8 @@ def _child(args):
                     run_fa()
                 total = (time.perf_counter() - t0) / n
             finally:
-                ops.PackedLinear.__call__ = saved[0]
-                enc_mod.layer_norm = saved[1]
-                enc_mod.scaled_dot_product_attention = saved[2]
+                for (obj, attr, _), fn in zip(hooks, saved):
+                    setattr(obj, attr, fn)
             parts = ", ".join(f"{k} {v / n * 1e3:.1f} ms ({v / n / total:.0%})"
                               for k, v in sorted(spent.items(), key=lambda kv: -kv[1]))
             print(f"##   profile {label}: total {total * 1e3:.1f} ms: {parts}")
