@@ -429,6 +429,9 @@ def test_embedding_kernel_refuses_bad_indexes():
             continue
         with pytest.raises(ValueError, match=match):
             _gemm.embed_layer_norm(*args, g, b, 1e-5, y, 2)
+    with pytest.raises(ValueError, match="output must be a 2-D array"):
+        _gemm.embed_layer_norm(word, idx(0, 1, 2), None, None, posn, idx(0, 1, 2), g, b, 1e-5,
+                               y.reshape(-1), 2)
     with pytest.raises(ValueError, match="gamma and beta"):
         _gemm.embed_layer_norm(word, idx(0, 1, 2), None, None, posn, idx(0, 1, 2), g[:4], b,
                                1e-5, y, 2)
