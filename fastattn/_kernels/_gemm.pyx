@@ -338,26 +338,23 @@ def layer_norm(cnp.ndarray x, object res, object gamma, object beta, double eps,
                           <const double *>gp, <const double *>bp, eps, <double *>yp + r * n)
 
 
-cdef inline void _embed_row_f32(const float *w, const float *t, const float *p, Py_ssize_t n,
-                                const float *g, const float *b, double eps,
-                                float *y) noexcept nogil:
+ctypedef fused _real:
+    float
+    double
+
+
+cdef inline void _embed_row(const _real *w, const _real *t, const _real *p, Py_ssize_t n,
+                            const _real *g, const _real *b, double eps, _real *y) noexcept nogil:
+    # y = LayerNorm((w + t) + p): the first sum into y, then the kernel's x + res
     cdef Py_ssize_t j
     if t != NULL:
         for j in range(n):
             y[j] = w[j] + t[j]
         w = y
-    gm_f32.ln(w, p, n, g, b, eps, y)
-
-
-cdef inline void _embed_row_f64(const double *w, const double *t, const double *p, Py_ssize_t n,
-                                const double *g, const double *b, double eps,
-                                double *y) noexcept nogil:
-    cdef Py_ssize_t j
-    if t != NULL:
-        for j in range(n):
-            y[j] = w[j] + t[j]
-        w = y
-    gm_f64.ln(w, p, n, g, b, eps, y)
+    if _real is float:
+        gm_f32.ln(w, p, n, g, b, eps, y)
+    else:
+        gm_f64.ln(w, p, n, g, b, eps, y)
 
 
 def _check_rows(cnp.ndarray idx, Py_ssize_t n_rows, Py_ssize_t n_table, str name):
@@ -421,17 +418,17 @@ def embed_layer_norm(cnp.ndarray word, cnp.ndarray ids, object types, object tt,
         for r in prange(rows, schedule='static'):
             trow = ttp[r] if ttp != NULL else 0
             if isz == 4:
-                _embed_row_f32(<const float *>(wp + ip[r] * row_bytes),
-                               <const float *>(tp + trow * row_bytes) if tp != NULL else NULL,
-                               <const float *>(pp + posp[r] * row_bytes), n,
-                               <const float *>gp, <const float *>bp, eps,
-                               <float *>(yp + r * row_bytes))
+                _embed_row(<const float *>(wp + ip[r] * row_bytes),
+                           <const float *>(tp + trow * row_bytes) if tp != NULL else NULL,
+                           <const float *>(pp + posp[r] * row_bytes), n,
+                           <const float *>gp, <const float *>bp, eps,
+                           <float *>(yp + r * row_bytes))
             else:
-                _embed_row_f64(<const double *>(wp + ip[r] * row_bytes),
-                               <const double *>(tp + trow * row_bytes) if tp != NULL else NULL,
-                               <const double *>(pp + posp[r] * row_bytes), n,
-                               <const double *>gp, <const double *>bp, eps,
-                               <double *>(yp + r * row_bytes))
+                _embed_row(<const double *>(wp + ip[r] * row_bytes),
+                           <const double *>(tp + trow * row_bytes) if tp != NULL else NULL,
+                           <const double *>(pp + posp[r] * row_bytes), n,
+                           <const double *>gp, <const double *>bp, eps,
+                           <double *>(yp + r * row_bytes))
 
 
 # ---------------------------------------------------------------- run-time facts, testing hook
