@@ -254,10 +254,11 @@ class EncoderModel:
         if keep is not None:
             ids, pos = ids[keep], pos[keep]
             tt = None if tt is None else tt[keep]
-        as_idx = lambda a: np.ascontiguousarray(a, dtype=np.intp)
+        ids, pos = (np.ascontiguousarray(a, dtype=np.intp) for a in (ids, pos))
+        if tt is not None:
+            tt = np.ascontiguousarray(tt, dtype=np.intp)
         y = np.empty((ids.shape[0], self.hidden_size), dtype=self.dtype)
-        _gemm.embed_layer_norm(top["word"], as_idx(ids), top["token_type"],
-                               None if tt is None else as_idx(tt), top["position"], as_idx(pos),
+        _gemm.embed_layer_norm(top["word"], ids, top["token_type"], tt, top["position"], pos,
                                top["emb_ln_w"], top["emb_ln_b"], self.config.layer_norm_eps, y,
                                _effective_n_threads(None))
         return y
