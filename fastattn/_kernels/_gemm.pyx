@@ -152,6 +152,17 @@ def pack_weight(cnp.ndarray w, cnp.ndarray wp):
 
 # ---------------------------------------------------------------- the GEMM driver
 
+cdef inline void _ln_row(int isz, const char *x, const char *res, Py_ssize_t n,
+                         const char *gamma, const char *beta, double eps, char *y) noexcept nogil:
+    """One row of LayerNorm(x + res) * gamma + beta, the kernel of the dtype isz (4 or 8) picks."""
+    if isz == 4:
+        gm_f32.ln(<const float *>x, <const float *>res, n, <const float *>gamma,
+                  <const float *>beta, eps, <float *>y)
+    else:
+        gm_f64.ln(<const double *>x, <const double *>res, n, <const double *>gamma,
+                  <const double *>beta, eps, <double *>y)
+
+
 cdef struct _Norm:
     # a LayerNorm over each finished row of y, in place (the fused post-norm)
     const char *gamma          # (N,) or NULL
@@ -162,11 +173,10 @@ cdef struct _Norm:
 
 cdef inline void _gemm_item(Py_ssize_t item, const char *x, Py_ssize_t x_rs, Py_ssize_t M,
                             Py_ssize_t K, const char *wp, Py_ssize_t npad, Py_ssize_t N,
-                            Py_ssize_t nc, Py_ssize_t n_nb, const char *bias, int act,
-                            const char *res, Py_ssize_t res_rs, char *y, Py_ssize_t y_rs,
-                            int isz, const _Norm *norm) noexcept nogil:
+                            Py_ssize_t nc, Py_ssize_t n_mb, Py_ssize_t n_nb,
+                            const char *bias, int act, const char *res, Py_ssize_t res_rs,
+                            char *y, Py_ssize_t y_rs, int isz, const _Norm *norm) noexcept nogil:
     # column blocks outer: consecutive items share their weight panels (design notes above)
-    cdef Py_ssize_t n_mb = _cdiv(M, _MC)
     cdef Py_ssize_t i0 = (item % n_mb) * _MC
     cdef Py_ssize_t n0 = (item // n_mb) * nc
     cdef Py_ssize_t m = _MC if M - i0 > _MC else M - i0
@@ -188,12 +198,8 @@ cdef inline void _gemm_item(Py_ssize_t item, const char *x, Py_ssize_t x_rs, Py_
     if norm == NULL or not gm_block_done(norm.done + item % n_mb, <int>n_nb):
         return
     for r in range(i0, i0 + m):
-        if isz == 4:
-            gm_f32.ln(<const float *>y + r * y_rs, NULL, N, <const float *>norm.gamma,
-                      <const float *>norm.beta, norm.eps, <float *>y + r * y_rs)
-        else:
-            gm_f64.ln(<const double *>y + r * y_rs, NULL, N, <const double *>norm.gamma,
-                      <const double *>norm.beta, norm.eps, <double *>y + r * y_rs)
+        _ln_row(isz, y + r * y_rs * isz, NULL, N, norm.gamma, norm.beta, norm.eps,
+                y + r * y_rs * isz)
 
 
 cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
@@ -212,7 +218,8 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
     cdef Py_ssize_t npad = _cdiv(N, nr) * nr
     cdef Py_ssize_t nc = _col_block(M, N)
     cdef Py_ssize_t n_nb = _cdiv(N, nc)
-    cdef Py_ssize_t n_items = _cdiv(M, _MC) * n_nb
+    cdef Py_ssize_t n_mb = _cdiv(M, _MC)
+    cdef Py_ssize_t n_items = n_mb * n_nb
     cdef Py_ssize_t item
     cdef int nthr = n_threads
     if nthr > n_items:
@@ -224,15 +231,15 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
         # host slows for a while does not hold the others up
         with parallel(num_threads=nthr):
             for item in prange(n_items, schedule='dynamic'):
-                _gemm_item(item, x, x_rs, M, K, wp, npad, N, nc, n_nb, bias, act, res, res_rs,
-                           y, y_rs, isz, norm)
+                _gemm_item(item, x, x_rs, M, K, wp, npad, N, nc, n_mb, n_nb, bias, act, res,
+                           res_rs, y, y_rs, isz, norm)
     else:
         # one row block (a decode step: reading the weights is the work): each thread streams
         # one contiguous slice of them
         with parallel(num_threads=nthr):
             for item in prange(n_items, schedule='static'):
-                _gemm_item(item, x, x_rs, M, K, wp, npad, N, nc, n_nb, bias, act, res, res_rs,
-                           y, y_rs, isz, norm)
+                _gemm_item(item, x, x_rs, M, K, wp, npad, N, nc, n_mb, n_nb, bias, act, res,
+                           res_rs, y, y_rs, isz, norm)
 
 
 def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, object res,
@@ -328,14 +335,8 @@ def layer_norm(cnp.ndarray x, object res, object gamma, object beta, double eps,
         nthr = 1
     with nogil, parallel(num_threads=nthr):
         for r in prange(rows, schedule='static'):
-            if isz == 4:
-                gm_f32.ln(<const float *>xp + r * n,
-                          (<const float *>rp + r * n) if rp != NULL else NULL, n,
-                          <const float *>gp, <const float *>bp, eps, <float *>yp + r * n)
-            else:
-                gm_f64.ln(<const double *>xp + r * n,
-                          (<const double *>rp + r * n) if rp != NULL else NULL, n,
-                          <const double *>gp, <const double *>bp, eps, <double *>yp + r * n)
+            _ln_row(isz, xp + r * n * isz, rp + r * n * isz if rp != NULL else NULL, n, gp, bp,
+                    eps, yp + r * n * isz)
 
 
 ctypedef fused _real:
@@ -351,10 +352,8 @@ cdef inline void _embed_row(const _real *w, const _real *t, const _real *p, Py_s
         for j in range(n):
             y[j] = w[j] + t[j]
         w = y
-    if _real is float:
-        gm_f32.ln(w, p, n, g, b, eps, y)
-    else:
-        gm_f64.ln(w, p, n, g, b, eps, y)
+    _ln_row(sizeof(_real), <const char *>w, <const char *>p, n, <const char *>g,
+            <const char *>b, eps, <char *>y)
 
 
 def _check_rows(cnp.ndarray idx, Py_ssize_t n_rows, Py_ssize_t n_table, str name):
