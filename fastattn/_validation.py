@@ -112,7 +112,10 @@ def check_option(value, name):
     return check_flag(value, name)
 
 
-INT32_MAX = 2**31 - 1     # sizes the kernels index with 32-bit ints (L, S, E, a softmax axis)
+# The kernels index L, S, E, Ev and a softmax axis with 32-bit ints, and round them up to whole
+# blocks (key tiles, query blocks, key splits of up to a few thousand): a size within 2**20 of
+# 2**31 overflowed that rounding and the call silently did no work. Sizes stop 2**20 short.
+DIM_MAX = 2**31 - 2**20
 
 
 def check_qkv(q, k, v, enable_gqa):
@@ -139,8 +142,9 @@ def check_qkv(q, k, v, enable_gqa):
             raise ValueError(f"{name} has {a.ndim - 2} leading dimensions; at most {_MAX_LEAD} are "
                              f"supported, got shape {a.shape}")
     for name, n in (("L", L), ("S", S), ("E", E), ("Ev", Ev)):
-        if n > INT32_MAX:
-            raise ValueError(f"{name} = {n} is larger than the kernel's 32-bit limit {INT32_MAX}")
+        if n > DIM_MAX:
+            raise ValueError(f"{name} = {n} is larger than the kernel's limit {DIM_MAX} "
+                             "(32-bit indexes)")
     q_lead, k_lead, v_lead = q.shape[:-2], k.shape[:-2], v.shape[:-2]
     head_group = 1
     if enable_gqa:

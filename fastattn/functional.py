@@ -140,8 +140,9 @@ def softmax(x, axis=-1, *, n_threads=None):
         rows = rows.copy()
     out = np.empty(moved.shape, dtype=dtype)
     if rows is not None and rows.shape[1] > 0:
-        if rows.shape[1] > _v.INT32_MAX:
-            raise ValueError(f"softmax axis length {rows.shape[1]} exceeds the kernel's 32-bit limit")
+        if rows.shape[1] > _v.DIM_MAX:
+            raise ValueError(f"softmax axis length {rows.shape[1]} exceeds the kernel's limit "
+                             f"{_v.DIM_MAX} (32-bit indexes)")
         flat = out.reshape(rows.shape)
         _k.softmax_rows(rows, flat, max(1, min(nthr, rows.shape[0])))
     return np.moveaxis(out, -1, axis)

@@ -112,14 +112,16 @@ static ptrdiff_t slab_strides(int nd, const ptrdiff_t *shape, ptrdiff_t *strides
 
 void fa_problem_tiling(fa_problem *p, int itemsize)
 {
+    /* sizes stop 2^20 short of 2^31 (fastattn/_validation.py, DIM_MAX); the block counts are
+     * computed in ptrdiff_t all the same */
     p->itemsize = itemsize;
     p->pad = itemsize == 4 ? FA_PAD_F32 : FA_PAD_F64;
     p->bk = fa_key_block(p->E, p->Ev, p->S, itemsize);
     p->ncols_max = round_up(p->bk, p->pad);
     p->evp = round_up(p->Ev > 0 ? p->Ev : 1, itemsize == 4 ? FA_PADV_F32 : FA_PADV_F64);
-    p->n_kt = (p->S + p->bk - 1) / p->bk;
+    p->n_kt = (int)(((ptrdiff_t)p->S + p->bk - 1) / p->bk);
     p->bq = fa_query_block(p->L, p->N, p->ncols_max);
-    p->n_qb = (p->L + p->bq - 1) / p->bq;
+    p->n_qb = (int)(((ptrdiff_t)p->L + p->bq - 1) / p->bq);
     /* few query rows read K and V in place (no packing); with many keys as well, the keys are
      * split into fixed chunks of FA_KEY_SPLIT (a rule of the shape alone, so results stay
      * bitwise independent of the thread count) merged through their row max and sum */
@@ -128,7 +130,7 @@ void fa_problem_tiling(fa_problem *p, int itemsize)
         p->n_ks = p->n_vs = 0;
         memset(p->kslab_lead, 0, sizeof p->kslab_lead);
         memset(p->vslab_lead, 0, sizeof p->vslab_lead);
-        if (p->S > FA_KEY_SPLIT) p->n_sp = (p->S + FA_KEY_SPLIT - 1) / FA_KEY_SPLIT;
+        if (p->S > FA_KEY_SPLIT) p->n_sp = (int)(((ptrdiff_t)p->S + FA_KEY_SPLIT - 1) / FA_KEY_SPLIT);
     } else {
         p->n_ks = slab_strides(p->nd, p->k_shape, p->kslab_lead);
         p->n_vs = slab_strides(p->nd, p->v_shape, p->vslab_lead);

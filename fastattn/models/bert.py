@@ -90,7 +90,10 @@ def load_config(folder):
         raise ValueError(
             f"config field model_type={model_type!r} in {path} is not supported; supported: "
             f"{', '.join(SUPPORTED_MODEL_TYPES)}")
-    if cfg.get("is_decoder", False):
+    is_decoder = cfg.get("is_decoder", False)
+    if not isinstance(is_decoder, bool):
+        raise ValueError(f"config field is_decoder={is_decoder!r} in {path} must be true or false")
+    if is_decoder:
         raise ValueError(f"config field is_decoder=true in {path}: a causal (decoder) model is "
                          "not an encoder; only is_decoder=false is supported")
 
@@ -261,7 +264,12 @@ def _bf16_entries(path):
         n = int.from_bytes(fh.read(8), "little")
         if not 0 < n <= 100_000_000:
             return {}
-        header = json.loads(fh.read(n))
+        try:
+            header = json.loads(fh.read(n))
+        except ValueError:              # a bad header: safetensors' own reader says what is wrong
+            return {}
+    if not isinstance(header, dict):
+        return {}
     out = {}
     for name, info in header.items():
         if name != "__metadata__" and isinstance(info, dict) and info.get("dtype") == "BF16":

@@ -198,7 +198,17 @@ class EncoderModel:
         if ids.ndim != 2:
             raise ValueError(f"input_ids must have shape (batch, seq_len), got {ids.shape}")
         B, S = ids.shape
-        if S > cfg.max_tokens:
+        if cfg.positions_after_padding and S > cfg.max_tokens and ids.size:
+            # RoBERTa's positions count the non-padding tokens (padding keeps the padding id's
+            # position), so only those are limited, as in transformers
+            n_real = int((ids != cfg.pad_token_id).sum(axis=1).max())
+            if n_real > cfg.max_tokens:
+                raise ValueError(
+                    f"input_ids has {n_real} non-padding tokens in a row; this {cfg.model_type} "
+                    f"model allows at most {cfg.max_tokens} (config max_position_embeddings="
+                    f"{cfg.max_position_embeddings}, pad_token_id={cfg.pad_token_id}); truncate "
+                    "the input")
+        elif S > cfg.max_tokens:
             raise ValueError(
                 f"input_ids has {S} tokens per row; this {cfg.model_type} model allows at "
                 f"most {cfg.max_tokens} (config max_position_embeddings="

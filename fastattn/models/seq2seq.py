@@ -186,6 +186,8 @@ class Seq2SeqTransformer:
                  decoder_vocab_size=None, pad_token_id=None, eos_token_id=0,
                  decoder_start_token_id=None, layer_norm_eps=1e-5, generation_config=None, *,
                  seed=0, dtype=np.float32, _state_dict=None):
+        if dtype is None:              # np.dtype(None) would be float64
+            raise TypeError("dtype must be float32 or float64, got None")
         try:
             dt = np.dtype(dtype)
         except TypeError:
@@ -343,6 +345,9 @@ class Seq2SeqTransformer:
         a tied ``lm_head.weight`` and saved position tables are ignored, a missing
         ``final_logits_bias`` is zeros (as transformers loads it).
         """
+        if not hasattr(state_dict, "items"):
+            raise TypeError("state_dict must be a mapping of names to arrays, got "
+                            f"{type(state_dict).__name__}")
         sd = {}
         for k, v in state_dict.items():
             if hasattr(v, "detach") and hasattr(v, "numpy"):
@@ -592,7 +597,7 @@ class Seq2SeqTransformer:
         ndarray (B, S, d_model) in the model dtype.
         """
         ids, mask = self._check_source(input_ids, attention_mask)
-        return self._encode(ids, mask, n_threads).reshape(ids.shape[0], ids.shape[1], -1)
+        return self._encode(ids, mask, n_threads).reshape(ids.shape[0], ids.shape[1], self.d_model)
 
     def _start_cache(self, memory, mask, group, max_len, nthr):
         """A KVCache for `group` rows per source, cross keys/values from memory (B*S, d)."""
@@ -693,7 +698,7 @@ class Seq2SeqTransformer:
         memory = self._encode(ids, mask, n_threads)
         cache = self._start_cache(memory, mask, 1, T, n_threads)
         h = self._decode(cache, dec, n_threads)
-        return self._project(h, n_threads).reshape(B, T, -1)
+        return self._project(h, n_threads).reshape(B, T, self.vocab_size)
 
     # ---------------------------------------------------------------------------------------
     # step API and generation

@@ -130,7 +130,7 @@ class MultiHeadAttention(_Module):
         concat = np.empty((B * L, E), dtype=q.dtype)
         res = scaled_dot_product_attention(q, k, v, kmask.mask, is_causal=kmask.causal,
                                            return_weights=need_weights,
-                                           out=concat.reshape(B, L, self.num_heads, -1).swapaxes(1, 2))
+                                           out=concat.reshape(B, L, self.num_heads, self.head_dim).swapaxes(1, 2))
         w = res[1] if need_weights else None
         out = self.out_proj._forward(concat, residual)
         if need_weights and average:

@@ -93,6 +93,17 @@ def test_state_dict_is_read_only_and_a_bad_load_changes_nothing(ids):
     good["model.encoder.layers.0.fc1.weight"][:] = 0
     m.load_state_dict(good)
     assert not np.array_equal(m.encode(ids), enc)
+    with pytest.raises(TypeError, match="state_dict must be a mapping"):
+        m.load_state_dict([1, 2])
+
+
+@pytest.mark.parametrize("dtype", [None, np.float16, "int32", "nonsense"])
+def test_model_dtype_must_be_float32_or_float64(dtype):
+    # np.dtype(None) is float64: None must not silently build a float64 model
+    with pytest.raises(TypeError, match="dtype must be float32 or float64"):
+        fastattn.Seq2SeqTransformer(vocab_size=10, d_model=8, encoder_layers=1, decoder_layers=1,
+                                    encoder_attention_heads=2, decoder_attention_heads=2,
+                                    encoder_ffn_dim=16, decoder_ffn_dim=16, dtype=dtype)
 
 
 @pytest.mark.parametrize("which", [("encoder",), ("decoder",), ("lm_head",),

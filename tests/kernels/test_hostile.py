@@ -416,6 +416,20 @@ def test_too_many_leading_dims_is_a_clear_error(where):
             f(q0, k0, v0, attn_mask=np.ones((1,) * 33 + (4, 5), bool))
 
 
+@pytest.mark.parametrize("which", ["S", "L", "E"])
+@pytest.mark.parametrize("n", [2**31 - 1, 2**31 - 100, 2**31 - 2**20 + 1])
+def test_sizes_near_the_32_bit_limit_are_a_clear_error(which, n):
+    # zero-stride views of that length cost no memory; the key-block and split counts used to
+    # overflow a 32-bit int there and the call returned its uninitialised output (L <= 16:
+    # 3.6e15 for a mean of ones) instead of computing or refusing
+    one = np.ones((1, 1), np.float32)
+    q = np.broadcast_to(one, (n if which == "L" else 1, n if which == "E" else 1))
+    k = np.broadcast_to(one, (n if which == "S" else 1, n if which == "E" else 1))
+    v = np.broadcast_to(one, (n if which == "S" else 1, 1))
+    with pytest.raises(ValueError, match=f"{which} = {n} is larger than the kernel's limit"):
+        f(q, k, v)
+
+
 @pytest.mark.parametrize("n, err", [(0, ValueError), (-1, ValueError), (-10**9, ValueError),
                                     (2.5, TypeError), (True, TypeError), (False, TypeError),
                                     ("2", TypeError), (np.float64(2.0), TypeError),

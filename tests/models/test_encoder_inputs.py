@@ -254,6 +254,7 @@ def test_missing_things_name_the_path(tmp_path, bert_dir):
     ({"hidden_act": "quick_gelu"}, "hidden_act='quick_gelu' is not supported"),
     ({"hidden_act": "tanh"}, "hidden_act='tanh'"),
     ({"is_decoder": True}, "is_decoder"),
+    ({"is_decoder": "false"}, "is_decoder='false' .* must be true or false"),
     ({"layer_norm_eps": -1}, "layer_norm_eps=-1"),
     ({"num_attention_heads": 5}, "not a multiple of the number of attention heads"),
     ({"pad_token_id": 60}, "pad_token_id=60"),

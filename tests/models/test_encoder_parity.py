@@ -133,8 +133,14 @@ def test_roberta_family(tmp_path, kind, dtype):
     # position ids follow the padding id: results depend on it (checked against transformers)
     assert rel_err(enc(ids, mask), hf_hidden(model, ids, mask)) <= TOL[dtype]
     assert rel_err(enc(ids), hf_hidden(model, ids)) <= TOL[dtype]
-    with pytest.raises(ValueError, match="input_ids has 19 tokens.*at most 18"):
+    with pytest.raises(ValueError, match="input_ids has 19 non-padding tokens.*at most 18"):
         enc(np.full((1, S + 1), 5))
+    # padding past the limit keeps the padding id's position: accepted, as transformers does
+    long_ids = np.full((2, S + 5), pad)
+    long_ids[0, :S] = rng.integers(3, 70, S)
+    long_ids[1, :4] = rng.integers(3, 70, 4)
+    long_mask = (long_ids != pad).astype(np.int64)
+    assert rel_err(enc(long_ids, long_mask), hf_hidden(model, long_ids, long_mask)) <= TOL[dtype]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

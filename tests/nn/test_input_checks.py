@@ -38,6 +38,14 @@ def test_options_must_have_their_type():
         fastattn.TransformerEncoderLayer(8, 2, 16, norm_first=2, seed=0)
     with pytest.raises(TypeError, match="seed"):
         fastattn.Linear(4, 3, seed="x")
+    for bad in ("x", None, True, [2.0]):
+        with pytest.raises(TypeError, match="scale must be a real number"):
+            fastattn.PositionalEncoding(8, scale=bad)
+    with pytest.raises(ValueError, match="scale must be finite"):
+        fastattn.PositionalEncoding(8, scale=float("inf"))
+    x = np.ones((1, 3, 8), np.float32)
+    np.testing.assert_array_equal(fastattn.PositionalEncoding(8, scale=np.float32(2))(x),
+                                  fastattn.PositionalEncoding(8)(2 * x))
     with pytest.raises(ValueError, match="seed"):
         fastattn.Linear(4, 3, seed=-1)
     with pytest.raises(TypeError, match="bias"):

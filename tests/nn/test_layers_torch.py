@@ -27,6 +27,8 @@ def _close(ours, theirs, dtype, where=None):
     assert ours.dtype == np.dtype(dtype)
     if where is not None:
         ours, theirs = ours[where], theirs[where]
+    if ours.size == 0:
+        return
     err = np.abs(ours.astype(np.float64) - theirs.astype(np.float64)).max()
     assert err <= TOL[dtype], f"max abs error {err:.3g} > {TOL[dtype]}"
 
@@ -275,6 +277,32 @@ def test_encoder_layer_matches_torch(dtype, norm_first):
     # torch's fast path may zero the padded positions: compare the real tokens
     _close(ours(x, src_key_padding_mask=pad), ref_pad, dtype, where=~pad)
     _close(ours(x[0]), ref_unb, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shapes", [((0, 5), (0, 3)), ((2, 0), (2, 3)), ((2, 5), (2, 0)),
+                                    ((0, 0), (0, 0))])
+def test_empty_batch_or_sequence_matches_torch(dtype, shapes):
+    # a batch of 0, or a source / target of 0 tokens: torch returns empty outputs (and, with no
+    # source tokens, the decoder's cross-attention contributes zeros); the reshape of the heads
+    # used to fail here with NumPy's "cannot reshape array of size 0"
+    (B, S), (Bt, T) = shapes
+    rng = np.random.default_rng(9)
+    m = _torch_model(dtype, False, "relu", n_enc=1, n_dec=1)
+    ours = Transformer.from_torch_state_dict(m.state_dict(), nhead=4)
+    src, tgt = _rand(rng, (B, S, 32), dtype), _rand(rng, (Bt, T, 32), dtype)
+    with torch.no_grad():
+        ref = m(_t(src), _t(tgt))
+        ref_enc = m.encoder.layers[0](_t(src))
+        ref_mha = m.encoder.layers[0].self_attn(_t(tgt), _t(src), _t(src))[0]
+    _close(ours(src, tgt), ref, dtype)
+    _close(ours.encoder.layers[0](src), ref_enc, dtype)
+    mha = MultiHeadAttention.from_torch_state_dict(m.encoder.layers[0].self_attn.state_dict(),
+                                                   num_heads=4)
+    if B == Bt:
+        _close(mha(tgt, src, src), ref_mha, dtype)
+        out, w = mha(tgt, src, src, need_weights=True)
+        assert w.shape == (B, T, S)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
