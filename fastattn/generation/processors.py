@@ -215,7 +215,15 @@ def build_processors(p, vocab, eos_id, sampling_min_keep=1):
     if p["forced_eos_token_id"] is not None:
         procs.append(ForcedEOS(p["max_length"], p["forced_eos_token_id"]))
     if p["suppress_tokens"] is not None:
-        procs.append(SuppressTokens(p["suppress_tokens"], vocab))
+        sup = SuppressTokens(p["suppress_tokens"], vocab)
+        # contradictions transformers also refuses: nothing would be left to generate
+        if len(sup.ids) == vocab:
+            raise ValueError(f"suppress_tokens forbids every token of the vocabulary ({vocab})")
+        forced = p["forced_eos_token_id"]
+        if forced is not None and forced in set(sup.ids.tolist()):
+            raise ValueError(f"forced_eos_token_id={forced} is also in suppress_tokens: the "
+                             "last token would be forbidden")
+        procs.append(sup)
     if p["do_sample"]:
         if p["temperature"] is not None and p["temperature"] != 1.0:
             procs.append(Temperature(p["temperature"]))

@@ -61,12 +61,25 @@ def test_sampling_without_a_distribution_is_an_error(ids):
     for t in (1e-40, 1e-300):            # logits / t overflow float32
         with pytest.raises(ValueError, match="cannot sample.*temperature"):
             m.generate(ids, max_new_tokens=4, do_sample=True, temperature=t, top_k=0, seed=0)
+    # every token but EOS suppressed, EOS forbidden by min_new_tokens: nothing to sample
+    but_eos = [t for t in range(VOCAB) if t != EOS]
     with pytest.raises(ValueError, match="cannot sample.*forbids every token"):
-        m.generate(ids, max_new_tokens=4, do_sample=True, seed=0,
-                   suppress_tokens=list(range(VOCAB)))
+        m.generate(ids, max_new_tokens=4, do_sample=True, seed=0, suppress_tokens=but_eos,
+                   min_new_tokens=2)
     with pytest.raises(ValueError, match="cannot sample"):
         m.generate(ids, max_new_tokens=4, do_sample=True, num_beams=2, seed=0,
-                   suppress_tokens=list(range(VOCAB)))
+                   suppress_tokens=but_eos, min_new_tokens=2)
+
+
+@pytest.mark.parametrize("settings", [{}, {"num_beams": 2}, {"do_sample": True, "seed": 0}])
+def test_contradictory_suppress_tokens_are_refused(ids, settings):
+    # as transformers refuses them, whatever the search
+    with pytest.raises(ValueError, match="suppress_tokens forbids every token"):
+        _model().generate(ids, max_new_tokens=4, suppress_tokens=list(range(VOCAB)), **settings)
+    forced = _model(generation_config={"forced_eos_token_id": EOS})
+    with pytest.raises(ValueError, match=f"forced_eos_token_id={EOS} is also in suppress_tokens"):
+        forced.generate(ids, max_new_tokens=4, suppress_tokens=[EOS, 5], **settings)
+    assert forced.generate(ids, max_new_tokens=4, suppress_tokens=[5], **settings)[0, -1] == EOS
 
 
 def test_state_dict_is_read_only_and_a_bad_load_changes_nothing(ids):
