@@ -173,6 +173,20 @@ def check_qkv(q, k, v, enable_gqa):
     return lead, L, S, E, Ev, head_group
 
 
+def narrow_float_mask(mask, dtype):
+    """A float mask cast down to the compute dtype. A finite entry beyond its range becomes the
+    largest finite value, not +inf: a score plus +inf is NaN after the max subtraction, where the
+    wider mask gave that key all the weight (as the largest finite value does); -inf is kept
+    (that key gets no weight either way)."""
+    with np.errstate(over="ignore"):
+        narrow = mask.astype(dtype)
+    big = np.isposinf(narrow)
+    if big.any():
+        big &= np.isfinite(mask)
+        narrow[big] = np.finfo(dtype).max
+    return narrow
+
+
 def check_mask(mask, L, S, lead):
     """attn_mask: bool (True = may attend) or float (added to the scores), broadcastable to
     (*lead, L, S). Returns (mask viewed with at least 2 dims, the new broadcast lead)."""

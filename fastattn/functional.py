@@ -105,6 +105,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, *, is_causal
     k = _v.kernel_ready(k, dtype)
     v = _v.kernel_ready(v, dtype)
     if mask is not None:
+        if mask.dtype.kind == "f" and mask.dtype.itemsize > dtype.itemsize:
+            mask = _v.narrow_float_mask(mask, dtype)
         mask = _v.kernel_ready(mask, mask.dtype if mask.dtype.kind == "b" else dtype)
     dst = out
     if any(a is not None and np.may_share_memory(out, a) for a in (q, k, v, mask)):

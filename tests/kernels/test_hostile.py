@@ -416,6 +416,25 @@ def test_too_many_leading_dims_is_a_clear_error(where):
             f(q0, k0, v0, attn_mask=np.ones((1,) * 33 + (4, 5), bool))
 
 
+def test_float64_mask_beyond_float32_range():
+    # float32 inputs, a float64 mask: entries past float32's range give the float64 answer
+    # (+1e300 used to become +inf in the cast, and +inf - +inf made the row NaN)
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((4, 8)).astype(np.float32)
+    k = rng.standard_normal((6, 8)).astype(np.float32)
+    v = rng.standard_normal((6, 3)).astype(np.float32)
+    m = rng.standard_normal((4, 6))
+    m[0, 1] = 1e300                  # one key gets all the weight
+    m[1, 2] = -1e300                 # one key gets none
+    m[2, :] = 1e300                  # every key equal: uniform weights
+    m[3, 4] = -np.inf
+    out = f(q, k, v, attn_mask=m)
+    assert out.dtype == np.float32 and np.isfinite(out).all()
+    ref = sdpa_ref(q, k, v, attn_mask=m)[0]
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(out[0], v[1])
+
+
 @pytest.mark.parametrize("which", ["S", "L", "E"])
 @pytest.mark.parametrize("n", [2**31 - 1, 2**31 - 100, 2**31 - 2**20 + 1])
 def test_sizes_near_the_32_bit_limit_are_a_clear_error(which, n):

@@ -33,6 +33,18 @@ def test_special_rows_match_scipy():
                                rtol=2e-6, atol=1e-30, equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype, x", [(np.float32, [0, -87, -88, -103]),
+                                      (np.float64, [0, -700, -709, -745])])
+def test_results_below_the_smallest_normal_are_zero(dtype, x):
+    # documented in the README: where scipy returns a subnormal, the kernel's exp returns 0
+    x = np.array(x, dtype)
+    ours, ref = fastattn.softmax(x), sp_softmax(x)
+    tiny = np.finfo(dtype).tiny
+    normal = ref >= tiny
+    np.testing.assert_allclose(ours[normal], ref[normal], rtol=4 * np.finfo(dtype).eps)
+    assert (ref[~normal] > 0).all() and (ours[~normal] == 0).all()
+
+
 def test_shift_invariance_and_sum(rng):
     x = rng.standard_normal((10, 50))
     y = fastattn.softmax(x)
