@@ -398,8 +398,14 @@ class Seq2SeqTransformer:
             self._pos_enc = P["model.encoder.embed_positions.weight"]
             self._pos_dec = P["model.decoder.embed_positions.weight"]
         else:
-            self._pos_enc = self._pos_dec = positions_table(
-                c["max_position_embeddings"], d, c["positions"], self._dtype)
+            try:
+                self._pos_enc = self._pos_dec = positions_table(
+                    c["max_position_embeddings"], d, c["positions"], self._dtype)
+            except MemoryError:
+                raise ValueError(
+                    f"max_position_embeddings={c['max_position_embeddings']}: its "
+                    f"({c['max_position_embeddings']}, {d}) position table does not fit in "
+                    "memory") from None
         act = canonical_activation(c["activation_function"], "activation_function")
         self._out = ops.Linear(self._w_out, self._b_out)
 

@@ -168,6 +168,8 @@ def test_rejected_settings_and_inputs(ids):
         _model(scale_embedding="no")
     with pytest.raises(TypeError, match="generation_config"):
         _model(generation_config=[1, 2])
+    with pytest.raises(ValueError, match="max_position_embeddings=10000000000000"):
+        _model(max_position_embeddings=10**13)     # an 80 TB sinusoid table
     for field in ("eos_token_id", "pad_token_id", "decoder_start_token_id",
                   "forced_eos_token_id"):
         with pytest.raises(ValueError, match=f"generation_config: {field}=99"):
