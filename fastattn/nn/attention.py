@@ -111,9 +111,10 @@ class MultiHeadAttention(_Module):
         E, H, Dh = self.embed_dim, self.num_heads, self.head_dim
         return x2d[:, col:col + E].reshape(B, T, H, Dh).swapaxes(1, 2)
 
-    def _forward(self, xq, xk, xv, B, L, S, kmask, need_weights=False, average=True, residual=None):
-        """xq (B*L, E), xk (B*S, kdim), xv (B*S, vdim) C-contiguous -> (B*L, E) [+ residual],
-        weights or None."""
+    def _forward(self, xq, xk, xv, B, L, S, kmask, need_weights=False, average=True, residual=None,
+                 norm=None):
+        """xq (B*L, E), xk (B*S, kdim), xv (B*S, vdim) C-contiguous -> (B*L, E) [+ residual,
+        then the LayerNorm `norm`, both inside the output projection's GEMM], weights or None."""
         E = self.embed_dim
         if self.packed and xq is xk and xk is xv:           # self-attention: one GEMM for q, k, v
             qkv = self._proj(None)(xq)
@@ -132,7 +133,7 @@ class MultiHeadAttention(_Module):
                                            return_weights=need_weights,
                                            out=concat.reshape(B, L, self.num_heads, self.head_dim).swapaxes(1, 2))
         w = res[1] if need_weights else None
-        out = self.out_proj._forward(concat, residual)
+        out = self.out_proj._forward(concat, residual, norm=norm)
         if need_weights and average:
             w = w.mean(axis=1)
         return out, w

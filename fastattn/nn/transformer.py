@@ -52,11 +52,11 @@ class _Layer(_Module):
         return init
 
     def _sublayers(self, x, sublayers):
-        """Each (norm, f) in turn with a residual connection; f(h, residual) returns
-        f(h) + residual, the addition fused into its last GEMM:
-        post-LN (the paper's) x = norm(x + f(x)); pre-LN (norm_first) x = x + f(norm(x))."""
+        """Each (norm, f) in turn with a residual connection; f(h, residual, norm) returns
+        norm(f(h) + residual), the addition and the LayerNorm (when given) fused into its last
+        GEMM: post-LN (the paper's) x = norm(x + f(x)); pre-LN (norm_first) x = x + f(norm(x))."""
         for norm, f in sublayers:
-            x = f(norm._forward(x), x) if self.norm_first else norm._forward(f(x, x))
+            x = f(norm._forward(x), x, None) if self.norm_first else f(x, x, norm)
         return x
 
     @classmethod
@@ -94,7 +94,8 @@ class TransformerEncoderLayer(_Layer):
     def _forward(self, x, B, T, kmask):
         """x: (B*T, d_model) C-contiguous, owned (may be overwritten) -> (B*T, d_model)."""
         return self._sublayers(x, (
-            (self.norm1, lambda h, r: self.self_attn._forward(h, h, h, B, T, T, kmask, residual=r)[0]),
+            (self.norm1, lambda h, r, n: self.self_attn._forward(h, h, h, B, T, T, kmask,
+                                                                 residual=r, norm=n)[0]),
             (self.norm2, self.ff._forward)))
 
     def __call__(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
@@ -123,9 +124,10 @@ class TransformerDecoderLayer(_Layer):
     def _forward(self, x, mem, B, T, S, tmask, mmask):
         """x: (B*T, d) owned; mem: (B*S, d) read only -> (B*T, d)."""
         return self._sublayers(x, (
-            (self.norm1, lambda h, r: self.self_attn._forward(h, h, h, B, T, T, tmask, residual=r)[0]),
-            (self.norm2, lambda h, r: self.multihead_attn._forward(h, mem, mem, B, T, S, mmask,
-                                                                   residual=r)[0]),
+            (self.norm1, lambda h, r, n: self.self_attn._forward(h, h, h, B, T, T, tmask,
+                                                                 residual=r, norm=n)[0]),
+            (self.norm2, lambda h, r, n: self.multihead_attn._forward(h, mem, mem, B, T, S, mmask,
+                                                                      residual=r, norm=n)[0]),
             (self.norm3, self.ff._forward)))
 
     def __call__(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,

@@ -294,6 +294,38 @@ def test_transformer_matches_reference_float32_and_float64():
     assert m32(src, tgt).dtype == np.float32
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bias", [True, False])
+def test_post_norm_inside_the_gemm_gives_the_same_bits(monkeypatch, dtype, bias):
+    # post-LN layers hand each LayerNorm to the GEMM of their sublayer's last linear layer:
+    # the output is bit for bit that of the separate residual + LayerNorm pass
+    from fastattn import _ops
+    m = Transformer(d_model=48, nhead=4, num_encoder_layers=2, num_decoder_layers=2,
+                    dim_feedforward=80, bias=bias, seed=3, dtype=dtype)
+    rng = np.random.default_rng(4)
+    src = rng.standard_normal((3, 101, 48)).astype(dtype)    # > one 96-row block per GEMM
+    tgt = rng.standard_normal((3, 33, 48)).astype(dtype)
+    calls = []
+    fused = _ops.PackedLinear._then_layer_norm
+
+    def counted(self, *a, **k):
+        calls.append(1)
+        return fused(self, *a, **k)
+
+    monkeypatch.setattr(_ops.PackedLinear, "_then_layer_norm", counted)
+    ours = m(src, tgt, tgt_is_causal=True,
+             tgt_mask=Transformer.generate_square_subsequent_mask(33, dtype=dtype))
+    assert len(calls) == 2 * 2 + 2 * 3
+
+    def separate(self, x, residual, gamma, beta, eps, n_threads=None):
+        return _ops.layer_norm(self(x, residual, n_threads), gamma, beta, eps)
+
+    monkeypatch.setattr(_ops.PackedLinear, "_then_layer_norm", separate)
+    ref = m(src, tgt, tgt_is_causal=True,
+            tgt_mask=Transformer.generate_square_subsequent_mask(33, dtype=dtype))
+    np.testing.assert_array_equal(ours, ref)
+
+
 def test_unbatched_equals_batch_of_one():
     rng = np.random.default_rng(18)
     m = Transformer(8, 2, 1, 1, 16, dtype=np.float64, seed=19)
