@@ -54,26 +54,39 @@ def _cpu_header():
     return model, flags, load
 
 
-def _timed(fn, n=1, warm=1):
-    """Seconds per call over n back-to-back calls, after `warm` untimed calls: after the pause
-    between systems every library's worker threads (and their vCPUs) are idle, and waking them
-    cost ~1-2 ms per call on some hosts (a Zen 3 VM: 7x the M = 8 GEMM itself), the same for
+def _timed(fn, n=1, warm=1, warm_s=0.004):
+    """Seconds per call over n back-to-back calls, after at least `warm` untimed calls lasting
+    at least `warm_s` seconds together: after the pause between systems every library's worker
+    threads (and their vCPUs) are idle, and waking them cost ~1-3 ms per call for the first
+    few calls on some hosts (a Zen 3 VM: 4-8x the M = 8 GEMM itself; one warm call was not
+    enough there on 2026-12-02, and 8 x 512 x 2048 read 1.05 ms instead of 0.35), the same for
     every library and no part of the GEMM; in a model the linear layers run back to back."""
-    for _ in range(warm):
+    t_end = time.perf_counter() + warm_s
+    done = 0
+    while done < warm or time.perf_counter() < t_end:
         fn()
+        done += 1
     t0 = time.perf_counter()
     for _ in range(n):
         fn()
     return (time.perf_counter() - t0) / n
 
 
-def _inner_count(fn, target=0.02):
-    """Calls per timed sample so that one sample lasts ~target seconds (small shapes), from the
-    fastest of three short timings after a warm-up: a count taken from one cold timing (the
-    weight ring's first pass, idle threads) came out 2-3x too small for some shapes, and a
-    sample of a few calls after the pause between systems then measured mostly the wake-up
-    (32 x 1536 x 512 on Zen 3: 9 calls a sample, median 1.13 ms; 24 calls, 0.78 ms)."""
-    t = min(_timed(fn, 3, warm=3) for _ in range(3))
+def _inner_count(fn, target=0.02, span=0.03):
+    """Calls per timed sample so that one sample lasts ~target seconds (small shapes): after the
+    pause, a warm-up, then as many calls as fit in `span` seconds, averaged. Counts taken from
+    a few calls came out 2-10x too small: from one cold timing (the weight ring's first pass,
+    idle threads), and from calls made right after another library's (OpenBLAS's threads spin
+    ~0.1 s after a call; a fastattn call then lost a whole 4 ms time slice now and then: 8 x
+    512 x 2048 on Zen 3, 7-9 calls a sample, median 1.05 ms against 0.35 ms); a sample of a few
+    calls then measured mostly the wake-up or the contention."""
+    time.sleep(PAUSE)
+    _timed(fn, 1, warm=3, warm_s=0.005)
+    t0, calls = time.perf_counter(), 0
+    while calls < 3 or time.perf_counter() - t0 < span:
+        fn()
+        calls += 1
+    t = (time.perf_counter() - t0) / calls
     return max(1, int(target / max(t, 1e-7)))
 
 
@@ -182,6 +195,7 @@ def main():
                 for _ in range(n_copies):
                     f_t()
                 n_t = _inner_count(f_t)
+            time.sleep(PAUSE)               # the last count's library threads go idle
             for _ in range(args.repeats):
                 t_fa.append(_timed(f_fa, n_fa))
                 time.sleep(PAUSE)
