@@ -130,7 +130,8 @@ void fa_problem_tiling(fa_problem *p, int itemsize)
         p->n_ks = p->n_vs = 0;
         memset(p->kslab_lead, 0, sizeof p->kslab_lead);
         memset(p->vslab_lead, 0, sizeof p->vslab_lead);
-        if (p->S > FA_KEY_SPLIT) p->n_sp = (int)(((ptrdiff_t)p->S + FA_KEY_SPLIT - 1) / FA_KEY_SPLIT);
+        if (p->S > FA_KEY_SPLIT)
+            p->n_sp = (int)(((ptrdiff_t)p->S + FA_KEY_SPLIT - 1) / FA_KEY_SPLIT);
     } else {
         p->n_ks = slab_strides(p->nd, p->k_shape, p->kslab_lead);
         p->n_vs = slab_strides(p->nd, p->v_shape, p->vslab_lead);

@@ -129,9 +129,9 @@ class MultiHeadAttention(_Module):
             v = self._heads(self._proj(2)(xv), B, S, 0)
         # the heads written side by side into concat (B*L, E), W_O's input as it is
         concat = np.empty((B * L, E), dtype=q.dtype)
+        heads = concat.reshape(B, L, self.num_heads, self.head_dim).swapaxes(1, 2)
         res = scaled_dot_product_attention(q, k, v, kmask.mask, is_causal=kmask.causal,
-                                           return_weights=need_weights,
-                                           out=concat.reshape(B, L, self.num_heads, self.head_dim).swapaxes(1, 2))
+                                           return_weights=need_weights, out=heads)
         w = res[1] if need_weights else None
         out = self.out_proj._forward(concat, residual, norm=norm)
         if need_weights and average:

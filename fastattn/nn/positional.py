@@ -38,7 +38,8 @@ class PositionalEncoding:
     def __init__(self, d_model, max_len=5000, *, scale=1.0, dtype=np.float32):
         self.d_model = check_positive_int(d_model, "d_model")
         self.dtype = check_dtype(dtype)
-        if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (Real, np.floating, np.integer)):
+        if isinstance(scale, (bool, np.bool_)) \
+                or not isinstance(scale, (Real, np.floating, np.integer)):
             raise TypeError(f"scale must be a real number, got {type(scale).__name__} {scale!r}")
         if not math.isfinite(scale):
             raise ValueError(f"scale must be finite, got {scale}")
