@@ -134,6 +134,9 @@ def softmax(x, axis=-1, *, n_threads=None):
     if not -arr.ndim <= axis < arr.ndim:
         raise ValueError(f"axis {axis} is out of bounds for x of shape {arr.shape}")
     moved = np.moveaxis(arr, axis, -1)
+    if moved.shape[-1] > _v.DIM_MAX:            # before any copy of a (broadcast) input
+        raise ValueError(f"softmax axis length {moved.shape[-1]} exceeds the kernel's limit "
+                         f"{_v.DIM_MAX} (32-bit indexes)")
     rows = np.ascontiguousarray(moved, dtype=dtype).reshape(-1, moved.shape[-1]) \
         if moved.size else None
     if rows is not None and not rows.flags.aligned:
@@ -142,9 +145,6 @@ def softmax(x, axis=-1, *, n_threads=None):
         rows = rows.copy()
     out = np.empty(moved.shape, dtype=dtype)
     if rows is not None and rows.shape[1] > 0:
-        if rows.shape[1] > _v.DIM_MAX:
-            raise ValueError(f"softmax axis length {rows.shape[1]} exceeds the kernel's limit "
-                             f"{_v.DIM_MAX} (32-bit indexes)")
         flat = out.reshape(rows.shape)
         _k.softmax_rows(rows, flat, max(1, min(nthr, rows.shape[0])))
     return np.moveaxis(out, -1, axis)

@@ -416,6 +416,14 @@ def test_too_many_leading_dims_is_a_clear_error(where):
             f(q0, k0, v0, attn_mask=np.ones((1,) * 33 + (4, 5), bool))
 
 
+def test_softmax_axis_past_the_limit_is_refused_before_any_copy():
+    # a zero-stride view of 2**31 elements: refused at once (the check used to follow the
+    # contiguous copy, an 8 GiB allocation)
+    x = np.broadcast_to(np.float32(1), (2**31,))
+    with pytest.raises(ValueError, match="softmax axis length 2147483648 exceeds"):
+        fastattn.softmax(x)
+
+
 def test_float64_mask_beyond_float32_range():
     # float32 inputs, a float64 mask: entries past float32's range give the float64 answer
     # (+1e300 used to become +inf in the cast, and +inf - +inf made the row NaN)
