@@ -78,14 +78,19 @@ def kernel_ready(arr, dtype):
     return arr
 
 
+def check_real(value, name, what="a real number"):
+    """value as a float; a TypeError naming `name` for anything but a real number (bools too)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (Real, np.floating, np.integer)):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
 def check_scale(scale, E, dtype=np.float64):
     """The softmax scale: 1/sqrt(E) by default; otherwise any real number that is finite in the
     compute dtype (the kernel applies it in that precision)."""
     if scale is None:
         return 1.0 / math.sqrt(E) if E > 0 else 1.0
-    if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, (Real, np.floating, np.integer)):
-        raise TypeError(f"scale must be a real number or None, got {type(scale).__name__} {scale!r}")
-    scale = float(scale)
+    scale = check_real(scale, "scale", "a real number or None")
     if not math.isfinite(scale):
         raise ValueError(f"scale must be finite, got {scale}")
     limit = float(np.finfo(dtype).max)
@@ -351,9 +356,7 @@ def check_real_input(arr, name):
 
 def check_eps(eps, name="eps"):
     """A LayerNorm epsilon: a real number, finite and >= 0."""
-    if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, (Real, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a real number, got {type(eps).__name__} {eps!r}")
-    eps = float(eps)
+    eps = check_real(eps, name)
     if not (eps >= 0 and math.isfinite(eps)):
         raise ValueError(f"{name} must be finite and >= 0, got {eps}")
     return eps

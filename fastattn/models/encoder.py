@@ -198,21 +198,17 @@ class EncoderModel:
         if ids.ndim != 2:
             raise ValueError(f"input_ids must have shape (batch, seq_len), got {ids.shape}")
         B, S = ids.shape
+        n, what, pad = S, "tokens per row", ""
         if cfg.positions_after_padding and S > cfg.max_tokens and ids.size:
             # RoBERTa's positions count the non-padding tokens (padding keeps the padding id's
             # position), so only those are limited, as in transformers
-            n_real = int((ids != cfg.pad_token_id).sum(axis=1).max())
-            if n_real > cfg.max_tokens:
-                raise ValueError(
-                    f"input_ids has {n_real} non-padding tokens in a row; this {cfg.model_type} "
-                    f"model allows at most {cfg.max_tokens} (config max_position_embeddings="
-                    f"{cfg.max_position_embeddings}, pad_token_id={cfg.pad_token_id}); truncate "
-                    "the input")
-        elif S > cfg.max_tokens:
+            n = int((ids != cfg.pad_token_id).sum(axis=1).max())
+            what, pad = "non-padding tokens in a row", f", pad_token_id={cfg.pad_token_id}"
+        if n > cfg.max_tokens:
             raise ValueError(
-                f"input_ids has {S} tokens per row; this {cfg.model_type} model allows at "
-                f"most {cfg.max_tokens} (config max_position_embeddings="
-                f"{cfg.max_position_embeddings}); truncate the input")
+                f"input_ids has {n} {what}; this {cfg.model_type} model allows at most "
+                f"{cfg.max_tokens} (config max_position_embeddings="
+                f"{cfg.max_position_embeddings}{pad}); truncate the input")
         if ids.size and (ids.min() < 0 or ids.max() >= cfg.vocab_size):
             bad = ids.min() if ids.min() < 0 else ids.max()
             raise ValueError(f"input_ids holds {bad}, outside the vocabulary [0, "

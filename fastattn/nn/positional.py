@@ -1,10 +1,10 @@
 """Positional encodings: the paper's sinusoids."""
 import math
-from numbers import Real
 
 import numpy as np
 
-from .._validation import check_dtype, check_positive_int, check_real_input, to_numpy
+from .._validation import (check_dtype, check_positive_int, check_real, check_real_input,
+                           to_numpy)
 
 __all__ = ["sinusoidal_positions", "PositionalEncoding"]
 
@@ -38,12 +38,9 @@ class PositionalEncoding:
     def __init__(self, d_model, max_len=5000, *, scale=1.0, dtype=np.float32):
         self.d_model = check_positive_int(d_model, "d_model")
         self.dtype = check_dtype(dtype)
-        if isinstance(scale, (bool, np.bool_)) \
-                or not isinstance(scale, (Real, np.floating, np.integer)):
-            raise TypeError(f"scale must be a real number, got {type(scale).__name__} {scale!r}")
-        if not math.isfinite(scale):
-            raise ValueError(f"scale must be finite, got {scale}")
-        self.scale = float(scale)
+        self.scale = check_real(scale, "scale")
+        if not math.isfinite(self.scale):
+            raise ValueError(f"scale must be finite, got {self.scale}")
         self.pe = sinusoidal_positions(check_positive_int(max_len, "max_len"), self.d_model, self.dtype)
 
     def __call__(self, x):
