@@ -50,6 +50,14 @@ from fastattn._kernels._openmp cimport FASTATTN_OPENMP_ENABLED
 
 cnp.import_array()
 
+cdef extern from "fa_team.h" nogil:
+    # keeps a team's workers off the master's CPU (Linux; see fa_team.h): fa_team_open before
+    # each parallel region, fa_team_place first thing in it, on every thread
+    ctypedef struct fa_team_t:
+        int cpu
+    fa_team_t fa_team_open(int n_threads)
+    void fa_team_place(const fa_team_t *t)
+
 cdef extern from "gemm_kernels.h" nogil:
     int FA_ISA_SCALAR, FA_ISA_BASE, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX2_WIDE
     int GM_ACT_NONE, GM_ACT_RELU, GM_ACT_GELU, GM_ACT_GELU_TANH, GM_ACT_SILU, GM_ACT_ERF
@@ -226,10 +234,12 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
         nthr = <int>n_items
     if nthr < 1:
         nthr = 1
+    cdef fa_team_t team_at = fa_team_open(nthr)
     if M > _MC:
         # several row blocks (compute-bound): items handed out one at a time, so a core the
         # host slows for a while does not hold the others up
         with parallel(num_threads=nthr):
+            fa_team_place(&team_at)
             for item in prange(n_items, schedule='dynamic'):
                 _gemm_item(item, x, x_rs, M, K, wp, npad, N, nc, n_mb, n_nb, bias, act, res,
                            res_rs, y, y_rs, isz, norm)
@@ -237,6 +247,7 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
         # one row block (a decode step: reading the weights is the work): each thread streams
         # one contiguous slice of them
         with parallel(num_threads=nthr):
+            fa_team_place(&team_at)
             for item in prange(n_items, schedule='static'):
                 _gemm_item(item, x, x_rs, M, K, wp, npad, N, nc, n_mb, n_nb, bias, act, res,
                            res_rs, y, y_rs, isz, norm)
@@ -297,7 +308,9 @@ def activation(cnp.ndarray x, cnp.ndarray y, int act, int n_threads):
         nthr = <int>n_chunks
     if nthr < 1:
         nthr = 1
+    cdef fa_team_t team_at = fa_team_open(nthr)
     with nogil, parallel(num_threads=nthr):
+        fa_team_place(&team_at)
         for c in prange(n_chunks, schedule='static'):
             c0 = c * _ACT_CHUNK
             w = _ACT_CHUNK if n - c0 > _ACT_CHUNK else n - c0
@@ -333,7 +346,9 @@ def layer_norm(cnp.ndarray x, object res, object gamma, object beta, double eps,
         nthr = <int>rows
     if nthr < 1:
         nthr = 1
+    cdef fa_team_t team_at = fa_team_open(nthr)
     with nogil, parallel(num_threads=nthr):
+        fa_team_place(&team_at)
         for r in prange(rows, schedule='static'):
             _ln_row(isz, xp + r * n * isz, rp + r * n * isz if rp != NULL else NULL, n, gp, bp,
                     eps, yp + r * n * isz)
@@ -413,7 +428,9 @@ def embed_layer_norm(cnp.ndarray word, cnp.ndarray ids, object types, object tt,
         nthr = 1
     if rows == 0 or n == 0:
         return
+    cdef fa_team_t team_at = fa_team_open(nthr)
     with nogil, parallel(num_threads=nthr):
+        fa_team_place(&team_at)
         for r in prange(rows, schedule='static'):
             trow = ttp[r] if ttp != NULL else 0
             if isz == 4:

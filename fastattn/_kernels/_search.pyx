@@ -28,6 +28,14 @@ from .._validation import check_out
 
 cnp.import_array()
 
+cdef extern from "fa_team.h" nogil:
+    # keeps a team's workers off the master's CPU (Linux; see fa_team.h): fa_team_open before
+    # each parallel region, fa_team_place first thing in it, on every thread
+    ctypedef struct fa_team_t:
+        int cpu
+    fa_team_t fa_team_open(int n_threads)
+    void fa_team_place(const fa_team_t *t)
+
 cdef extern from "search_kernels.h" nogil:
     ctypedef struct sk_ops:
         void (*log_softmax_row_f32)(const float *x, Py_ssize_t n, float *y) noexcept nogil
@@ -121,7 +129,9 @@ def log_softmax_rows(x, out=None, n_threads=1):
     cdef char *yp = <char *> cnp.PyArray_DATA(oa)
     cdef int nthr = _threads(N, V, nthr0)
     cdef Py_ssize_t r
+    cdef fa_team_t team_at = fa_team_open(nthr)
     with nogil, parallel(num_threads=nthr):
+        fa_team_place(&team_at)
         for r in prange(N, schedule='static'):
             if isz == 4:
                 sk_ops_now.log_softmax_row_f32(<const float *>xp + r * V, V,
@@ -186,7 +196,9 @@ def topk_desc(x, k, out_idx=None, *, add=None, out_val=None, n_threads=1):
     cdef Py_ssize_t kk = k
     cdef int nthr = _threads(n, m, nthr0)
     cdef Py_ssize_t r
+    cdef fa_team_t team_at = fa_team_open(nthr)
     with nogil, parallel(num_threads=nthr):
+        fa_team_place(&team_at)
         for r in prange(n, schedule='static'):
             if isz == 4:
                 sk_ops_now.topk_row_f32(<const float *>xp + r * m, nseg, seglen, seglen,
@@ -261,7 +273,9 @@ def copy_cache_rows(list bufs, list alts, cnp.ndarray saves, cnp.ndarray dst,
     cdef int nthr = n_threads if n_threads < nb else <int>nb
     if nthr < 1:
         nthr = 1
+    cdef fa_team_t team_at = fa_team_open(nthr)
     with nogil, parallel(num_threads=nthr):
+        fa_team_place(&team_at)
         for b in prange(nb, schedule='static'):
             buf = <char *>pv[2 * b]
             alt = <char *>pv[2 * b + 1]

@@ -37,6 +37,9 @@
  * elements (0 for broadcast dimensions); out's elements distinct, none shared with an input;
  * every size > 0; the workspace sized by fa_plan.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1    /* sched_getcpu and the CPU_* macros in fa_team.h */
+#endif
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
@@ -49,6 +52,7 @@
 #endif
 
 #include "fa_driver.h"
+#include "fa_team.h"
 #include "fa_kernels.h"
 #include "fa_workspace.h"
 

@@ -289,8 +289,10 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
 
     /* one parallel region for all passes (each `omp for` ends with a barrier): the threads are
      * woken once per call, not once per pass */
+    const fa_team_t team_at = fa_team_open(n_threads);
 #pragma omp parallel num_threads(n_threads)
     {
+        fa_team_place(&team_at);
         char *mine = scratch + omp_get_thread_num() * sstride;
         const int team = omp_get_num_threads();
         FA_ASSERT_IN(mine, sstride, piece(ws, FA_W_SCRATCH), piece_end(ws, FA_W_SCRATCH),
@@ -439,8 +441,13 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
 
 void FA_SFX(fa_softmax_rows)(const FA_T *x, FA_T *y, ptrdiff_t rows, int n, int n_threads)
 {
-#pragma omp parallel for schedule(static) num_threads(n_threads)
-    for (ptrdiff_t r = 0; r < rows; r++) FA_OPS.softmax_row(x + r * n, n, y + r * n);
+    const fa_team_t team_at = fa_team_open(n_threads);
+#pragma omp parallel num_threads(n_threads)
+    {
+        fa_team_place(&team_at);
+#pragma omp for schedule(static)
+        for (ptrdiff_t r = 0; r < rows; r++) FA_OPS.softmax_row(x + r * n, n, y + r * n);
+    }
 }
 
 void FA_SFX(fa_exp)(const FA_T *x, ptrdiff_t n, FA_T *y) { FA_OPS.exp_array(x, n, y); }
