@@ -5,8 +5,8 @@
  * guest's scheduler: seen on 2-vCPU Firecracker guests). The two threads then share one CPU,
  * each spinning through its time slice at the region's barrier while the other waits, and the
  * load balancer can leave them there for seconds: a 10 us region took ~1 ms, and
- * EncoderModel's batch-1 forward after a 150 ms pause took 14 ms instead of 4-5
- * (bench/results/bench_encoder_zen3.txt, the notes of 2026-12-02).
+ * EncoderModel's batch-1 forward after a 150 ms pause took 14 ms instead of 5.5
+ * (bench/omp_wake.c, bench/bench_idle_latency.py; bench/results/thread_placement_zen3.txt).
  *
  * What: at the start of a parallel region each worker checks (sched_getcpu, no system call on
  * x86-64) whether it runs on the CPU the master ran on when it opened the region. Only then it
@@ -43,7 +43,8 @@ typedef struct {
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* 1: place workers, 0: leave them; decided once per extension from the environment */
+/* 1: place workers, 0: leave them; decided once per extension, from the environment as it is
+ * at the first multi-threaded call */
 static int fa_team_policy = -1;
 
 static int fa_team_decide(void)
