@@ -172,7 +172,7 @@ def _extensions():
         sources=["fastattn/_kernels/_search.pyx", "fastattn/_kernels/search_kernels.c",
                  "fastattn/_kernels/dispatch.c"],
         depends=["fastattn/_kernels/search_kernels.h", "fastattn/_kernels/dispatch.h",
-                 "fastattn/_kernels/fa_team.h"],
+                 "fastattn/_kernels/_openmp.pxd", "fastattn/_kernels/fa_team.h"],
         **common,
     )
     return cythonize(

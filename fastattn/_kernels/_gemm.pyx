@@ -46,17 +46,10 @@ cimport numpy as cnp
 
 import numpy as np
 
-from fastattn._kernels._openmp cimport FASTATTN_OPENMP_ENABLED
+from fastattn._kernels._openmp cimport (FASTATTN_OPENMP_ENABLED, fa_team_open,
+                                        fa_team_place, fa_team_t)
 
 cnp.import_array()
-
-cdef extern from "fa_team.h" nogil:
-    # keeps a team's workers off the master's CPU (Linux; see fa_team.h): fa_team_open before
-    # each parallel region, fa_team_place first thing in it, on every thread
-    ctypedef struct fa_team_t:
-        int cpu
-    fa_team_t fa_team_open(int n_threads)
-    void fa_team_place(const fa_team_t *t)
 
 cdef extern from "gemm_kernels.h" nogil:
     int FA_ISA_SCALAR, FA_ISA_BASE, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX2_WIDE

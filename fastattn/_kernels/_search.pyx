@@ -20,6 +20,8 @@ from cython.parallel cimport parallel, prange
 cimport numpy as cnp
 from libc.stdint cimport int64_t
 
+from fastattn._kernels._openmp cimport fa_team_open, fa_team_place, fa_team_t
+
 import operator
 
 import numpy as np
@@ -27,14 +29,6 @@ import numpy as np
 from .._validation import check_out
 
 cnp.import_array()
-
-cdef extern from "fa_team.h" nogil:
-    # keeps a team's workers off the master's CPU (Linux; see fa_team.h): fa_team_open before
-    # each parallel region, fa_team_place first thing in it, on every thread
-    ctypedef struct fa_team_t:
-        int cpu
-    fa_team_t fa_team_open(int n_threads)
-    void fa_team_place(const fa_team_t *t)
 
 cdef extern from "search_kernels.h" nogil:
     ctypedef struct sk_ops:

@@ -84,7 +84,7 @@ __attribute__((noinline)) static void fa_team_move(const fa_team_t *t)
     if (sched_getaffinity((pid_t)t->tid, sizeof want, &want) != 0)
         return;                                 /* > CPU_SETSIZE CPUs, or the master is gone */
     if (CPU_COUNT(&want) < omp_get_num_threads() || !CPU_ISSET(t->cpu, &want))
-        return;                                 /* more threads than CPUs: nowhere to go */
+        return;                     /* more threads than CPUs (or the master left its mask) */
     CPU_CLR(t->cpu, &want);
     sched_setaffinity(0, sizeof want, &want);   /* moves this thread now; best effort */
 }

@@ -220,7 +220,7 @@ def build_processors(p, vocab, eos_id, sampling_min_keep=1):
         if len(sup.ids) == vocab:
             raise ValueError(f"suppress_tokens forbids every token of the vocabulary ({vocab})")
         forced = p["forced_eos_token_id"]
-        if forced is not None and forced in set(sup.ids.tolist()):
+        if forced is not None and forced in sup.ids:
             raise ValueError(f"forced_eos_token_id={forced} is also in suppress_tokens: the "
                              "last token would be forbidden")
         procs.append(sup)
