@@ -1,7 +1,7 @@
 """Two builds of the GEMM side by side in one process: is a change faster?
 
     python bench/ab_gemm.py OLD_TREE NEW_TREE [--threads 2] [--shapes 1024x512x512,8x32000x512]
-                            [--epilogue none|bias+gelu|bias+res]
+                            [--epilogue none|bias+gelu|bias+res] [--isa avx2]
 
 Like ab_attention.py: OLD_TREE and NEW_TREE are source trees built in place, both builds'
 `_gemm` extensions are loaded into this process under different module names and called
@@ -71,10 +71,15 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--epilogue", default="none", choices=["none", "bias+gelu", "bias+res"],
                     help="fused epilogue to time with the product (default: none)")
+    ap.add_argument("--isa", default=None,
+                    help="kernels to select in both builds (e.g. avx2 on an AVX-512 machine)")
     args = ap.parse_args(argv)
     mods = [load_built_extension(args.old, "_gemm", "ab_old"),
             load_built_extension(args.new, "_gemm", "ab_new")]
-    print(cpu_line())
+    if args.isa is not None:
+        for m in mods:
+            m.set_isa(args.isa)
+    print(cpu_line(), f"GEMM kernels: {mods[0].isa()} / {mods[1].isa()}")
     print(f"float32, {args.threads} threads, {args.rounds} alternating rounds per shape; "
           f"blocking (MR, NR, KC): old {mods[0].blocking(4)}, new {mods[1].blocking(4)}; "
           "outputs byte-identical")

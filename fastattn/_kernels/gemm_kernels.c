@@ -10,7 +10,14 @@
  *              stays in L1 while the panels stream from L2 / L3 (KC 512 against 256: +2-8%
  *              at large M in an ad-hoc side-by-side harness; with the row-block order,
  *              +0-9% in bench/ab_gemm.py, Zen 3)
- *   AVX-512F   MR 6, NR 64 floats / 32 doubles (24 zmm accumulators), KC 128 (32 KiB panel)
+ *   AVX-512F   MR 6, NR 64 floats / 32 doubles (24 zmm accumulators), KC 256 floats (64 KiB
+ *              panels from L2) / 128 doubles, and for floats the next K block's panels fetched
+ *              into L2 while the current one runs (GM_L2_NEXT). Sapphire-Rapids-class Xeon, two
+ *              threads, same process (bench/ab_gemm.py, bench/results/ab_gemm_avx512.txt):
+ *              KC 256 against 128 +1-3% at M >= 1024; the L2 fetch neutral there (the weights
+ *              stay in L2 / L3 between calls) but -22% of gm_item's samples in the base
+ *              forward, where each layer's weights arrive cold. The L2 fetch is off for AVX2:
+ *              the same code with nothing to fetch measured 4-7% slower (loop layout).
  *   avx2-wide  tests only: the AVX-512 shapes compiled for AVX2
  */
 #include <float.h>
@@ -109,8 +116,9 @@
 #define GM_VW 16
 #define GM_MR 6
 #define GM_NV 4
-#define GM_KC 128
+#define GM_KC 256
 #define GM_NAME(x) gm_##x##_f32_avx2wide
+#define GM_L2_NEXT 1
 #define GM_TARGET __attribute__((target("avx2,fma")))
 #include "gemm_tile.h"
 
@@ -132,8 +140,9 @@
 #define GM_VW 16
 #define GM_MR 6
 #define GM_NV 4
-#define GM_KC 128
+#define GM_KC 256
 #define GM_NAME(x) gm_##x##_f32_avx512
+#define GM_L2_NEXT 1
 #define GM_TARGET __attribute__((target("avx512f,avx2,fma")))
 #define GM_ANY(m) (_mm512_test_epi32_mask((__m512i)(m), (__m512i)(m)) != 0)
 #include "gemm_tile.h"

@@ -44,6 +44,10 @@ enum { GM_NAME(mr) = GM_MR, GM_NAME(nr) = GM_NR, GM_NAME(kc) = GM_KC };
  * (mk_full; 2 or 4 KiB there, tried when the block was still inlined, measured +-1%) */
 #define GM_PF_K (4096 / (GM_NR * (ptrdiff_t)sizeof(GM_T)))
 #define GM_PF_NEAR 512
+/* GM_L2_NEXT (the includer's, default 0): fetch the next K block's panels into L2 (item()) */
+#ifndef GM_L2_NEXT
+#define GM_L2_NEXT 0
+#endif
 /* k steps before the end of a block's last K block at which the residual rows its epilogue
  * adds are prefetched. Fetched only with the next block's output tile (one block ahead) they
  * were evicted again by the time the epilogue read them (a block streams its whole panel,
@@ -510,7 +514,11 @@ GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM
  * unmeasured. */
 GM_TARGET static __attribute__((noinline)) void
 GM_NAME(mk_full)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t kcb, const GM_T *panel, GM_T *y,
-                 ptrdiff_t y_rs, int first)
+                 ptrdiff_t y_rs, int first
+#if GM_L2_NEXT
+                 , const char *l2, ptrdiff_t nl2
+#endif
+                 )
 {
     V acc[GM_MR][GM_NV];
     const GM_T *xp[GM_MR];
@@ -521,20 +529,31 @@ GM_NAME(mk_full)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t kcb, const GM_T *panel
         for (int v = 0; v < GM_NV; v++)
             acc[r][v] = first ? (V){0} : VLOAD(y + r * y_rs + v * GM_VW);
     }
-    for (ptrdiff_t k = 0; k < kcb; k++) {
-        V wv[GM_NV];
-#pragma GCC unroll 4
-        for (ptrdiff_t b = 0; b < GM_NR * (ptrdiff_t)sizeof(GM_T); b += 64)
-            FA_PREFETCH((const char *)(panel + k * GM_NR) + GM_PF_NEAR + b, 3);
-#pragma GCC unroll 4
-        for (int v = 0; v < GM_NV; v++) wv[v] = VLOAD(panel + k * GM_NR + v * GM_VW);
-#pragma GCC unroll 8
-        for (int r = 0; r < GM_MR; r++) {
-            GM_T xe = xp[r][k];
-#pragma GCC unroll 4
-            for (int v = 0; v < GM_NV; v++) acc[r][v] += xe * wv[v];
-        }
+#define GM_FULL_STEP(k)                                                                    \
+    do {                                                                                   \
+        V wv[GM_NV];                                                                       \
+        _Pragma("GCC unroll 4")                                                            \
+        for (ptrdiff_t b = 0; b < GM_NR * (ptrdiff_t)sizeof(GM_T); b += 64)                \
+            FA_PREFETCH((const char *)(panel + (k) * GM_NR) + GM_PF_NEAR + b, 3);          \
+        _Pragma("GCC unroll 4")                                                            \
+        for (int v = 0; v < GM_NV; v++) wv[v] = VLOAD(panel + (k) * GM_NR + v * GM_VW);    \
+        _Pragma("GCC unroll 8")                                                            \
+        for (int r = 0; r < GM_MR; r++) {                                                  \
+            GM_T xe = xp[r][k];                                                            \
+            _Pragma("GCC unroll 4")                                                        \
+            for (int v = 0; v < GM_NV; v++) acc[r][v] += xe * wv[v];                       \
+        }                                                                                  \
+    } while (0)
+    ptrdiff_t k = 0;
+#if GM_L2_NEXT
+    /* the first nl2 steps also fetch one line of the next K block's panels into L2 */
+    for (; k < nl2; k++) {
+        FA_PREFETCH(l2 + 64 * k, 2);
+        GM_FULL_STEP(k);
     }
+#endif
+    for (; k < kcb; k++) GM_FULL_STEP(k);
+#undef GM_FULL_STEP
 #pragma GCC unroll 8
     for (int r = 0; r < GM_MR; r++)
 #pragma GCC unroll 4
@@ -715,7 +734,29 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
         ptrdiff_t kcb = K - k0 < GM_KC ? K - k0 : GM_KC;
         int first = k0 == 0, last = k0 + kcb >= K;
         const GM_T *blk = wp + k0 * npad;
+#if GM_L2_NEXT
+        /* The panels of the next K block (after the last one, the item's first again: the
+         * next item usually has the same column block) are fetched into L2 while this one
+         * runs, a line per k step, by the register blocks that find this K block's panels in
+         * L2 already (rows outer: all but the first row block). Without it the first row
+         * block of every K block waited on the weights coming from L3 or memory. */
+        const ptrdiff_t nk0 = k0 + kcb < K ? k0 + kcb : 0;
+        const ptrdiff_t nkcb = K - nk0 < GM_KC ? K - nk0 : GM_KC;
+        const char *pf_base = (const char *)(wp + nk0 * npad + n0 * nkcb);
+        const ptrdiff_t pf_lines =
+            nk0 != k0 && rows_outer ? (nkcb * n_pb * GM_NR * (ptrdiff_t)sizeof(GM_T) + 63) / 64 : 0;
+        ptrdiff_t pf_per = n_blk > n_pb ? (pf_lines + n_blk - n_pb - 1) / (n_blk - n_pb) : 0;
+        if (pf_per > kcb) pf_per = kcb;
+#endif
         for (ptrdiff_t b = 0; b < n_blk; b++) {
+#if GM_L2_NEXT
+            /* this block's slice of those lines: [l0, l0 + nl2) */
+            ptrdiff_t l0 = 0, nl2 = 0;
+            if (pf_per && b >= n_pb && (b - n_pb) * pf_per < pf_lines) {
+                l0 = (b - n_pb) * pf_per;
+                nl2 = l0 + pf_per < pf_lines ? pf_per : pf_lines - l0;
+            }
+#endif
             /* register block b and the next one (b + 1, none after the last) */
             ptrdiff_t i0 = GM_MR * (rows_outer ? b / n_pb : b % n_rb);
             ptrdiff_t j0 = n0 + GM_NR * (rows_outer ? b % n_pb : b / n_rb);
@@ -742,12 +783,26 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
                  * y exactly), the rows the epilogue adds fetched GM_RES_LEAD k steps before
                  * the end */
                 ptrdiff_t ks = last && res && kcb > 2 * GM_RES_LEAD ? kcb - GM_RES_LEAD : kcb;
+#if GM_L2_NEXT
+                GM_NAME(mk_full)(xb, x_rs, ks, panel, yb, y_rs, first, pf_base + 64 * l0,
+                                 nl2 < ks ? nl2 : ks);
+                if (ks < kcb) {
+                    GM_NAME(prefetch_rows)(res + i0 * res_rs + j0, res_rs, GM_MR, GM_NR);
+                    GM_NAME(mk_full)(xb + ks, x_rs, kcb - ks, panel + ks * GM_NR, yb, y_rs, 0,
+                                     pf_base, 0);
+                }
+#else
                 GM_NAME(mk_full)(xb, x_rs, ks, panel, yb, y_rs, first);
                 if (ks < kcb) {
                     GM_NAME(prefetch_rows)(res + i0 * res_rs + j0, res_rs, GM_MR, GM_NR);
                     GM_NAME(mk_full)(xb + ks, x_rs, kcb - ks, panel + ks * GM_NR, yb, y_rs, 0);
                 }
+#endif
             } else
+#endif
+            {
+#if GM_L2_NEXT
+            for (ptrdiff_t l = 0; l < nl2; l++) FA_PREFETCH(pf_base + 64 * (l0 + l), 2);
 #endif
             switch (mr) {
             case GM_MR: GM_CALL(GM_MR); break;
@@ -768,6 +823,7 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
 #error "GM_MR > 6: extend the remainder switch"
 #endif
             default: break;
+            }
             }
 #undef GM_CALL
             if (last && (bias || act || res)) {
@@ -790,6 +846,7 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
 #undef GM_PANEL_OUTER_RB
 #undef GM_PF_K
 #undef GM_PF_NEAR
+#undef GM_L2_NEXT
 #undef GM_RES_LEAD
 #undef GM_ACC
 #undef GM_ZERO

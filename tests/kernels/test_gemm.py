@@ -70,7 +70,7 @@ def _data(rng, M, N, K, dtype):
 
 # ------------------------------------------------------------------ shapes around every edge
 # M edges: MR (4, 6), MC (96); N edges: NR (4, 8, 16, 32, 64) and column blocks (64, 128, 256);
-# K edges: KC (128 for AVX-512, 256, 512 for AVX2 floats)
+# K edges: KC (128 for AVX-512 doubles, 256, 512 for AVX2 floats)
 M_SIZES = [1, 2, 5, 6, 7, 15, 16, 17, 63, 64, 65, 95, 96, 97, 193]
 N_SIZES = [1, 2, 5, 7, 15, 16, 17, 31, 33, 63, 64, 65, 255, 257, 511, 513]
 K_SIZES = [1, 2, 5, 7, 16, 17, 63, 65, 127, 128, 129, 255, 256, 257, 511, 513]
@@ -99,8 +99,11 @@ def test_big_tile_edges(rng, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_isa(isa, rng, dtype):
+    # (193, 130, 600): three K blocks, 33 row blocks (the last of one row), three panels:
+    # AVX-512's fetch of the next K block into L2 in whole and remainder blocks, and its wrap
+    # back to the first K block
     for M, N, K in [(1, 1, 1), (7, 17, 5), (13, 70, 129), (97, 65, 257), (6, 64, 128),
-                    (5, 129, 300)]:
+                    (5, 129, 300), (193, 130, 600)]:
         x, w, b = _data(rng, M, N, K, dtype)
         res = rng.standard_normal((M, N)).astype(dtype)
         for act in ACTS:
