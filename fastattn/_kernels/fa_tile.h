@@ -208,8 +208,15 @@ FA_NAME(qk_block)(const FA_T *qr, ptrdiff_t q_rs, const int mr, int E, const FA_
     }
     /* unrolled by 4: a head of 64 elements is a short loop, and its exit and bookkeeping were
      * a visible share (8 x 8 x 128 x 128 x 64, same process: +2-4%, +7% at L = S = 1024; 8 was
-     * no better) */
+     * no better). Not for the 6 x 4-vector block (AVX-512): 24 accumulators and four panel
+     * vectors leave two of 32 registers, and unrolled GCC spilled accumulators to the stack in
+     * the loop; rolled it keeps them in registers (8 x 8 x 128 x 128 x 64, same process:
+     * +10%, unrolled by 2 +1%; bench/results/ab_attention_avx512.txt) */
+#if FA_NV >= 4
+#pragma GCC unroll 1
+#else
 #pragma GCC unroll 4
+#endif
     for (int e = 0; e < E; e++) {
         V kv[FA_NV];
         for (int v = 0; v < FA_NV; v++) kv[v] = VLOAD(panel + (ptrdiff_t)e * FA_NR + v * FA_VW);
