@@ -178,14 +178,12 @@ static void FA_SFX(sdpa_item)(
     }
     /* acc is already normalised (row_update); a row that allowed no key (l == 0) is zeros. Key
      * splits are merged through their (m, l) afterwards (merge_splits). */
-    for (int r = 0; r < nq; r++) {
-        FA_T a = l[r] == 0.0 ? 0 : 1;
-        for (int c = 0; c < Ev; c++) out[r * out_rs + c] = acc[(ptrdiff_t)r * evp + c] * a;
-        if (m_out != NULL) {
+    FA_OPS.store_rows(acc, evp, nq, Ev, l, out, out_rs);
+    if (m_out != NULL)
+        for (int r = 0; r < nq; r++) {
             m_out[r] = m[r];
             l_out[r] = l[r];
         }
-    }
 }
 
 /* Softmax weights of one query block, recomputed tile by tile with the forward pass's final row

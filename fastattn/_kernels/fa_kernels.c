@@ -129,6 +129,7 @@
         (tab).pack_k = pack_k_##sfx;            \
         (tab).pack_v = pack_v_##sfx;            \
         (tab).scale_rows = scale_rows_##sfx;    \
+        (tab).store_rows = store_rows_##sfx;    \
         (tab).qk_direct = qk_direct_##sfx;      \
         (tab).pv_direct = pv_direct_##sfx;      \
     } while (0)

@@ -36,6 +36,8 @@
         void (*pack_k)(const T *k, ptrdiff_t k_rs, int nk, int E, int ncols, T *kp);            \
         int (*pack_v)(const T *v, ptrdiff_t v_rs, int nk, int Ev, int evp, T *vp);              \
         void (*scale_rows)(T *acc, int evp, int nq, const double *alpha);                       \
+        void (*store_rows)(const T *acc, int evp, int nq, int Ev, const double *l, T *out,      \
+                           ptrdiff_t out_rs);                                                   \
         void (*qk_direct)(const T *q, ptrdiff_t q_rs, int nq, int E, const T *k, ptrdiff_t k_rs, \
                           int nk, T scale, T *scores, int ncols, T *rowmax);                    \
         void (*pv_direct)(const T *p, int p_rs, int nq, int nk, const T *v, ptrdiff_t v_rs,     \
