@@ -94,6 +94,7 @@
 #define GM_NV 2
 #define GM_KC 512
 #define GM_NAME(x) gm_##x##_f32_avx2
+#define GM_WIDEN(v) _mm256_cvtps_pd((__m128)(v))
 #define GM_TARGET __attribute__((target("avx2,fma")))
 #define GM_ANY(m) _mm256_movemask_ps((__m256)(m))
 #include "gemm_tile.h"
@@ -142,6 +143,7 @@
 #define GM_NV 4
 #define GM_KC 256
 #define GM_NAME(x) gm_##x##_f32_avx512
+#define GM_WIDEN(v) _mm512_cvtps_pd((__m256)(v))
 #define GM_L2_NEXT 1
 #define GM_TARGET __attribute__((target("avx512f,avx2,fma")))
 #define GM_ANY(m) (_mm512_test_epi32_mask((__m512i)(m), (__m512i)(m)) != 0)

@@ -643,7 +643,16 @@ GM_TARGET static void GM_NAME(ln_row)(const GM_T *x, const GM_T *res, ptrdiff_t 
     typedef GM_T VH __attribute__((vector_size(LH * sizeof(GM_T)), aligned(sizeof(GM_T))));
     typedef double VD __attribute__((vector_size(LH * sizeof(double))));
 #define GM_LN_S(j) (res ? *(const VH *)(x + (j)) + *(const VH *)(res + (j)) : *(const VH *)(x + (j)))
+/* float -> double a register at a time: GCC 12 lowers __builtin_convertvector of 8 floats to
+ * 8 doubles (and of 4 to 4) as two half-width conversions and an insert; the includer's
+ * GM_WIDEN is the one instruction (vcvtps2pd) where it names it */
+#if defined(GM_WIDEN) && !GM_IS_DOUBLE
+#define GM_LN_D(j) ((VD)GM_WIDEN(GM_LN_S(j)))
+#define GM_LN_W(p) ((VD)GM_WIDEN(*(const VH *)(p)))
+#else
 #define GM_LN_D(j) __builtin_convertvector(GM_LN_S(j), VD)
+#define GM_LN_W(p) __builtin_convertvector(*(const VH *)(p), VD)
+#endif
     nv = n / GM_VW * GM_VW;
     VD lo = {0}, hi = {0};
     (void)hi;                                      /* float64: one register per step */
@@ -691,12 +700,13 @@ GM_TARGET static void GM_NAME(ln_row)(const GM_T *x, const GM_T *res, ptrdiff_t 
     const VD rstd_v = (VD){0} + rstd;
     for (j = 0; j < nv; j += LH) {
         VD d = (GM_LN_D(j) - mean_v) * rstd_v;
-        if (gamma) d *= __builtin_convertvector(*(const VH *)(gamma + j), VD);
-        if (beta) d += __builtin_convertvector(*(const VH *)(beta + j), VD);
+        if (gamma) d *= GM_LN_W(gamma + j);
+        if (beta) d += GM_LN_W(beta + j);
         *(VH *)(y + j) = __builtin_convertvector(d, VH);
     }
 #undef GM_LN_S
 #undef GM_LN_D
+#undef GM_LN_W
 #undef LH
 #endif
     for (j = nv; j < n; j++) {
@@ -872,4 +882,7 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
 #undef GM_TARGET
 #ifdef GM_ANY
 #undef GM_ANY
+#endif
+#ifdef GM_WIDEN
+#undef GM_WIDEN
 #endif
