@@ -12,12 +12,14 @@
  *              +0-9% in bench/ab_gemm.py, Zen 3)
  *   AVX-512F   MR 6, NR 64 floats / 32 doubles (24 zmm accumulators), KC 256 floats (64 KiB
  *              panels from L2) / 128 doubles, and for floats the next K block's panels fetched
- *              into L2 while the current one runs (GM_L2_NEXT). Sapphire-Rapids-class Xeon, two
+ *              into L2 while the current one runs (GM_L2_NEXT). AVX-512 + AMX Xeon, two
  *              threads, same process (bench/ab_gemm.py, bench/results/ab_gemm_avx512.txt):
- *              KC 256 against 128 +1-3% at M >= 1024; the L2 fetch neutral there (the weights
- *              stay in L2 / L3 between calls) but -22% of gm_item's samples in the base
- *              forward, where each layer's weights arrive cold. The L2 fetch is off for AVX2:
- *              the same code with nothing to fetch measured 4-7% slower (loop layout).
+ *              KC 256 against 128 +1-3% at M >= 1024; the L2 fetch -1% to +4% there (the
+ *              weights stay in L2 / L3 between calls), while in the base forward, where each
+ *              layer's weights arrive cold, the item function's own samples (the first row
+ *              block's waits on the panels) fell from 14.6% of the forward's to 10.7-11.6%.
+ *              Off for AVX2: the same code with nothing to fetch measured 4-7% slower there
+ *              (the loop split alone).
  *   avx2-wide  tests only: the AVX-512 shapes compiled for AVX2
  */
 #include <float.h>
