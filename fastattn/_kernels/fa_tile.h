@@ -192,19 +192,22 @@ FA_TARGET static int FA_NAME(pack_v)(const FA_T *v, ptrdiff_t v_rs, int nk, int 
  * panel of NR packed key columns:
  *   scores[r, c] = scale * sum_e q[r, e] * k[c, e]   for the panel's NR columns, and
  *   vmax[r]      = max(vmax[r], those scores)        lane-wise; columns >= nvalid count as -inf.
- * Each step of e broadcasts one query element per row and does mr * FA_NV fused multiply-adds
- * against FA_NV contiguous loads of the panel. The max ignores NaN (it is vmaxps): a NaN score
- * still reaches the output through exp and the row sum (row_update). */
+ * Each step of e broadcasts one query element per row and does mr * nvv fused multiply-adds
+ * against nvv contiguous loads of the panel (nvv = FA_NV but in the last panel, which computes
+ * only its vectors that hold valid keys; its columns past them are left unwritten). The max
+ * ignores NaN (it is vmaxps): a NaN score still reaches the output through exp and the row sum
+ * (row_update). */
 FA_TARGET static FA_ALWAYS_INLINE void
 FA_NAME(qk_block)(const FA_T *qr, ptrdiff_t q_rs, const int mr, int E, const FA_T *panel,
-                  FA_T scale, FA_T *scores, ptrdiff_t s_rs, V *vmax, int partial, const VI *valid)
+                  FA_T scale, FA_T *scores, ptrdiff_t s_rs, V *vmax, int partial, const VI *valid,
+                  const int nvv)
 {
     const FA_T ninf = -(FA_T)INFINITY;
     V acc[FA_MR][FA_NV];
     const FA_T *qp[FA_MR];
     for (int r = 0; r < mr; r++) {
         qp[r] = qr + r * q_rs;
-        for (int v = 0; v < FA_NV; v++) acc[r][v] = (V){0};
+        for (int v = 0; v < nvv; v++) acc[r][v] = (V){0};
     }
     /* unrolled by 4: a head of 64 elements is a short loop, and its exit and bookkeeping were
      * a visible share (8 x 8 x 128 x 128 x 64, same process: +2-4%, +7% at L = S = 1024; 8 was
@@ -219,15 +222,15 @@ FA_NAME(qk_block)(const FA_T *qr, ptrdiff_t q_rs, const int mr, int E, const FA_
 #endif
     for (int e = 0; e < E; e++) {
         V kv[FA_NV];
-        for (int v = 0; v < FA_NV; v++) kv[v] = VLOAD(panel + (ptrdiff_t)e * FA_NR + v * FA_VW);
+        for (int v = 0; v < nvv; v++) kv[v] = VLOAD(panel + (ptrdiff_t)e * FA_NR + v * FA_VW);
         for (int r = 0; r < mr; r++) {
             FA_T qe = qp[r][e];
-            for (int v = 0; v < FA_NV; v++) acc[r][v] += qe * kv[v];
+            for (int v = 0; v < nvv; v++) acc[r][v] += qe * kv[v];
         }
     }
     for (int r = 0; r < mr; r++) {
         V m = vmax[r];
-        for (int v = 0; v < FA_NV; v++) {
+        for (int v = 0; v < nvv; v++) {
             V x = acc[r][v] * scale;
             VSTORE(scores + r * s_rs + v * FA_VW, x);
             if (partial) x = (V)(((VI)x & valid[v]) | ((VI)((V){0} + ninf) & ~valid[v]));
@@ -299,6 +302,25 @@ FA_NAME(pv_rows)(const FA_T *p, int p_rs, int nq, int nk, const FA_T *panel, FA_
 }
 #endif
 
+#if FA_VW > 1
+/* Every row block of the query rows against one key panel of nvv vectors (a compile-time
+ * constant after inlining). */
+FA_TARGET static FA_ALWAYS_INLINE void
+FA_NAME(qk_rows)(const FA_T *qc, ptrdiff_t q_rs, int nr, int E, const FA_T *panel, FA_T scale,
+                 FA_T *sc, int ncols, V *vmax, int partial, const VI *valid, const int nvv)
+{
+    int r0 = 0;
+    for (; r0 + FA_MR <= nr; r0 += FA_MR)
+        FA_NAME(qk_block)(qc + r0 * q_rs, q_rs, FA_MR, E, panel, scale, sc + (ptrdiff_t)r0 * ncols,
+                          ncols, vmax + r0, partial, valid, nvv);
+#define FA_QK_CALL(k) FA_NAME(qk_block)(qc + r0 * q_rs, q_rs, k, E, panel, scale, \
+                                        sc + (ptrdiff_t)r0 * ncols, ncols, vmax + r0, partial, \
+                                        valid, nvv)
+    FA_REMAINDER(FA_QK_CALL, nr - r0)
+#undef FA_QK_CALL
+}
+#endif
+
 /* scores = scale * q_tile @ k_tile.T for r < nq, c < ncols (kp packed by pack_k), and
  * rowmax[r] = max over the nvalid real keys, NaN scores skipped (-inf if there is no other). */
 FA_TARGET static void FA_NAME(qk_tile)(const FA_T *q_tile, ptrdiff_t q_rs, int nq, int E,
@@ -326,14 +348,26 @@ FA_TARGET static void FA_NAME(qk_tile)(const FA_T *q_tile, ptrdiff_t q_rs, int n
             int partial = c0 + FA_NR > nvalid;
             VI valid[FA_NV];
             for (int v = 0; v < FA_NV; v++) valid[v] = (VI)((lane + (FA_I)(c0 + v * FA_VW)) < (FA_I)nvalid);
-            int r0 = 0;
-            for (; r0 + FA_MR <= nr; r0 += FA_MR)
-                FA_NAME(qk_block)(qc + r0 * q_rs, q_rs, FA_MR, E, panel, scale,
-                                  sc + (ptrdiff_t)r0 * ncols + c0, ncols, vmax + r0, partial, valid);
-#define FA_QK_CALL(k) FA_NAME(qk_block)(qc + r0 * q_rs, q_rs, k, E, panel, scale, \
-                                        sc + (ptrdiff_t)r0 * ncols + c0, ncols, vmax + r0, partial, valid)
-            FA_REMAINDER(FA_QK_CALL, nr - r0)
-#undef FA_QK_CALL
+            /* the last panel only as far as its valid keys, in whole vectors (a causal row
+             * group's keys, a short or ragged S): 16 keys of a 64-wide AVX-512 panel cost a
+             * quarter of it */
+            const int nvv = partial ? (nvalid - c0 + FA_VW - 1) / FA_VW : FA_NV;
+#define FA_QK_WIDTH(w) FA_NAME(qk_rows)(qc, q_rs, nr, E, panel, scale, sc + c0, ncols, vmax, \
+                                        partial, valid, w)
+            switch (nvv) {
+            case FA_NV: FA_QK_WIDTH(FA_NV); break;
+#if FA_NV > 1
+            case 1: FA_QK_WIDTH(1); break;
+#endif
+#if FA_NV > 2
+            case 2: FA_QK_WIDTH(2); break;
+#endif
+#if FA_NV > 3
+            case 3: FA_QK_WIDTH(3); break;
+#endif
+            default: break;
+            }
+#undef FA_QK_WIDTH
         }
         for (int r = 0; r < nr; r++) {
             FA_T m = ninf;
