@@ -12,7 +12,7 @@ from . import _validation as _v
 from ._kernels import _attention as _k
 from ._threads import _effective_n_threads
 
-from ._ops import PackedLinear, gelu, layer_norm, linear, relu, silu
+from ._ops import PackedLinear, _new_output, gelu, layer_norm, linear, relu, silu
 
 __all__ = ["scaled_dot_product_attention", "softmax", "linear", "PackedLinear", "gelu", "silu",
            "relu", "layer_norm"]
@@ -89,7 +89,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, *, is_causal
 
     shape = tuple(lead) + (L, Ev)
     if out is None:
-        out = np.empty(shape, dtype=dtype)
+        out = _new_output(shape, dtype)     # cache-line aligned from 256 KiB up
     else:
         _v.check_out(out, "out", dtype, shape, rows=True)
     weights = np.zeros(tuple(lead) + (L, S), dtype=dtype) if want_w else None

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..functional import scaled_dot_product_attention
 from .._kernels import _gemm
-from .._ops import PackedLinear
+from .._ops import PackedLinear, _new_output
 from .._threads import _effective_n_threads
 from .._validation import as_array, check_dtype, hf_attention_mask, to_numpy
 from .bert import _read_json, load_config, load_weights
@@ -285,7 +285,7 @@ class EncoderModel:
         # costs more than the whole call (~0.1 ms for 1 x 16 tokens x 12 heads)
         nthr = 1 if B * nh * S * S * hd < _ATTN_ONE_THREAD else None
         # the heads written side by side: ctx (B * S, H) is the output projection's input as it is
-        ctx = np.empty((B * S, H), dtype=x.dtype)
+        ctx = _new_output((B * S, H), x.dtype)            # cache-line aligned (nn/attention.py)
         scaled_dot_product_attention(q, k, v, attn_mask, n_threads=nthr,
                                      out=ctx.reshape(B, S, nh, hd).transpose(0, 2, 1, 3))
         if keep is not None:

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..functional import scaled_dot_product_attention as _sdpa
 from ..io.huggingface import canonical_activation
+from .._ops import _new_output
 from .._validation import check_eps, check_option, check_seed, hf_attention_mask, to_numpy
 from . import _dense as ops
 from . import marian as _marian
@@ -555,7 +556,7 @@ class Seq2SeqTransformer:
         q = heads[:, :, 0].transpose(0, 2, 1, 3)                  # (B, H, T, Dh) views
         k = heads[:, :, 1].transpose(0, 2, 1, 3)
         v = heads[:, :, 2].transpose(0, 2, 1, 3)
-        o = np.empty((B * T, d), dtype=x.dtype)                   # the heads side by side
+        o = _new_output((B * T, d), x.dtype)    # the heads side by side, cache-line aligned
         _sdpa(q, k, v, kmask, is_causal=causal, n_threads=nthr,
               out=o.reshape(B, T, H, Dh).transpose(0, 2, 1, 3))
         return a.o(o, residual=residual, n_threads=nthr, norm=norm)
@@ -653,7 +654,7 @@ class Seq2SeqTransformer:
             qkv = a.qkv(h, n_threads=nthr).reshape(n, T, 3, H, Dh)
             k_all, v_all = cache.append(i, qkv[:, :, 1], qkv[:, :, 2])   # (n, H, t0+T, Dh)
             q = qkv[:, :, 0].transpose(0, 2, 1, 3)                          # (n, H, T, Dh)
-            o = np.empty((n * T, d), dtype=x.dtype)                       # heads side by side
+            o = _new_output((n * T, d), x.dtype)                          # heads side by side
             _sdpa(q, k_all, v_all, is_causal=T > 1, n_threads=nthr,
                   out=o.reshape(n, T, H, Dh).transpose(0, 2, 1, 3))
             x = a.o(o, residual=x, n_threads=nthr, norm=None if pre else (a.ln_g, a.ln_b, eps))
@@ -663,7 +664,7 @@ class Seq2SeqTransformer:
             q = a.q(h, n_threads=nthr)                # (n*T, d)
             q = q.reshape(n_src, g * T, H, Dh).transpose(0, 2, 1, 3)        # (B, H, g*T, Dh)
             ck, cv = cache.cross(i)                                          # (B, H, S, Dh)
-            o = np.empty((n * T, d), dtype=x.dtype)
+            o = _new_output((n * T, d), x.dtype)
             _sdpa(q, ck, cv, cache.memory_mask, n_threads=nthr,
                   out=o.reshape(n_src, g * T, H, Dh).transpose(0, 2, 1, 3))
             x = a.o(o, residual=x, n_threads=nthr, norm=None if pre else (a.ln_g, a.ln_b, eps))
