@@ -285,6 +285,20 @@ FA_NAME(pv_block)(const FA_T *pr, int p_rs, const int mr, int nk, const FA_T *pa
     default: break;                                       \
     }
 
+/* Dispatch a panel width of nvv vectors (1 .. FA_NV) to code specialised for it (widths above
+ * FA_NV never occur; their cases only keep the labels distinct). */
+#if FA_NV > 4
+#error "FA_NV > 4: extend FA_WIDTHS"
+#endif
+#define FA_WIDTHS(CALL, nvv)                              \
+    switch (nvv) {                                        \
+    case 1: CALL(1); break;                               \
+    case 2: CALL(FA_NV >= 2 ? 2 : 1); break;              \
+    case 3: CALL(FA_NV >= 3 ? 3 : 1); break;              \
+    case 4: CALL(FA_NV >= 4 ? 4 : 1); break;              \
+    default: break;                                       \
+    }
+
 /* Every row block of P against one value panel of nvv vectors (a compile-time constant after
  * inlining); acc already offset to the panel's first column. */
 FA_TARGET static FA_ALWAYS_INLINE void
@@ -354,19 +368,7 @@ FA_TARGET static void FA_NAME(qk_tile)(const FA_T *q_tile, ptrdiff_t q_rs, int n
             const int nvv = partial ? (nvalid - c0 + FA_VW - 1) / FA_VW : FA_NV;
 #define FA_QK_WIDTH(w) FA_NAME(qk_rows)(qc, q_rs, nr, E, panel, scale, sc + c0, ncols, vmax, \
                                         partial, valid, w)
-            switch (nvv) {
-            case FA_NV: FA_QK_WIDTH(FA_NV); break;
-#if FA_NV > 1
-            case 1: FA_QK_WIDTH(1); break;
-#endif
-#if FA_NV > 2
-            case 2: FA_QK_WIDTH(2); break;
-#endif
-#if FA_NV > 3
-            case 3: FA_QK_WIDTH(3); break;
-#endif
-            default: break;
-            }
+            FA_WIDTHS(FA_QK_WIDTH, nvv)
 #undef FA_QK_WIDTH
         }
         for (int r = 0; r < nr; r++) {
@@ -408,22 +410,7 @@ FA_TARGET static void FA_NAME(pv_tile)(const FA_T *p, int p_rs, int nq, int nk,
             int nvv = (evp - c0 < FA_NR ? evp - c0 : FA_NR) / FA_VW;
             /* the panel width as a compile-time constant: 1 .. FA_NV vectors */
 #define FA_PV_WIDTH(w) FA_NAME(pv_rows)(p, p_rs, nq, nk, panel, acc + c0, evp, ca, cb, w)
-            switch (nvv) {
-            case FA_NV: FA_PV_WIDTH(FA_NV); break;
-#if FA_NV > 1
-            case 1: FA_PV_WIDTH(1); break;
-#endif
-#if FA_NV > 2
-            case 2: FA_PV_WIDTH(2); break;
-#endif
-#if FA_NV > 3
-            case 3: FA_PV_WIDTH(3); break;
-#endif
-#if FA_NV > 4
-#error "FA_NV > 4: extend the panel-width switch"
-#endif
-            default: break;
-            }
+            FA_WIDTHS(FA_PV_WIDTH, nvv)
 #undef FA_PV_WIDTH
         }
         return;
@@ -957,6 +944,9 @@ FA_TARGET static void FA_NAME(exp_array)(const FA_T *x, ptrdiff_t n, FA_T *y)
 #undef FA_NR
 #undef VMAXSKIP
 #undef FA_REMAINDER
+#ifdef FA_WIDTHS
+#undef FA_WIDTHS
+#endif
 #ifdef V
 #undef V
 #undef VI
