@@ -48,6 +48,12 @@ enum { GM_NAME(mr) = GM_MR, GM_NAME(nr) = GM_NR, GM_NAME(kc) = GM_KC };
 #ifndef GM_L2_NEXT
 #define GM_L2_NEXT 0
 #endif
+/* mk_full's extra arguments where GM_L2_NEXT is on, nothing where it is off */
+#if GM_L2_NEXT
+#define GM_L2_ARGS(...) , __VA_ARGS__
+#else
+#define GM_L2_ARGS(...)
+#endif
 /* k steps before the end of a block's last K block at which the residual rows its epilogue
  * adds are prefetched. Fetched only with the next block's output tile (one block ahead) they
  * were evicted again by the time the epilogue read them (a block streams its whole panel,
@@ -516,11 +522,7 @@ GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM
  * (bench/results/ab_gemm_avx512.txt). */
 GM_TARGET static __attribute__((noinline)) void
 GM_NAME(mk_full)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t kcb, const GM_T *panel, GM_T *y,
-                 ptrdiff_t y_rs, int first
-#if GM_L2_NEXT
-                 , const char *l2, ptrdiff_t nl2
-#endif
-                 )
+                 ptrdiff_t y_rs, int first GM_L2_ARGS(const char *l2, ptrdiff_t nl2))
 {
     V acc[GM_MR][GM_NV];
     const GM_T *xp[GM_MR];
@@ -795,21 +797,13 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
                  * y exactly), the rows the epilogue adds fetched GM_RES_LEAD k steps before
                  * the end */
                 ptrdiff_t ks = last && res && kcb > 2 * GM_RES_LEAD ? kcb - GM_RES_LEAD : kcb;
-#if GM_L2_NEXT
-                GM_NAME(mk_full)(xb, x_rs, ks, panel, yb, y_rs, first, pf_base + 64 * l0,
-                                 nl2 < ks ? nl2 : ks);
+                GM_NAME(mk_full)(xb, x_rs, ks, panel, yb, y_rs, first
+                                 GM_L2_ARGS(pf_base + 64 * l0, nl2 < ks ? nl2 : ks));
                 if (ks < kcb) {
                     GM_NAME(prefetch_rows)(res + i0 * res_rs + j0, res_rs, GM_MR, GM_NR);
-                    GM_NAME(mk_full)(xb + ks, x_rs, kcb - ks, panel + ks * GM_NR, yb, y_rs, 0,
-                                     pf_base, 0);
+                    GM_NAME(mk_full)(xb + ks, x_rs, kcb - ks, panel + ks * GM_NR, yb, y_rs, 0
+                                     GM_L2_ARGS(pf_base, 0));
                 }
-#else
-                GM_NAME(mk_full)(xb, x_rs, ks, panel, yb, y_rs, first);
-                if (ks < kcb) {
-                    GM_NAME(prefetch_rows)(res + i0 * res_rs + j0, res_rs, GM_MR, GM_NR);
-                    GM_NAME(mk_full)(xb + ks, x_rs, kcb - ks, panel + ks * GM_NR, yb, y_rs, 0);
-                }
-#endif
             } else
 #endif
             {
@@ -859,6 +853,7 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
 #undef GM_PF_K
 #undef GM_PF_NEAR
 #undef GM_L2_NEXT
+#undef GM_L2_ARGS
 #undef GM_RES_LEAD
 #undef GM_ACC
 #undef GM_ZERO
