@@ -1,13 +1,16 @@
 """Two builds of the GEMM side by side in one process: is a change faster?
 
     python bench/ab_gemm.py OLD_TREE NEW_TREE [--threads 2] [--shapes 1024x512x512,8x32000x512]
-                            [--epilogue none|bias+gelu|bias+res] [--isa avx2]
+                            [--epilogue none|bias+gelu|bias+res] [--isa avx2] [--cold]
 
 Like ab_attention.py: OLD_TREE and NEW_TREE are source trees built in place, both builds'
 `_gemm` extensions are loaded into this process under different module names and called
 alternately (host drift affects both alike), and their outputs must be byte-identical. Shapes
 are MxNxK (x (M, K), W (N, K)). For M <= 32 each call takes the next of a ring of weight copies
-larger than the L3, so the weights come from memory as in a decode step. Prints, per shape,
+larger than the L3, so the weights come from memory as in a decode step. With --cold every call
+also takes the next of a ring of x, output and residual arrays (together >= 64 MiB), and of
+weight copies, so that, as in a model's forward, no operand is in L2 when the call starts (the
+output lands in memory last written long ago). Prints, per shape,
 both medians and the median of the per-round speed ratios, with the CPU line.
 """
 import argparse
@@ -30,7 +33,7 @@ def _packed(mod, w):
     return wp
 
 
-def run_shape(mods, M, N, K, threads, rounds, rng, epilogue="none"):
+def run_shape(mods, M, N, K, threads, rounds, rng, epilogue="none", cold=False):
     x = rng.standard_normal((M, K), dtype=np.float32)
     w = rng.standard_normal((N, K), dtype=np.float32)
     # the models' epilogues: bias + GELU (a BERT FFN's first layer), bias + residual (an
@@ -41,23 +44,30 @@ def run_shape(mods, M, N, K, threads, rounds, rng, epilogue="none"):
     if act:
         x *= 1 / np.sqrt(K)
     n_copies = max(1, -(-96 * 2**20 // (4 * N * K))) if M <= 32 else 1
+    n_act = 1
+    if cold:
+        n_copies = max(n_copies, -(-64 * 2**20 // (4 * N * K)))
+        n_act = max(2, -(-64 * 2**20 // (4 * M * (K + N * (2 if res is not None else 1)))))
     rings = [[_packed(m, w) for _ in range(n_copies)] for m in mods]
-    ys = [_aligned_empty((M, N), np.dtype(np.float32)) for _ in mods]
+    xs = [x] + [x.copy() for _ in range(n_act - 1)]
+    ress = [res] + [None if res is None else res.copy() for _ in range(n_act - 1)]
+    ys = [[_aligned_empty((M, N), np.dtype(np.float32)) for _ in range(n_act)] for _ in mods]
     pos = [0, 0]
 
     def call(i):
         wp = rings[i][pos[i] % n_copies]
+        a = pos[i] % n_act
         pos[i] += 1
-        mods[i].gemm(x, wp, N, bias, act, res, ys[i], threads)
+        mods[i].gemm(xs[a], wp, N, bias, act, ress[a], ys[i][a], threads)
 
     for i in range(2):
         call(i)
-    if not np.array_equal(ys[0], ys[1]):
+    if not np.array_equal(ys[0][0], ys[1][0]):
         sys.exit(f"ab_gemm: the two builds' outputs differ at {M}x{N}x{K}")
     n = max(3, int(0.03 / (2 * M * N * K / 100e9)))         # ~30 ms per sample
     t_old, t_new = alternate(call, n, rounds)
     gf = 2e-9 * M * N * K
-    print(f"{M}x{N}x{K}{'' if epilogue == 'none' else ' ' + epilogue}: old {1e3 * np.median(t_old):.3f} ms ({gf / np.median(t_old):.1f} "
+    print(f"{M}x{N}x{K}{'' if epilogue == 'none' else ' ' + epilogue}{' cold' if cold else ''}: old {1e3 * np.median(t_old):.3f} ms ({gf / np.median(t_old):.1f} "
           f"GFLOP/s), new {1e3 * np.median(t_new):.3f} ms ({gf / np.median(t_new):.1f} GFLOP/s), "
           f"new / old speed {np.median(t_old / t_new):.3f}", flush=True)
 
@@ -73,6 +83,8 @@ def main(argv=None):
                     help="fused epilogue to time with the product (default: none)")
     ap.add_argument("--isa", default=None,
                     help="kernels to select in both builds (e.g. avx2 on an AVX-512 machine)")
+    ap.add_argument("--cold", action="store_true",
+                    help="rings of x, outputs, residuals and weights: no operand in L2 at a call's start")
     args = ap.parse_args(argv)
     mods = [load_built_extension(args.old, "_gemm", "ab_old"),
             load_built_extension(args.new, "_gemm", "ab_new")]
@@ -82,11 +94,11 @@ def main(argv=None):
     print(cpu_line(), f"GEMM kernels: {mods[0].isa()} / {mods[1].isa()}")
     print(f"float32, {args.threads} threads, {args.rounds} alternating rounds per shape; "
           f"blocking (MR, NR, KC): old {mods[0].blocking(4)}, new {mods[1].blocking(4)}; "
-          "outputs byte-identical")
+          f"outputs byte-identical{'; cold operands (rings of >= 64 MiB)' if args.cold else ''}")
     rng = np.random.default_rng(0)
     for s in args.shapes.split(","):
         M, N, K = (int(v) for v in s.split("x"))
-        run_shape(mods, M, N, K, args.threads, args.rounds, rng, args.epilogue)
+        run_shape(mods, M, N, K, args.threads, args.rounds, rng, args.epilogue, args.cold)
 
 
 if __name__ == "__main__":
