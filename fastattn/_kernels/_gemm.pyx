@@ -3,37 +3,41 @@
 #   The linear layer y = act(x @ W.T + bias) + res on the CPU, with W (N, K) packed once into
 #   panels (gemm_tile.h: layout, micro-kernel, epilogue). No BLAS call.
 #
-#   Work items: y (M, N) is cut into row blocks of MC = 96 rows and column blocks of NC
-#   columns; one item = one (row block, column block), computed over the whole K by one thread
-#   (K is never split between threads). Items go out column block by column block, so that a
-#   thread's next item reuses the weight panels its L2 holds and only the x rows (96 x K)
-#   stream in; row block by row block, every item fetched its column block's panels again,
-#   from L3 or, inside a model whose activations (18-24 MiB for a BERT layer at 32 x 128)
-#   flush L3 between GEMMs, from memory. Whole forwards, same process, the order swapped
-#   alternately (paired medians): MiniLM 32 x 128 0.944 / 0.985 of the time, the base
-#   Transformer 0.965; the products alone -3% to +5% (bench/results/ab_gemm_zen3.txt). NC is 256 columns, or less when that leaves fewer than
-#   16 items (few rows, e.g. a decode step: the work is then spread over N, and each thread
-#   streams its own slice of the packed weights). Items are independent, so one
-#   `prange` inside `with nogil, parallel(num_threads=n)` runs them on the
-#   same libgomp team as the attention kernels. The schedule (which thread runs an item never
-#   changes its bits; A/B runs in alternating processes on the shared 2-vCPU host):
-#     several row blocks: dynamic. One core is often slowed by the host for a while, and a
-#       static split waits for it (base Transformer forward, five rounds: static medians
-#       561-758 ms, dynamic 465-564 ms, dynamic ahead in every round).
+#   Work items: y (M, N) is cut into row blocks of at most MC = 96 rows and column blocks of
+#   NC columns; one item = one (row block, column block), computed over the whole K by one
+#   thread (K is never split between threads). Items are independent, so one parallel region
+#   inside `with nogil` runs them on the same libgomp team as the attention kernels. Which
+#   thread runs an item never changes its bits. NC is 256 columns, or less when that leaves
+#   fewer than 16 items (few rows, e.g. a decode step: the work is then spread over N). The
+#   schedule (A/B runs in alternating processes on the shared 2-vCPU hosts):
+#     several row blocks: each thread owns a contiguous share of the rows (from a multiple of
+#       12 rows, so every ISA's register blocks stay whole; at least MC rows a share) and
+#       takes its items column block by column block from a queue of its own: its x rows stay
+#       in its L2 while each column block's panels stream past once, and the next GEMM of a
+#       model at the same M gives it the rows it has just written. A thread whose queue is
+#       empty takes items from the others' queues, one at a time: one core is often slowed by
+#       the host for a while, and a plain static split waited for it (base Transformer
+#       forward, five rounds on Zen 3: static 561-758 ms against dynamic 465-564). Against
+#       the earlier single dynamic queue (items column block by column block, the row blocks
+#       shared out as they came), AVX-512 Xeon: products alone +0.5-1.8% (operands hot) and
+#       +2-3% (operands cold) but -1 to -2.6% at K = 2048, the base forward's median over
+#       nine process pairs +2.2% (bench/results/ab_gemm_avx512.txt). Column blocks outer
+#       matter: row block by row block, every item fetched its panels again from L3 or memory
+#       (MiniLM 32 x 128 forward 0.944 / 0.985 of the time, base Transformer 0.965, Zen 3).
 #     one row block (decode): static, each thread streaming a contiguous slice of the weights
 #       (beam 4 x batch 8, M = 32, four rounds: dynamic 3-14% slower in every round).
 #
 #   Bitwise reproducibility: an element's sum runs over k in order, in K blocks of the ISA's KC,
 #   whatever item or register-block position computes it; MC and NC depend on the shape only.
-#   So results are identical for any thread count (tests/kernels/test_gemm.py checks 1/2/3/8).
+#   So results are identical for any thread count (tests/kernels/test_gemm.py checks 1/2/3/8/16).
 #
 #   Memory: the packed weights (K * Npad elements, owned by the caller as a NumPy array; _ops
 #   starts them, and outputs from 256 KiB up, on a 64-byte boundary: unaligned, every AVX-512
 #   panel load straddled two cache lines, 2-19% slower at large M; exact size and unaligned
 #   under the sanitizer); no other workspace (the micro-kernel's edge tiles are on the
-#   stack) but, for a fused LayerNorm, one int per row block, calloc'ed per call at its exact
-#   size; nothing cached between calls, so FASTATTN_NO_WORKSPACE_CACHE has nothing to switch
-#   off here. x is read in place (an experiment packing x into MR-row panels per item
+#   stack) but the work queues' counters (one 64-byte line per thread) and, for a fused
+#   LayerNorm, one int per row block, calloc'ed per call; nothing cached between calls, so
+#   FASTATTN_NO_WORKSPACE_CACHE has nothing to switch off here. x is read in place (an experiment packing x into MR-row panels per item
 #   measured 10-40% slower: with 256-column items the packing is not amortised).
 #
 # Kernels assume (fastattn/_ops.py checks all of it first): x, W, bias, res, y aligned to their
@@ -47,7 +51,7 @@ cimport numpy as cnp
 import numpy as np
 
 from fastattn._kernels._openmp cimport (FASTATTN_OPENMP_ENABLED, fa_team_open,
-                                        fa_team_place, fa_team_t)
+                                        fa_team_place, fa_team_t, omp_get_thread_num)
 
 cnp.import_array()
 
@@ -80,6 +84,7 @@ cdef extern from "gemm_kernels.h" nogil:
     gm_ops_f32 gm_f32
     gm_ops_f64 gm_f64
     int gm_block_done(int *count, int n)
+    Py_ssize_t gm_claim(Py_ssize_t *next)
     int fa_cpu_level()
     int gm_init(int level)
     int gm_current_level()
@@ -97,6 +102,8 @@ cdef enum:
     _NC = 256              # columns per work item, a multiple of GM_NR_MAX ...
     _MIN_ITEMS = 16        # ... lowered (to a multiple of GM_NR_MAX) to get at least this many
     _ACT_CHUNK = 16384     # elements per work item of the standalone activations
+    _RQ = 12               # threads' row shares start at multiples of this (every MR divides it)
+    _QSTRIDE = 8           # one work-queue counter per 64-byte line
 MC = _MC
 
 
@@ -172,15 +179,14 @@ cdef struct _Norm:
     int *done                  # (row blocks,) column items finished, zero at the start
 
 
-cdef inline void _gemm_item(Py_ssize_t item, const char *x, Py_ssize_t x_rs, Py_ssize_t M,
-                            Py_ssize_t K, const char *wp, Py_ssize_t npad, Py_ssize_t N,
-                            Py_ssize_t nc, Py_ssize_t n_mb, Py_ssize_t n_nb,
+cdef inline void _gemm_item(Py_ssize_t i0, Py_ssize_t m, Py_ssize_t n0, const char *x,
+                            Py_ssize_t x_rs, Py_ssize_t K, const char *wp, Py_ssize_t npad,
+                            Py_ssize_t N, Py_ssize_t nc, Py_ssize_t n_nb,
                             const char *bias, int act, const char *res, Py_ssize_t res_rs,
-                            char *y, Py_ssize_t y_rs, int isz, const _Norm *norm) noexcept nogil:
-    # column blocks outer: consecutive items share their weight panels (design notes above)
-    cdef Py_ssize_t i0 = (item % n_mb) * _MC
-    cdef Py_ssize_t n0 = (item // n_mb) * nc
-    cdef Py_ssize_t m = _MC if M - i0 > _MC else M - i0
+                            char *y, Py_ssize_t y_rs, int isz, const _Norm *norm,
+                            int *done) noexcept nogil:
+    # rows [i0, i0 + m), columns [n0, n0 + nc) (fewer at the right edge) over the whole K;
+    # done: the row block's counter of finished column items (with norm)
     cdef Py_ssize_t w = nc if N - n0 > nc else N - n0
     cdef Py_ssize_t r
     if isz == 4:
@@ -196,24 +202,33 @@ cdef inline void _gemm_item(Py_ssize_t item, const char *x, Py_ssize_t x_rs, Py_
     # the thread that finishes a row block's last column item normalises its rows while they
     # are still in cache: the LayerNorm kernel on the same values, so the same bits as a
     # separate pass
-    if norm == NULL or not gm_block_done(norm.done + item % n_mb, <int>n_nb):
+    if norm == NULL or not gm_block_done(done, <int>n_nb):
         return
     for r in range(i0, i0 + m):
         _ln_row(isz, y + r * y_rs * isz, NULL, N, norm.gamma, norm.beta, norm.eps,
                 y + r * y_rs * isz)
 
 
+cdef inline Py_ssize_t _row_split(Py_ssize_t q, Py_ssize_t n_q, Py_ssize_t M) noexcept nogil:
+    """The first row of thread q's share of M rows (q = n_q: M), a multiple of _RQ."""
+    if q >= n_q:
+        return M
+    return (q * M // n_q) // _RQ * _RQ
+
+
 cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
                     const char *wp, Py_ssize_t N, const char *bias, int act,
                     const char *res, Py_ssize_t res_rs, char *y, Py_ssize_t y_rs,
-                    int isz, int n_threads, const _Norm *norm) noexcept nogil:
+                    int isz, int n_threads, const _Norm *norm,
+                    Py_ssize_t *queues) noexcept nogil:
     # IN   x     (M, K)        row stride x_rs
     # IN   wp    (K * Npad,)   W (N, K) packed by pack_weight with the current kernel set
     # IN   bias  (N,)          or NULL
     # IN   res   (M, N)        row stride res_rs, or NULL
     # OUT  y     (M, N)        row stride y_rs; also holds the partial sums between K blocks
     # IN   norm    a LayerNorm for every finished row, or NULL; norm.done has a zeroed counter
-    #              per row block of _MC rows
+    #              per row block (at most cdiv(M, _MC) + n_threads of them)
+    # IN   queues  n_threads * _QSTRIDE zeroed counters (M > _MC; one per share), else unused
     # strides in elements; pointers untyped, isz (4 or 8) picks the dtype
     cdef Py_ssize_t nr = gm_f32.nr if isz == 4 else gm_f64.nr
     cdef Py_ssize_t npad = _cdiv(N, nr) * nr
@@ -221,29 +236,52 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
     cdef Py_ssize_t n_nb = _cdiv(N, nc)
     cdef Py_ssize_t n_mb = _cdiv(M, _MC)
     cdef Py_ssize_t n_items = n_mb * n_nb
-    cdef Py_ssize_t item
+    cdef Py_ssize_t item, i0, q, u, l, r0, r1, nb, boff, n_sh
     cdef int nthr = n_threads
     if nthr > n_items:
         nthr = <int>n_items
     if nthr < 1:
         nthr = 1
     cdef fa_team_t team_at = fa_team_open(nthr)
+    q = u = l = r0 = r1 = nb = boff = i0 = 0        # (thread-private copies of these)
     if M > _MC:
-        # several row blocks (compute-bound): items handed out one at a time, so a core the
-        # host slows for a while does not hold the others up
+        # several row blocks (compute-bound): thread q owns the q-th of n_sh contiguous shares
+        # of the rows (the same share in every GEMM of a model at one size, so the rows it
+        # wrote last are the ones it reads next) and works through it column block by column
+        # block, its x rows staying in L2 while each block of weights streams past once. A
+        # thread that finishes its share takes the unclaimed items of the others', one at a
+        # time, so a core the host slows for a while does not hold the others up. Shares of at
+        # least _MC rows: with more threads than that, the extra ones start on a share with
+        # its owner (a thread per share that small would each stream all of the weights).
+        # Which thread computes an element never changes its bits.
+        n_sh = nthr if M // _MC > nthr else M // _MC
         with parallel(num_threads=nthr):
             fa_team_place(&team_at)
-            for item in prange(n_items, schedule='dynamic'):
-                _gemm_item(item, x, x_rs, M, K, wp, npad, N, nc, n_mb, n_nb, bias, act, res,
-                           res_rs, y, y_rs, isz, norm)
+            for u in range(n_sh):
+                q = (omp_get_thread_num() + u) % n_sh
+                r0 = _row_split(q, n_sh, M)
+                r1 = _row_split(q + 1, n_sh, M)
+                nb = _cdiv(r1 - r0, _MC)
+                boff = 0
+                if norm != NULL:
+                    for l in range(q):
+                        boff = boff + _cdiv(_row_split(l + 1, n_sh, M) - _row_split(l, n_sh, M), _MC)
+                while True:
+                    l = gm_claim(queues + q * _QSTRIDE)
+                    if l >= nb * n_nb:
+                        break
+                    i0 = r0 + (l % nb) * _MC
+                    _gemm_item(i0, _MC if r1 - i0 > _MC else r1 - i0, (l // nb) * nc, x, x_rs,
+                               K, wp, npad, N, nc, n_nb, bias, act, res, res_rs, y, y_rs, isz,
+                               norm, (norm.done + boff + l % nb) if norm != NULL else NULL)
     else:
         # one row block (a decode step: reading the weights is the work): each thread streams
         # one contiguous slice of them
         with parallel(num_threads=nthr):
             fa_team_place(&team_at)
             for item in prange(n_items, schedule='static'):
-                _gemm_item(item, x, x_rs, M, K, wp, npad, N, nc, n_mb, n_nb, bias, act, res,
-                           res_rs, y, y_rs, isz, norm)
+                _gemm_item(0, M, item * nc, x, x_rs, K, wp, npad, N, nc, n_nb, bias, act, res,
+                           res_rs, y, y_rs, isz, norm, (norm.done) if norm != NULL else NULL)
 
 
 def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, object res,
@@ -274,14 +312,22 @@ def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, obje
         nm.gamma = <const char *> cnp.PyArray_DATA(<cnp.ndarray> gamma) if gamma is not None else NULL
         nm.beta = <const char *> cnp.PyArray_DATA(<cnp.ndarray> beta) if beta is not None else NULL
         nm.eps = eps
-        nm.done = <int *> calloc(<size_t>_cdiv(M, _MC), sizeof(int))
+        nm.done = <int *> calloc(<size_t>(_cdiv(M, _MC) + max(n_threads, 1)), sizeof(int))
         if nm.done == NULL:
             raise MemoryError("fastattn: cannot allocate the GEMM's row-block counters")
         nmp = &nm
+    cdef Py_ssize_t *queues = <Py_ssize_t *> calloc(<size_t>(max(n_threads, 1) * _QSTRIDE),
+                                                    sizeof(Py_ssize_t))
+    if queues == NULL:
+        if nmp != NULL:
+            free(nm.done)
+        raise MemoryError("fastattn: cannot allocate the GEMM's work queues")
     try:
         with nogil:
-            _gemm_run(xp, x_rs, M, K, wpp, N, bp, act, rp, res_rs, yp, y_rs, isz, n_threads, nmp)
+            _gemm_run(xp, x_rs, M, K, wpp, N, bp, act, rp, res_rs, yp, y_rs, isz, n_threads, nmp,
+                      queues)
     finally:
+        free(queues)
         if nmp != NULL:
             free(nm.done)
 

@@ -48,6 +48,12 @@ static inline int gm_block_done(int *count, int n)
     return __atomic_add_fetch(count, 1, __ATOMIC_ACQ_REL) == n;
 }
 
+/* the next unclaimed index of a work queue (relaxed: the items are independent) */
+static inline ptrdiff_t gm_claim(ptrdiff_t *next)
+{
+    return __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
+}
+
 extern gm_ops_f32 gm_f32;
 extern gm_ops_f64 gm_f64;
 

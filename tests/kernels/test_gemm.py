@@ -181,7 +181,8 @@ def test_fused_layer_norm_equals_the_two_calls(rng, isa, dtype):
     # block, a partial one, several), N with one column item or several (and a partial one),
     # a row of inf, gamma / beta missing.
     MC = _g.MC
-    for M, N, K in [(1, 40, 30), (MC - 1, 384, 70), (MC + 1, 700, 130), (3 * MC + 5, 129, 513)]:
+    for M, N, K in [(1, 40, 30), (MC - 1, 384, 70), (MC + 1, 700, 130), (3 * MC + 5, 129, 513),
+                    (11 * MC - 7, 300, 40)]:
         x, w, b = _data(rng, M, N, K, dtype)
         res = rng.standard_normal((M, N)).astype(dtype)
         g = (1 + 0.3 * rng.standard_normal(N)).astype(dtype)
@@ -191,7 +192,7 @@ def test_fused_layer_norm_equals_the_two_calls(rng, isa, dtype):
             layer = _ops.PackedLinear(w, b, act)
             for r, gg, bb in ((res, g, beta), (None, g, beta), (res, None, None), (res, g, None)):
                 want = _ops.layer_norm(layer(x, r), gg, bb, 1e-5)
-                for nthr in (1, 2, 3, 8):
+                for nthr in (1, 2, 3, 8, 16):
                     got = layer._then_layer_norm(x, r, gg, bb, 1e-5, n_threads=nthr)
                     np.testing.assert_array_equal(got, want)
         assert np.isnan(got[M // 2]).all() and np.isfinite(np.delete(got, M // 2, 0)).all()
@@ -332,7 +333,7 @@ def test_dtype_rules(rng):
 # ------------------------------------------------------------------ threads
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(300, 700, 300), (5, 2000, 129), (1, 513, 1030),
-                                   (193, 64, 600), (8, 32000 // 16, 64)])
+                                   (193, 64, 600), (8, 32000 // 16, 64), (1001, 130, 40)])
 def test_bitwise_same_for_any_thread_count(rng, dtype, shape):
     M, N, K = shape
     x, w, b = _data(rng, M, N, K, dtype)
