@@ -588,6 +588,13 @@ FIRST_CALLS = {
                          "s = x.astype(np.float64) @ w.T + b + r; "
                          "ref = (s - s.mean(-1, keepdims=True)) "
                          "/ np.sqrt(s.var(-1, keepdims=True) + 1e-5)",
+    # 1001 rows on 8 threads: eight row shares, their work queues and row-block counters
+    "linear_shares_layer_norm": "xx = np.repeat(x, 11, 0)[:1001]; rr = np.repeat(r, 11, 0)[:1001]; "
+                                "y = ops.PackedLinear(w, b)._then_layer_norm(xx, rr, None, None, "
+                                "1e-5, n_threads=8); "
+                                "s = xx.astype(np.float64) @ w.T + b + rr; "
+                                "ref = (s - s.mean(-1, keepdims=True)) "
+                                "/ np.sqrt(s.var(-1, keepdims=True) + 1e-5)",
     "layer_norm": "y = ops.layer_norm(x, None, None, 1e-5, residual=x); s = 2 * x; "
                   "ref = (s - s.mean(-1, keepdims=True)) "
                   "/ np.sqrt(s.var(-1, keepdims=True) + 1e-5)",
