@@ -66,7 +66,7 @@ cdef extern from "gemm_kernels.h" nogil:
         void (*item)(const float *x, Py_ssize_t x_rs, Py_ssize_t m, Py_ssize_t K,
                      const float *wp, Py_ssize_t npad, Py_ssize_t n0, Py_ssize_t nc,
                      const float *bias, int act, const float *res, Py_ssize_t res_rs,
-                     float *y, Py_ssize_t y_rs) noexcept nogil
+                     float *y, Py_ssize_t y_rs, Py_ssize_t pf_n0) noexcept nogil
         void (*act)(const float *x, Py_ssize_t n, float *y, int act) noexcept nogil
         void (*ln)(const float *x, const float *res, Py_ssize_t n, const float *gamma,
                    const float *beta, double eps, float *y) noexcept nogil
@@ -77,7 +77,7 @@ cdef extern from "gemm_kernels.h" nogil:
         void (*item)(const double *x, Py_ssize_t x_rs, Py_ssize_t m, Py_ssize_t K,
                      const double *wp, Py_ssize_t npad, Py_ssize_t n0, Py_ssize_t nc,
                      const double *bias, int act, const double *res, Py_ssize_t res_rs,
-                     double *y, Py_ssize_t y_rs) noexcept nogil
+                     double *y, Py_ssize_t y_rs, Py_ssize_t pf_n0) noexcept nogil
         void (*act)(const double *x, Py_ssize_t n, double *y, int act) noexcept nogil
         void (*ln)(const double *x, const double *res, Py_ssize_t n, const double *gamma,
                    const double *beta, double eps, double *y) noexcept nogil
@@ -184,21 +184,23 @@ cdef inline void _gemm_item(Py_ssize_t i0, Py_ssize_t m, Py_ssize_t n0, const ch
                             Py_ssize_t N, Py_ssize_t nc, Py_ssize_t n_nb,
                             const char *bias, int act, const char *res, Py_ssize_t res_rs,
                             char *y, Py_ssize_t y_rs, int isz, const _Norm *norm,
-                            int *done) noexcept nogil:
+                            int *done, Py_ssize_t pf_n0) noexcept nogil:
     # rows [i0, i0 + m), columns [n0, n0 + nc) (fewer at the right edge) over the whole K;
-    # done: the row block's counter of finished column items (with norm)
+    # done: the row block's counter of finished column items (with norm); pf_n0: the first
+    # column of this thread's next item when that is another column block (its weights are
+    # fetched into L2 during the last K block), else -1
     cdef Py_ssize_t w = nc if N - n0 > nc else N - n0
     cdef Py_ssize_t r
     if isz == 4:
         gm_f32.item(<const float *>x + i0 * x_rs, x_rs, m, K, <const float *>wp,
                     npad, n0, w, <const float *>bias, act,
                     (<const float *>res + i0 * res_rs) if res != NULL else NULL,
-                    res_rs, <float *>y + i0 * y_rs, y_rs)
+                    res_rs, <float *>y + i0 * y_rs, y_rs, pf_n0)
     else:
         gm_f64.item(<const double *>x + i0 * x_rs, x_rs, m, K, <const double *>wp,
                     npad, n0, w, <const double *>bias, act,
                     (<const double *>res + i0 * res_rs) if res != NULL else NULL,
-                    res_rs, <double *>y + i0 * y_rs, y_rs)
+                    res_rs, <double *>y + i0 * y_rs, y_rs, pf_n0)
     # the thread that finishes a row block's last column item normalises its rows while they
     # are still in cache: the LayerNorm kernel on the same values, so the same bits as a
     # separate pass
@@ -273,7 +275,9 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
                     i0 = r0 + (l % nb) * _MC
                     _gemm_item(i0, _MC if r1 - i0 > _MC else r1 - i0, (l // nb) * nc, x, x_rs,
                                K, wp, npad, N, nc, n_nb, bias, act, res, res_rs, y, y_rs, isz,
-                               norm, (norm.done + boff + l % nb) if norm != NULL else NULL)
+                               norm, (norm.done + boff + l % nb) if norm != NULL else NULL,
+                               ((l + 1) // nb) * nc if (l + 1) % nb == 0 and l + 1 < nb * n_nb
+                               else -1)
     else:
         # one row block (a decode step: reading the weights is the work): each thread streams
         # one contiguous slice of them
@@ -281,7 +285,8 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
             fa_team_place(&team_at)
             for item in prange(n_items, schedule='static'):
                 _gemm_item(0, M, item * nc, x, x_rs, K, wp, npad, N, nc, n_nb, bias, act, res,
-                           res_rs, y, y_rs, isz, norm, (norm.done) if norm != NULL else NULL)
+                           res_rs, y, y_rs, isz, norm, (norm.done) if norm != NULL else NULL,
+                           (item + 1) * nc if item + 1 < n_items else -1)
 
 
 def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, object res,

@@ -10,16 +10,20 @@
  *              stays in L1 while the panels stream from L2 / L3 (KC 512 against 256: +2-8%
  *              at large M in an ad-hoc side-by-side harness; with the row-block order,
  *              +0-9% in bench/ab_gemm.py, Zen 3)
- *   AVX-512F   MR 6, NR 64 floats / 32 doubles (24 zmm accumulators), KC 256 floats (64 KiB
- *              panels from L2) / 128 doubles, and for floats the next K block's panels fetched
- *              into L2 while the current one runs (GM_L2_NEXT). AVX-512 + AMX Xeon, two
- *              threads, same process (bench/ab_gemm.py, bench/results/ab_gemm_avx512.txt):
- *              KC 256 against 128 +1-3% at M >= 1024; the L2 fetch -1% to +4% there (the
- *              weights stay in L2 / L3 between calls), while in the base forward, where each
- *              layer's weights arrive cold, the item function's own samples (the first row
- *              block's waits on the panels) fell from 14.6% of the forward's to 10.7-11.6%.
- *              Off for AVX2: the same code with nothing to fetch measured 4-7% slower there
- *              (the loop split alone).
+ *   AVX-512F   MR 6, NR 64 floats / 32 doubles (24 zmm accumulators), KC 512 floats (128 KiB
+ *              panels from L2, a 12 KiB x sliver in L1) / 128 doubles, and for floats the next
+ *              K block's panels fetched into L2 while the current one runs (GM_L2_NEXT), or
+ *              after the last K block the panels of the thread's next column block. AVX-512 +
+ *              AMX Xeon, two threads, same process (bench/ab_gemm.py,
+ *              bench/results/ab_gemm_avx512.txt): KC 256 against 128 +1-3% at M >= 1024; KC 512
+ *              with the next column block's panels fetched against KC 256: +2-4.4% at
+ *              M >= 1024, +3-4% at M = 8, +4-10% at M = 32 (KC 512 alone was 5-7% slower at
+ *              M = 32: one K block left nothing to fetch), the base forward +4.1% (median of
+ *              five process pairs); KC 1024 -3% at K = 2048. In the base forward, where each
+ *              layer's weights arrive cold, the L2 fetch took the item function's own samples
+ *              (the first row block's waits on the panels) from 14.6% of the forward's to
+ *              10.7-11.6%. Off for AVX2: the same code with nothing to fetch measured 4-7%
+ *              slower there (the loop split alone).
  *   avx2-wide  tests only: the AVX-512 shapes compiled for AVX2
  */
 #include <float.h>
@@ -119,7 +123,7 @@
 #define GM_VW 16
 #define GM_MR 6
 #define GM_NV 4
-#define GM_KC 256
+#define GM_KC 512
 #define GM_NAME(x) gm_##x##_f32_avx2wide
 #define GM_L2_NEXT 1
 #define GM_TARGET __attribute__((target("avx2,fma")))
@@ -143,7 +147,7 @@
 #define GM_VW 16
 #define GM_MR 6
 #define GM_NV 4
-#define GM_KC 256
+#define GM_KC 512
 #define GM_NAME(x) gm_##x##_f32_avx512
 #define GM_WIDEN(v) _mm512_cvtps_pd((__m256)(v))
 #define GM_L2_NEXT 1

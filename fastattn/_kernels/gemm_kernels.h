@@ -32,7 +32,7 @@ enum {
         void (*pack)(const T *w, ptrdiff_t w_rs, ptrdiff_t N, ptrdiff_t K, T *wp);              \
         void (*item)(const T *x, ptrdiff_t x_rs, ptrdiff_t m, ptrdiff_t K, const T *wp,         \
                      ptrdiff_t npad, ptrdiff_t n0, ptrdiff_t nc, const T *bias, int act,        \
-                     const T *res, ptrdiff_t res_rs, T *y, ptrdiff_t y_rs);                     \
+                     const T *res, ptrdiff_t res_rs, T *y, ptrdiff_t y_rs, ptrdiff_t pf_n0);    \
         void (*act)(const T *x, ptrdiff_t n, T *y, int act);                                    \
         void (*ln)(const T *x, const T *res, ptrdiff_t n, const T *gamma, const T *beta,        \
                    double eps, T *y);                                                           \

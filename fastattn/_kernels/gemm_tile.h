@@ -783,10 +783,11 @@ GM_TARGET static void GM_NAME(ln_row)(const GM_T *x, const GM_T *res, ptrdiff_t 
 GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, ptrdiff_t K,
                                     const GM_T *wp, ptrdiff_t npad, ptrdiff_t n0, ptrdiff_t nc,
                                     const GM_T *bias, int act, const GM_T *res, ptrdiff_t res_rs,
-                                    GM_T *y, ptrdiff_t y_rs)
+                                    GM_T *y, ptrdiff_t y_rs, ptrdiff_t pf_n0)
 {
     const ptrdiff_t n_end = n0 + nc;
     const ptrdiff_t n_rb = (m + GM_MR - 1) / GM_MR, n_pb = (nc + GM_NR - 1) / GM_NR;
+    (void)pf_n0;                           /* used where GM_L2_NEXT is on */
     const ptrdiff_t n_blk = n_rb * n_pb;
     const int rows_outer = n_rb > GM_PANEL_OUTER_RB;
     ptrdiff_t k0 = 0;
@@ -795,16 +796,21 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
         int first = k0 == 0, last = k0 + kcb >= K;
         const GM_T *blk = wp + k0 * npad;
 #if GM_L2_NEXT
-        /* The panels of the next K block (after the last one, the item's first again: the
-         * next item usually has the same column block) are fetched into L2 while this one
-         * runs, a line per k step, by the register blocks that find this K block's panels in
-         * L2 already (rows outer: all but the first row block). Without it the first row
-         * block of every K block waited on the weights coming from L3 or memory. */
-        const ptrdiff_t nk0 = k0 + kcb < K ? k0 + kcb : 0;
+        /* The panels of the next K block are fetched into L2 while this one runs, a line per
+         * k step, by the register blocks that find this K block's panels in L2 already (rows
+         * outer: all but the first row block). After the last K block: the first K block of
+         * the column block at pf_n0, where the driver says this thread's next item starts
+         * there, else the item's own first again (the next item shares its column block; with
+         * a single K block, nothing). Without it the first row block of every K block waited
+         * on the weights coming from L3 or memory. */
+        const int to_next = last && pf_n0 >= 0 && pf_n0 < npad;
+        const ptrdiff_t nk0 = to_next ? 0 : k0 + kcb < K ? k0 + kcb : 0;
         const ptrdiff_t nkcb = K - nk0 < GM_KC ? K - nk0 : GM_KC;
-        const char *pf_base = (const char *)(wp + nk0 * npad + n0 * nkcb);
-        const ptrdiff_t pf_lines =
-            nk0 != k0 && rows_outer ? (nkcb * n_pb * GM_NR * (ptrdiff_t)sizeof(GM_T) + 63) / 64 : 0;
+        const ptrdiff_t pf_col = to_next ? pf_n0 : n0;
+        const ptrdiff_t pf_cols = npad - pf_col < n_pb * GM_NR ? npad - pf_col : n_pb * GM_NR;
+        const char *pf_base = (const char *)(wp + nk0 * npad + pf_col * nkcb);
+        const ptrdiff_t pf_lines = (to_next || nk0 != k0) && rows_outer
+                                       ? (nkcb * pf_cols * (ptrdiff_t)sizeof(GM_T) + 63) / 64 : 0;
         ptrdiff_t pf_per = n_blk > n_pb ? (pf_lines + n_blk - n_pb - 1) / (n_blk - n_pb) : 0;
         if (pf_per > kcb) pf_per = kcb;
 #endif
