@@ -288,6 +288,8 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
     /* one parallel region for all passes (each `omp for` ends with a barrier): the threads are
      * woken once per call, not once per pass */
     const fa_team_t team_at = fa_team_open(n_threads);
+    ptrdiff_t qnext[FA_QMAX * FA_QSTRIDE];               /* pass 2's work queues */
+    memset(qnext, 0, sizeof qnext);
 #pragma omp parallel num_threads(n_threads)
     {
         fa_team_place(&team_at);
@@ -334,9 +336,12 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
             v_bad[item] = (unsigned char)FA_OPS.pack_v(v + vo + k0 * p->v_rs, p->v_rs, nk, Ev, evp, tile);
         }
 
-        /* pass 2: one work item per (leading index, query block, key split) */
-#pragma omp for schedule(dynamic)
-        for (ptrdiff_t item = 0; item < n_items * n_sp; item++) {
+        /* pass 2: one work item per (leading index, query block, key split), from the
+         * threads' work queues (fa_queue_next) */
+        fa_queue queue;
+        fa_queue_start(&queue, omp_get_thread_num(), team, n_items * n_sp);
+        ptrdiff_t share_end = 0;
+        for (ptrdiff_t item; (item = fa_queue_next(&queue, qnext, &share_end)) >= 0;) {
             ptrdiff_t sp = item % n_sp, n = item / n_sp / n_qb, qb = (item / n_sp) % n_qb;
             if (p->causal) qb = n_qb - 1 - qb;   /* longest items (last query blocks) first */
             int q0 = (int)(qb * p->bq);
@@ -383,12 +388,11 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
                 vpi = vp_own;
                 vbi = &v_bad_own;
             }
-            /* the head this thread most likely takes next (items go out in order, one per
-             * free thread) */
+            /* the head this thread most likely takes next (the next of its share) */
             const FA_T *pfq = NULL, *pfk = NULL, *pfv = NULL;
             if (fused) {
-                ptrdiff_t nn = n + team;
-                if (nn < N) {
+                ptrdiff_t nn = n + 1;
+                if (nn < N && item + 1 < share_end) {
                     pfq = q + lead_offset(nn, nd, p->lead, p->q_lead, 1);
                     pfk = k + lead_offset(nn, nd, p->lead, p->k_lead, hg);
                     pfv = v + lead_offset(nn, nd, p->lead, p->v_lead, hg);
@@ -398,6 +402,7 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
                               dst, dst_rs, mrow, lrow, q0, nq, kstart, kstop, pfq, pfk, pfv, mine,
                               mine_end);
         }
+#pragma omp barrier
 
         /* pass 3 (key splits only): merge the partial results of each leading index, in split order */
         if (n_sp > 1) {
@@ -440,6 +445,8 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
 void FA_SFX(fa_softmax_rows)(const FA_T *x, FA_T *y, ptrdiff_t rows, int n, int n_threads)
 {
     const fa_team_t team_at = fa_team_open(n_threads);
+    ptrdiff_t qnext[FA_QMAX * FA_QSTRIDE];               /* pass 2's work queues */
+    memset(qnext, 0, sizeof qnext);
 #pragma omp parallel num_threads(n_threads)
     {
         fa_team_place(&team_at);
