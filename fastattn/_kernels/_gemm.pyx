@@ -37,8 +37,9 @@
 #   under the sanitizer); no other workspace (the micro-kernel's edge tiles are on the
 #   stack) but the work queues' counters (one 64-byte line per thread) and, for a fused
 #   LayerNorm, one int per row block, calloc'ed per call; nothing cached between calls, so
-#   FASTATTN_NO_WORKSPACE_CACHE has nothing to switch off here. x is read in place (an experiment packing x into MR-row panels per item
-#   measured 10-40% slower: with 256-column items the packing is not amortised).
+#   FASTATTN_NO_WORKSPACE_CACHE has nothing to switch off here. x is read in place (an
+#   experiment packing x into MR-row panels per item measured 10-40% slower: with 256-column
+#   items the packing is not amortised).
 #
 # Kernels assume (fastattn/_ops.py checks all of it first): x, W, bias, res, y aligned to their
 # item size, native byte order, last dimension contiguous, one float dtype; y does not overlap
