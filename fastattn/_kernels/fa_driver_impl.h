@@ -445,8 +445,6 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
 void FA_SFX(fa_softmax_rows)(const FA_T *x, FA_T *y, ptrdiff_t rows, int n, int n_threads)
 {
     const fa_team_t team_at = fa_team_open(n_threads);
-    ptrdiff_t qnext[FA_QMAX * FA_QSTRIDE];               /* pass 2's work queues */
-    memset(qnext, 0, sizeof qnext);
 #pragma omp parallel num_threads(n_threads)
     {
         fa_team_place(&team_at);
