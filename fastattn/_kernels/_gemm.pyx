@@ -36,7 +36,7 @@
 #   panel load straddled two cache lines, 2-19% slower at large M; exact size and unaligned
 #   under the sanitizer); no other workspace (the micro-kernel's edge tiles are on the
 #   stack) but the work queues' counters (one 64-byte line per thread) and, for a fused
-#   LayerNorm, one int per row block, calloc'ed per call; nothing cached between calls, so
+#   LayerNorm, one int per 12 rows (a counter for each row block), calloc'ed per call; nothing cached between calls, so
 #   FASTATTN_NO_WORKSPACE_CACHE has nothing to switch off here. x is read in place (an
 #   experiment packing x into MR-row panels per item measured 10-40% slower: with 256-column
 #   items the packing is not amortised).
@@ -185,11 +185,10 @@ cdef inline void _gemm_item(Py_ssize_t i0, Py_ssize_t m, Py_ssize_t n0, const ch
                             Py_ssize_t N, Py_ssize_t nc, Py_ssize_t n_nb,
                             const char *bias, int act, const char *res, Py_ssize_t res_rs,
                             char *y, Py_ssize_t y_rs, int isz, const _Norm *norm,
-                            int *done, Py_ssize_t pf_n0) noexcept nogil:
+                            Py_ssize_t pf_n0) noexcept nogil:
     # rows [i0, i0 + m), columns [n0, n0 + nc) (fewer at the right edge) over the whole K;
-    # done: the row block's counter of finished column items (with norm); pf_n0: the first
-    # column of this thread's next item when that is another column block (its weights are
-    # fetched into L2 during the last K block), else -1
+    # pf_n0: the first column of this thread's next item when that is another column block
+    # (its weights are fetched into L2 during the last K block), else -1
     cdef Py_ssize_t w = nc if N - n0 > nc else N - n0
     cdef Py_ssize_t r
     if isz == 4:
@@ -205,7 +204,8 @@ cdef inline void _gemm_item(Py_ssize_t i0, Py_ssize_t m, Py_ssize_t n0, const ch
     # the thread that finishes a row block's last column item normalises its rows while they
     # are still in cache: the LayerNorm kernel on the same values, so the same bits as a
     # separate pass
-    if norm == NULL or not gm_block_done(done, <int>n_nb):
+    # (a row block starts on a multiple of _RQ rows: its counter is norm.done[i0 // _RQ])
+    if norm == NULL or not gm_block_done(norm.done + i0 // _RQ, <int>n_nb):
         return
     for r in range(i0, i0 + m):
         _ln_row(isz, y + r * y_rs * isz, NULL, N, norm.gamma, norm.beta, norm.eps,
@@ -229,8 +229,8 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
     # IN   bias  (N,)          or NULL
     # IN   res   (M, N)        row stride res_rs, or NULL
     # OUT  y     (M, N)        row stride y_rs; also holds the partial sums between K blocks
-    # IN   norm    a LayerNorm for every finished row, or NULL; norm.done has a zeroed counter
-    #              per row block (at most cdiv(M, _MC) + n_threads of them)
+    # IN   norm    a LayerNorm for every finished row, or NULL; norm.done has cdiv(M, _RQ)
+    #              zeroed counters, one for each row block at its first row // _RQ
     # IN   queues  n_threads * _QSTRIDE zeroed counters (M > _MC; one per share), else unused
     # strides in elements; pointers untyped, isz (4 or 8) picks the dtype
     cdef Py_ssize_t nr = gm_f32.nr if isz == 4 else gm_f64.nr
@@ -239,14 +239,14 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
     cdef Py_ssize_t n_nb = _cdiv(N, nc)
     cdef Py_ssize_t n_mb = _cdiv(M, _MC)
     cdef Py_ssize_t n_items = n_mb * n_nb
-    cdef Py_ssize_t item, i0, q, u, l, r0, r1, nb, boff, n_sh
+    cdef Py_ssize_t item, i0, q, u, l, r0, r1, nb, n_sh
     cdef int nthr = n_threads
     if nthr > n_items:
         nthr = <int>n_items
     if nthr < 1:
         nthr = 1
     cdef fa_team_t team_at = fa_team_open(nthr)
-    q = u = l = r0 = r1 = nb = boff = i0 = 0        # (thread-private copies of these)
+    q = u = l = r0 = r1 = nb = i0 = 0               # (thread-private copies of these)
     if M > _MC:
         # several row blocks (compute-bound): thread q owns the q-th of n_sh contiguous shares
         # of the rows (the same share in every GEMM of a model at one size, so the rows it
@@ -265,10 +265,6 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
                 r0 = _row_split(q, n_sh, M)
                 r1 = _row_split(q + 1, n_sh, M)
                 nb = _cdiv(r1 - r0, _MC)
-                boff = 0
-                if norm != NULL:
-                    for l in range(q):
-                        boff = boff + _cdiv(_row_split(l + 1, n_sh, M) - _row_split(l, n_sh, M), _MC)
                 while True:
                     l = gm_claim(queues + q * _QSTRIDE)
                     if l >= nb * n_nb:
@@ -276,7 +272,7 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
                     i0 = r0 + (l % nb) * _MC
                     _gemm_item(i0, _MC if r1 - i0 > _MC else r1 - i0, (l // nb) * nc, x, x_rs,
                                K, wp, npad, N, nc, n_nb, bias, act, res, res_rs, y, y_rs, isz,
-                               norm, (norm.done + boff + l % nb) if norm != NULL else NULL,
+                               norm,
                                ((l + 1) // nb) * nc if (l + 1) % nb == 0 and l + 1 < nb * n_nb
                                else -1)
     else:
@@ -286,8 +282,7 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
             fa_team_place(&team_at)
             for item in prange(n_items, schedule='static'):
                 _gemm_item(0, M, item * nc, x, x_rs, K, wp, npad, N, nc, n_nb, bias, act, res,
-                           res_rs, y, y_rs, isz, norm, (norm.done) if norm != NULL else NULL,
-                           (item + 1) * nc if item + 1 < n_items else -1)
+                           res_rs, y, y_rs, isz, norm, (item + 1) * nc if item + 1 < n_items else -1)
 
 
 def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, object res,
@@ -318,7 +313,7 @@ def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, obje
         nm.gamma = <const char *> cnp.PyArray_DATA(<cnp.ndarray> gamma) if gamma is not None else NULL
         nm.beta = <const char *> cnp.PyArray_DATA(<cnp.ndarray> beta) if beta is not None else NULL
         nm.eps = eps
-        nm.done = <int *> calloc(<size_t>(_cdiv(M, _MC) + max(n_threads, 1)), sizeof(int))
+        nm.done = <int *> calloc(<size_t>_cdiv(M, _RQ), sizeof(int))
         if nm.done == NULL:
             raise MemoryError("fastattn: cannot allocate the GEMM's row-block counters")
         nmp = &nm

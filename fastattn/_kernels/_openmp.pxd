@@ -9,13 +9,11 @@ cdef extern from *:
     #define FASTATTN_OPENMP_ENABLED 0
     #define omp_get_max_threads() 1
     #define omp_get_thread_num() 0
-    #define omp_get_num_threads() 1
     #endif
     """
     bint FASTATTN_OPENMP_ENABLED
     int omp_get_max_threads() nogil
     int omp_get_thread_num() nogil
-    int omp_get_num_threads() nogil
 
 cdef extern from "fa_team.h" nogil:
     # keeps a team's workers off the master's CPU (Linux; see fa_team.h): fa_team_open before
