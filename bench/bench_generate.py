@@ -144,7 +144,8 @@ def rss_child(path, threads):
 def profile_step(hf_dir, threads, batch=8, beams=1, steps=NEW_TOKENS):
     """Where a decode step's time goes: the model's layers wrapped with timers, greedy decoding
     of `steps` tokens after a 128-token source; per-step milliseconds by component."""
-    import fastattn.models.seq2seq as s2s
+    import fastattn.nn.attention as nn_attention
+    import fastattn.nn.norm as nn_norm
     m = fastattn.Seq2SeqTransformer.from_pretrained(hf_dir)
     acc = {}
 
@@ -157,27 +158,35 @@ def profile_step(hf_dir, threads, batch=8, beams=1, steps=NEW_TOKENS):
         return wrapper
 
     class _TimedLinear:
+        """A packed linear layer (fastattn.PackedLinear) whose calls are timed under `name`."""
         def __init__(self, name, lin):
-            self.name, self.lin, self.size = name, lin, lin.size
+            self._call = timed(name, lin.__call__)
+            self._then_layer_norm = timed(name, lin._then_layer_norm)
 
         def __call__(self, *a, **k):
-            return timed(self.name, self.lin)(*a, **k)
+            return self._call(*a, **k)
+
+    def time_module(module, name_of_rows):
+        # the nn modules keep their packed weights in _pack_cache: key (weight, rows, ...)
+        cache = module.__dict__.get("_pack_cache", {})
+        for key, (w, b, lin) in list(cache.items()):
+            cache[key] = (w, b, _TimedLinear(name_of_rows(key[1]), lin))
 
     ids = np.random.default_rng(0).integers(1, VOCAB - 1, size=(batch, SRC_LEN))
     ids[:, -1] = EOS
     m.generate(ids, max_new_tokens=4, min_new_tokens=4, num_beams=beams, n_threads=threads)
-    for L in m._layers["decoder"]:
-        L.self_attn.qkv = _TimedLinear("self-attn q,k,v GEMM", L.self_attn.qkv)
-        L.self_attn.o = _TimedLinear("self-attn out GEMM", L.self_attn.o)
-        L.cross_attn.q = _TimedLinear("cross-attn q GEMM", L.cross_attn.q)
-        L.cross_attn.o = _TimedLinear("cross-attn out GEMM", L.cross_attn.o)
-        L.cross_attn.kv = _TimedLinear("cross-attn k,v GEMM (once per source)", L.cross_attn.kv)
-        L.fc1 = _TimedLinear("FFN fc1 GEMM + activation", L.fc1)
-        L.fc2 = _TimedLinear("FFN fc2 GEMM", L.fc2)
-    m._out = _TimedLinear("output projection (32000 x 512)", m._out)
-    orig_sdpa, orig_ln = s2s._sdpa, s2s.ops.layer_norm
-    s2s._sdpa = timed("attention kernel (self + cross)", orig_sdpa)
-    s2s.ops.layer_norm = timed("layer norms", orig_ln)
+    for L in m.decoder.layers:      # fastattn.nn.TransformerDecoderLayer
+        time_module(L.self_attn, lambda rows: "self-attn q,k,v GEMM")
+        time_module(L.self_attn.out_proj, lambda rows: "self-attn out GEMM")
+        time_module(L.multihead_attn, lambda rows: "cross-attn q GEMM" if rows[0] == 0
+                    else "cross-attn k,v GEMM (once per source)")
+        time_module(L.multihead_attn.out_proj, lambda rows: "cross-attn out GEMM")
+        time_module(L.ff.linear1, lambda rows: "FFN fc1 GEMM + activation")
+        time_module(L.ff.linear2, lambda rows: "FFN fc2 GEMM")
+    time_module(m.lm_head, lambda rows: "output projection (32000 x 512)")
+    orig_sdpa, orig_ln = nn_attention.scaled_dot_product_attention, nn_norm._layer_norm_rows
+    nn_attention.scaled_dot_product_attention = timed("attention kernel (self + cross)", orig_sdpa)
+    nn_norm._layer_norm_rows = timed("layer norms", orig_ln)
     orig_encode = m._encode
 
     def encode_excluded(*a, **k):
@@ -196,7 +205,7 @@ def profile_step(hf_dir, threads, batch=8, beams=1, steps=NEW_TOKENS):
                    n_threads=threads)
         total = time.perf_counter() - t0
     finally:
-        s2s._sdpa, s2s.ops.layer_norm = orig_sdpa, orig_ln
+        nn_attention.scaled_dot_product_attention, nn_norm._layer_norm_rows = orig_sdpa, orig_ln
     enc = acc.pop("encoder (once)", 0.0)
     once = acc.pop("cross-attn k,v GEMM (once per source)", 0.0)
     per_step = (total - enc - once) / steps

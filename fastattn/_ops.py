@@ -409,6 +409,20 @@ def relu(x, *, n_threads=None):
     return _elementwise(x, _g.ACTIVATIONS["relu"], n_threads)
 
 
+def _layer_norm_rows(x, g, b, eps, n_threads=None):
+    """LayerNorm over the last axis of x (N, D) -> a new array: the models' call (a decode step
+    makes dozens). Their own arrays go straight to the kernel; anything else through the checked
+    :func:`layer_norm` (the same kernel, the same bits)."""
+    if (type(x) is np.ndarray and x.ndim == 2 and x.size and x.flags.c_contiguous
+            and x.flags.aligned and g is not None and b is not None
+            and x.dtype == g.dtype == b.dtype and g.shape == b.shape == (x.shape[1],)
+            and g.flags.c_contiguous and b.flags.c_contiguous):
+        y = np.empty_like(x)
+        _g.layer_norm(x, None, g, b, float(eps), y, _effective_n_threads(n_threads))
+        return y
+    return layer_norm(x, g, b, eps, n_threads=n_threads)
+
+
 def layer_norm(x, weight=None, bias=None, eps=1e-5, residual=None, *, n_threads=None):
     """``LayerNorm(x + residual) * weight + bias`` over the last axis (torch's biased variance).
 

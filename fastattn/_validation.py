@@ -411,3 +411,69 @@ def module_mask(m, name, dtype, padding=False):
     meaning = "True = padding" if padding else "True = not allowed"
     raise TypeError(f"{name} must be a bool array ({meaning}) or a float array "
                     f"(added to the scores), got dtype {arr.dtype}")
+
+
+# ---------------------------------------------------------------- models: token ids, generation
+
+def check_token_ids(ids, name, vocab, ndim=2, what="(batch, length)", one_row=True):
+    """Token ids as an int64 array of `ndim` dimensions (with ndim=2 and `one_row` a 1-D
+    sequence is one batch row),
+    every id in [0, vocab): a TypeError for non-integer ids, a ValueError naming `name` for
+    another shape or an id outside the vocabulary. Torch tensors are converted."""
+    a = np.asarray(to_numpy(ids))
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integer token ids, got dtype {a.dtype}")
+    if ndim == 2 and a.ndim == 1 and one_row:
+        a = a[None]
+    if a.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D {what}, got shape {a.shape}")
+    if a.size and (a.min() < 0 or a.max() >= vocab):
+        bad = a[(a < 0) | (a >= vocab)].ravel()[0]
+        raise ValueError(f"{name} holds token id {int(bad)} outside the vocabulary [0, {vocab})")
+    return a.astype(np.int64, copy=False)
+
+
+# generation settings: name -> the rule its value must meet (transformers' meaning)
+_INT_SETTINGS = {"max_length": 1, "max_new_tokens": 0, "min_length": 0, "min_new_tokens": 0,
+                 "num_beams": 1, "top_k": 0, "seed": 0}
+
+
+def check_generation_setting(key, value, where=None):
+    """One generation setting (an argument of generate, or a field of a generation config file
+    when `where` names it): its value, or a ValueError naming the argument (or file and field).
+    None is returned as it is (not set)."""
+    if value is None:
+        return None
+
+    def bad(what):
+        name = key if where is None else f"{where}: {key}={value!r}"
+        raise ValueError(f"{name} must be {what}" + ("" if where else f", got {value!r}"))
+
+    is_bool = isinstance(value, (bool, np.bool_))
+    is_int = isinstance(value, (int, np.integer)) and not is_bool
+    is_num = (is_int or isinstance(value, (float, np.floating))) and not is_bool
+    if key in _INT_SETTINGS:
+        if not is_int or value < _INT_SETTINGS[key]:
+            bad(f"an integer >= {_INT_SETTINGS[key]}")
+        return int(value)
+    if key in ("do_sample", "renormalize_logits"):
+        if not is_bool:
+            bad("True or False")
+        return bool(value)
+    if key == "early_stopping":
+        if not (is_bool or (isinstance(value, str) and value == "never")):
+            bad("True, False or 'never'")
+        return value if isinstance(value, str) else bool(value)
+    if key == "temperature":
+        if not is_num or not 0 < value < math.inf:
+            bad("a positive float")
+        return float(value)
+    if key == "top_p":
+        if not is_num or not 0 <= value <= 1:
+            bad("a float in [0, 1]")
+        return float(value)
+    if key == "length_penalty":
+        if not is_num or not math.isfinite(value):
+            bad("a finite float")
+        return float(value)
+    return value

@@ -35,6 +35,8 @@ import uuid
 
 import numpy as np
 
+from ._validation import check_token_ids
+
 __all__ = ["generate", "encode"]
 
 _MODELS = {}                 # (path, dtype) -> model, per worker process
@@ -109,15 +111,11 @@ def _items(partition, part_index, model):
     out = []
     for j, item in enumerate(partition):
         where = f"item {j} of partition {part_index}"
-        a = np.asarray(item)
-        if a.dtype.kind not in "iu":
-            raise TypeError(f"sources: {where} must hold integer token ids, got dtype {a.dtype}")
-        if a.ndim != 1 or a.size == 0:
+        a = check_token_ids(item, f"sources: {where}", vocab, ndim=1,
+                            what="sequence of token ids")
+        if a.size == 0:
             raise ValueError(f"sources: {where} must be a non-empty 1-D sequence of token ids, "
                              f"got shape {a.shape}")
-        if a.min() < 0 or a.max() >= vocab:
-            raise ValueError(f"sources: {where} holds token id {int(a[(a < 0) | (a >= vocab)][0])} "
-                             f"outside [0, {vocab})")
         if model.pad_id != model.eos_id and np.any(a == model.pad_id):
             raise ValueError(f"sources: {where} contains the pad id {model.pad_id}: items are "
                              "unpadded sequences (fastattn.dask pads the batches itself)")

@@ -6,15 +6,18 @@ and ``layer_norm`` live in :mod:`fastattn._ops` (fastattn's own GEMM, no BLAS) a
 here.
 """
 
+import math
+
 import numpy as np
 
 from . import _validation as _v
 from ._kernels import _attention as _k
+from ._kernels import _search as _ks
 from ._threads import _effective_n_threads
 
 from ._ops import PackedLinear, _new_output, gelu, layer_norm, linear, relu, silu
 
-__all__ = ["scaled_dot_product_attention", "softmax", "linear", "PackedLinear", "gelu", "silu",
+__all__ = ["scaled_dot_product_attention", "softmax", "log_softmax", "linear", "PackedLinear", "gelu", "silu",
            "relu", "layer_norm"]
 
 
@@ -150,3 +153,29 @@ def softmax(x, axis=-1, *, n_threads=None):
         flat = out.reshape(rows.shape)
         _k.softmax_rows(rows, flat, max(1, min(nthr, rows.shape[0])))
     return np.moveaxis(out, -1, axis)
+
+
+def log_softmax(x, out=None, n_threads=None):
+    """Row-wise ``log(softmax(x))`` over the last axis: ``x - max - log(sum(exp(x - max)))``.
+
+    One C pass per row (``_kernels/search_kernels.c``: exp in x's dtype, the sum in float64,
+    rows in parallel, the same result for any thread count). `out` may be `x` (in place). A row
+    with a NaN or a +inf gives NaN; a row of only -inf stays -inf. float32 and float64 keep their
+    dtype; float16 is computed in float32, integers and bools in float64.
+    """
+    x = np.asarray(x)
+    if x.dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+        x = x.astype(np.float32 if x.dtype == np.float16 else np.float64)
+    if x.ndim < 1:
+        raise ValueError(f"x must have at least 1 dimension, got shape {x.shape}")
+    nthr = _effective_n_threads(n_threads)
+    x2 = x.reshape(math.prod(x.shape[:-1]), x.shape[-1]) if x.ndim != 2 else x
+    if out is not None and out.dtype == x.dtype and out.shape == x.shape and \
+            out.flags.c_contiguous and out.flags.writeable:
+        _ks.log_softmax_rows(x2, out.reshape(x2.shape), nthr)
+        return out
+    y = _ks.log_softmax_rows(x2, None, nthr).reshape(x.shape)
+    if out is None:
+        return y
+    out[...] = y
+    return out

@@ -14,11 +14,10 @@ rules implemented here: bad words, minimum length (``min_length`` / ``min_new_to
 EOS at the length limit, suppressed tokens; when sampling then temperature, top-k, top-p; and
 ``renormalize_logits`` (a log-softmax) last.
 """
-import math
-
 import numpy as np
 
-from ..models._dense import log_softmax
+from .._validation import check_generation_setting
+from ..functional import log_softmax
 
 __all__ = [
     "NoBadWords", "MinLength", "ForcedEOS", "SuppressTokens", "Temperature", "TopK", "TopP",
@@ -130,10 +129,7 @@ class Temperature:
     needs_history = False
 
     def __init__(self, temperature):
-        if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.floating)) \
-                or not temperature > 0 or not math.isfinite(temperature):
-            raise ValueError(f"temperature must be a positive float, got {temperature!r}")
-        self.temperature = float(temperature)
+        self.temperature = check_generation_setting("temperature", temperature)
 
     def __call__(self, seqs, scores):
         # a temperature so small that scores overflow: sampling then refuses the +inf scores
@@ -148,9 +144,10 @@ class TopK:
     needs_history = False
 
     def __init__(self, top_k, min_tokens_to_keep=1):
-        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k <= 0:
-            raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
-        self.k = max(int(top_k), min_tokens_to_keep)
+        if top_k == 0:
+            raise ValueError("top_k must be a positive integer here, got 0 (0 = no top-k filter: "
+                             "leave the processor out)")
+        self.k = max(check_generation_setting("top_k", top_k), min_tokens_to_keep)
 
     def __call__(self, seqs, scores):
         V = scores.shape[1]
@@ -168,10 +165,7 @@ class TopP:
     needs_history = False
 
     def __init__(self, top_p, min_tokens_to_keep=1):
-        if isinstance(top_p, bool) or not isinstance(top_p, (int, float, np.floating)) or \
-                not 0.0 <= top_p <= 1.0:
-            raise ValueError(f"top_p must be a float in [0, 1], got {top_p!r}")
-        self.p = float(top_p)
+        self.p = check_generation_setting("top_p", top_p)
         self.min_keep = min_tokens_to_keep
 
     def __call__(self, seqs, scores):

@@ -1,7 +1,8 @@
-"""Search strategies over a Seq2SeqTransformer: greedy, beam, multinomial sampling.
+"""Search strategies over a decoder: greedy, beam, multinomial sampling.
 
-The strategies talk to the model only through a :class:`DecoderState` (feed tokens, get
-logits, reorder rows, drop finished sources), so they are independent of the network.
+The strategies talk to the model only through the decoder interface (:class:`Decoder`:
+``check_sources``, ``start`` -> a :class:`DecoderState`: feed tokens, get logits, reorder rows,
+drop finished sources), so they are independent of the network and of the model family.
 
 Semantics follow transformers' ``generate`` (``generation/utils.py``, 5.x), re-derived here:
 
@@ -25,185 +26,82 @@ import numpy as np
 
 from .._kernels import _search
 from .._threads import _effective_n_threads
-from .._validation import check_real_input, hf_attention_mask, to_numpy
-from ..models._dense import log_softmax
-from ..models.marian import GENERATION_DEFAULTS
+from .._validation import check_generation_setting
+from ..functional import log_softmax
+from .config import resolve_settings
 from .processors import build_processors, history
 
-__all__ = ["DecoderState", "generate", "greedy_search", "beam_search"]
+__all__ = ["Decoder", "DecoderState", "generate", "greedy_search", "beam_search"]
 
 _F32 = np.float32
 _BIG = _F32(-1.0e9)
 
 
+class Decoder:
+    """The decoder interface: what the search needs from a model (Seq2SeqTransformer implements
+    it; the search imports nothing from fastattn.models).
+
+    Attributes: ``vocab_size``, ``eos_id``, ``pad_id``, ``decoder_start_id``,
+    ``max_decoder_positions`` (ints) and ``generation_config`` (the checkpoint's checked
+    settings, :func:`fastattn.generation.config.check_generation_config`).
+
+    Methods
+    -------
+    check_sources(input_ids, attention_mask) -> (ids (B, S) int64, mask (B, S) bool)
+        The checked source batch (a ValueError / TypeError naming the argument).
+    start(input_ids, attention_mask=None, *, num_beams=1, max_length=None, n_threads=None)
+        -> DecoderState: the sources encoded, ``num_beams`` decoder rows each.
+    """
+
+    vocab_size: int
+    eos_id: int
+    pad_id: int
+    decoder_start_id: int
+    max_decoder_positions: int
+    generation_config: dict
+
+    def check_sources(self, input_ids, attention_mask=None):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def start(self, input_ids=None, attention_mask=None, *, num_beams=1, max_length=None,
+              n_threads=None):  # pragma: no cover - interface
+        raise NotImplementedError
+
+
 class DecoderState:
-    """Incremental decoding over a model's KV cache (the step API).
+    """Incremental decoding over a model's KV cache (the step API), what ``start`` returns.
 
     Rows: ``num_beams`` per source, row ``b * num_beams + j`` is beam j of source b.
+
+    Attributes: ``length`` (tokens fed so far), ``n_rows``, ``n_sources``, ``num_beams``.
 
     Methods
     -------
     step(tokens) : tokens (n,) int -> logits (n, vocab) in the model dtype; appends one position.
     reorder(beam_idx) : row i continues from row beam_idx[i] (same source).
-    select_sources(keep) : keep only these sources (increasing indices) and their rows.
+    select_sources(keep) : keep only these sources (increasing indices) and their rows (the
+        finished ones leave the step batch).
     """
 
-    def __init__(self, model, input_ids, attention_mask, encoder_output, num_beams, max_length,
-                 n_threads):
-        self.model = model
-        self.n_threads = n_threads
-        if isinstance(num_beams, bool) or not isinstance(num_beams, (int, np.integer)) or \
-                num_beams < 1:
-            raise ValueError(f"num_beams must be a positive integer, got {num_beams!r}")
-        P = model.config["max_position_embeddings"]
-        if max_length is None:
-            max_length = P
-        if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or \
-                not 1 <= max_length <= P:
-            raise ValueError(f"max_length must be an integer in [1, {P}], got {max_length!r}")
-        if encoder_output is None:
-            if input_ids is None:
-                raise ValueError("give input_ids or encoder_output")
-            ids, mask = model._check_source(input_ids, attention_mask)
-            memory = model._encode(ids, mask, n_threads)
-        else:
-            if input_ids is not None:
-                raise ValueError("give input_ids or encoder_output, not both")
-            mem = check_real_input(to_numpy(encoder_output), "encoder_output")
-            if mem.ndim != 3 or mem.shape[2] != model.d_model:
-                raise ValueError(f"encoder_output must be (B, S, {model.d_model}), got {mem.shape}")
-            B, S, _ = mem.shape
-            if B == 0 or S == 0:
-                raise ValueError(f"encoder_output must have at least one source row and one "
-                                 f"position, got shape {mem.shape}")
-            if attention_mask is None:
-                mask = np.ones((B, S), bool)
-            else:
-                m = to_numpy(attention_mask)
-                if m.ndim == 1 and B == 1:
-                    m = m[None]
-                mask = hf_attention_mask(m, (B, S))
-            memory = np.ascontiguousarray(mem.reshape(B * S, -1), dtype=model.dtype)
-        self.cache = model._start_cache(memory, mask, int(num_beams), int(max_length), n_threads)
-        self.num_beams = int(num_beams)
+    length: int
+    n_rows: int
+    n_sources: int
+    num_beams: int
 
-    @property
-    def length(self):
-        """Tokens fed so far."""
-        return self.cache.length
+    def step(self, tokens):  # pragma: no cover - interface
+        raise NotImplementedError
 
-    @property
-    def n_rows(self):
-        return self.cache.n_rows
+    def reorder(self, beam_idx):  # pragma: no cover - interface
+        raise NotImplementedError
 
-    def step(self, tokens):
-        t = np.asarray(tokens)
-        if t.dtype.kind not in "iu":
-            raise TypeError(f"tokens must be integer token ids, got dtype {t.dtype}")
-        t = t.reshape(-1).astype(np.int64, copy=False)
-        if t.size != self.cache.n_rows:
-            raise ValueError(f"tokens must hold one id per row ({self.cache.n_rows}), got {t.size}")
-        V = self.model.vocab_size
-        if t.size and (t.min() < 0 or t.max() >= V):
-            raise ValueError(f"tokens must be ids in [0, {V})")
-        h = self.model._decode(self.cache, t[:, None], self.n_threads)
-        return self.model._project(h, self.n_threads)
-
-    def reorder(self, beam_idx):
-        self.cache.reorder(beam_idx)
-
-    def select_sources(self, keep):
-        k = to_numpy(keep)
-        if k.size and k.dtype.kind not in "iu":
-            raise TypeError(f"keep must hold integer source indices, got dtype {k.dtype}")
-        if k.ndim != 1:
-            raise ValueError(f"keep must be a 1-D sequence of source indices, got shape {k.shape}")
-        self.cache.select_sources(k.astype(np.int64, copy=False))
-
-
-# ---------------------------------------------------------------------------------------------
-# settings
-# ---------------------------------------------------------------------------------------------
-
-def _check_int(v, name, lo):
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < lo:
-        raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-    return int(v)
-
-
-def resolve_settings(model, user):
-    """Merge user arguments, the checkpoint's generation config and transformers' defaults."""
-    ckpt = model.generation_config
-    p = {}
-    for k, default in GENERATION_DEFAULTS.items():
-        v = user.get(k)
-        if v is None:
-            v = ckpt.get(k)
-        if v is None:
-            v = default
-        p[k] = v
-    c = model.config
-    # length: max_new_tokens (user, then checkpoint) > checkpoint max_length > 20 new tokens
-    mnt = user.get("max_new_tokens")
-    if mnt is None:
-        mnt = ckpt.get("max_new_tokens")
-    if mnt is not None:
-        p["max_length"] = _check_int(mnt, "max_new_tokens", 0) + 1
-    elif ckpt.get("max_length") is not None:
-        p["max_length"] = _check_int(ckpt["max_length"], "max_length", 1)
-    else:
-        p["max_length"] = min(GENERATION_DEFAULTS["max_length"] + 1, c["max_position_embeddings"])
-    if p["max_length"] > c["max_position_embeddings"]:
-        raise ValueError(f"max_new_tokens / max_length ask for {p['max_length']} decoder "
-                         f"positions, "
-                         f"more than max_position_embeddings={c['max_position_embeddings']}")
-    mn = user.get("min_new_tokens")
-    if mn is None:
-        mn = ckpt.get("min_new_tokens")
-    if mn is not None:
-        p["min_length"] = _check_int(mn, "min_new_tokens", 0) + 1
-    else:
-        p["min_length"] = _check_int(p["min_length"], "min_length", 0)
-    p["num_beams"] = _check_int(p["num_beams"], "num_beams", 1)
-    if p["num_beams"] > 1 and model.vocab_size < 2:
-        raise ValueError(f"num_beams={p['num_beams']} needs a target vocabulary of at least 2 "
-                         f"tokens, this model has {model.vocab_size}")
-    if not isinstance(p["renormalize_logits"], (bool, np.bool_)):
-        raise ValueError(f"renormalize_logits must be True or False, got "
-                         f"{p['renormalize_logits']!r}")
-    es = p["early_stopping"]
-    if es not in (True, False, "never"):
-        raise ValueError(f"early_stopping must be True, False or 'never', got {es!r}")
-    lp = p["length_penalty"]
-    if isinstance(lp, bool) or not isinstance(lp, (int, float, np.floating)):
-        raise ValueError(f"length_penalty must be a float, got {lp!r}")
-    if not np.isfinite(lp):
-        raise ValueError(f"length_penalty must be finite, got {lp!r}")
-    p["length_penalty"] = float(lp)
-    if not isinstance(p["do_sample"], (bool, np.bool_)):
-        raise ValueError(f"do_sample must be True or False, got {p['do_sample']!r}")
-    p["do_sample"] = bool(p["do_sample"])
-    t = p["temperature"]
-    if isinstance(t, bool) or not isinstance(t, (int, float, np.floating)) or not 0 < t < np.inf:
-        raise ValueError(f"temperature must be a positive float, got {t!r}")
-    tp = p["top_p"]
-    if isinstance(tp, bool) or not isinstance(tp, (int, float, np.floating)) or not 0 <= tp <= 1:
-        raise ValueError(f"top_p must be a float in [0, 1], got {tp!r}")
-    _check_int(p["top_k"], "top_k", 0)
-    p["eos_token_id"] = ckpt.get("eos_token_id", model.eos_id)
-    if p["eos_token_id"] is None:
-        p["eos_token_id"] = model.eos_id
-    p["pad_token_id"] = ckpt.get("pad_token_id", model.pad_id)
-    if p["pad_token_id"] is None:
-        p["pad_token_id"] = model.pad_id
-    p["decoder_start_token_id"] = model.decoder_start_id
-    return p
+    def select_sources(self, keep):  # pragma: no cover - interface
+        raise NotImplementedError
 
 
 def generate(model, input_ids, attention_mask=None, *, seed=None, n_threads=None, **user):
-    """See :meth:`Seq2SeqTransformer.generate`."""
+    """transformers' ``generate`` over a :class:`Decoder` (see ``Seq2SeqTransformer.generate``)."""
     p = resolve_settings(model, user)
-    ids, mask = model._check_source(input_ids, attention_mask)
+    ids, mask = model.check_sources(input_ids, attention_mask)
     B = ids.shape[0]
     start = p["decoder_start_token_id"]
     if p["max_length"] <= 1:                                  # max_new_tokens=0
@@ -213,28 +111,14 @@ def generate(model, input_ids, attention_mask=None, *, seed=None, n_threads=None
     min_keep = 2 if K > 1 else 1
     procs = build_processors(p, V, p["eos_token_id"], min_keep)
     if p["do_sample"]:
-        if seed is not None:
-            _check_int(seed, "seed", 0)
+        check_generation_setting("seed", seed)
         rng = np.random.SeedSequence(seed)
     else:
         rng = None
-    memory = model._encode(ids, mask, n_threads)
-    cache = model._start_cache(memory, mask, K, p["max_length"], n_threads)
-    state = _State(model, cache, n_threads)
+    state = model.start(ids, mask, num_beams=K, max_length=p["max_length"], n_threads=n_threads)
     if K == 1:
         return greedy_search(state, procs, p, B, rng)
-    return beam_search(state, procs, p, B, K, rng)
-
-
-class _State:
-    """DecoderState without the argument checks (used by the search loops)."""
-
-    def __init__(self, model, cache, n_threads):
-        self.model, self.cache, self.n_threads = model, cache, n_threads
-
-    def step(self, tokens):
-        h = self.model._decode(self.cache, tokens[:, None], self.n_threads)
-        return self.model._project(h, self.n_threads)
+    return beam_search(state, procs, p, B, K, rng, n_threads)
 
 
 def _scores_f32(logits):
@@ -272,7 +156,7 @@ def greedy_search(state, procs, p, B, rng):
             break
         if done.any():
             keep = np.flatnonzero(~done)
-            state.cache.select_sources(keep)
+            state.select_sources(keep)
             active = active[keep]
             nxt = nxt[keep]
         tokens = nxt
@@ -340,7 +224,7 @@ def _sample_desc(acc, k, gens):
     return out
 
 
-def beam_search(state, procs, p, B, K, rng=None):
+def beam_search(state, procs, p, B, K, rng=None, n_threads=None):
     """Beam search with transformers' semantics -> int64 (B, 1 + T).
 
     With `rng` (a SeedSequence; do_sample=True), the 2 * num_beams candidates of each source are
@@ -365,7 +249,7 @@ def beam_search(state, procs, p, B, K, rng=None):
     cur = 1
     top_mask = np.zeros(K2, bool)
     top_mask[:K] = True
-    nthr = _effective_n_threads(state.n_threads)
+    nthr = _effective_n_threads(n_threads)
     while True:
         n = active.size
         logits = _scores_f32(state.step(tokens))                     # (n*K, V)
@@ -439,10 +323,10 @@ def beam_search(state, procs, p, B, K, rng=None):
             break
         # cache rows: row (i, j) continues beam src_beam[i, j] of the same source
         rows = (np.arange(n)[:, None] * K + src_beam).reshape(-1)
-        state.cache.reorder(rows)
+        state.reorder(rows)
         if not live.all():
             keep = np.flatnonzero(live)
-            state.cache.select_sources(keep)
+            state.select_sources(keep)
             active = active[keep]
         tokens = run_seq[active, :, cur - 1].reshape(-1)
     T = int(fin_len[:, 0].max())

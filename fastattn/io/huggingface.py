@@ -1,4 +1,6 @@
-"""What Hugging Face checkpoints share across model types: JSON files, activation names.
+"""What Hugging Face checkpoints share across model types: JSON files, activation names, and
+the weights (``model.safetensors`` or a sharded index, read with the safetensors NumPy API;
+BF16 tensors widened to float32 by hand, NumPy having no bfloat16).
 
 The model-specific readers (``fastattn/models/bert.py``, ``fastattn/models/marian.py``) map
 config fields and weight names; both name activations through :func:`canonical_activation`.
@@ -7,7 +9,9 @@ config fields and weight names; both name activations through :func:`canonical_a
 import json
 import os
 
-__all__ = ["canonical_activation", "read_json"]
+import numpy as np
+
+__all__ = ["canonical_activation", "checkpoint_files", "read_json", "read_safetensors"]
 
 
 def read_json(path, what="JSON file", expect=None):
@@ -57,3 +61,88 @@ def canonical_activation(name, field="hidden_act"):
             f"config field {field}={name!r} is not supported; supported: "
             f"{', '.join(sorted(_HF_NAMES))}")
     return _HF_NAMES[name]
+
+
+def checkpoint_files(folder):
+    """The checkpoint's safetensors file(s): model.safetensors or a sharded index."""
+    single = os.path.join(folder, "model.safetensors")
+    index = os.path.join(folder, "model.safetensors.index.json")
+    if os.path.isfile(single):
+        return [single]
+    if os.path.isfile(index):
+        idx = read_json(index, "safetensors index")
+        wm = idx.get("weight_map") if isinstance(idx, dict) else None
+        if not isinstance(wm, dict) or not wm:
+            raise ValueError(f"{index} has no weight_map")
+        files = []
+        for name in dict.fromkeys(wm.values()):
+            # a shard is a plain file name inside the folder (transformers writes them so)
+            if not isinstance(name, str) or not name or os.path.basename(name) != name \
+                    or name in (".", ".."):
+                raise ValueError(f"{index}: weight_map lists {name!r}, not a file name inside "
+                                 f"the model folder")
+            p = os.path.join(folder, name)
+            if not os.path.isfile(p):
+                raise FileNotFoundError(f"checkpoint shard not found: {p} (listed in {index})")
+            files.append(p)
+        return files
+    for other in ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5",
+                  "model.onnx", "flax_model.msgpack"):
+        if os.path.exists(os.path.join(folder, other)):
+            raise ValueError(
+                f"{folder} holds {other} but no model.safetensors: fastattn reads safetensors "
+                "only (it never imports torch). Convert once, e.g. with transformers: "
+                "AutoModel.from_pretrained(folder).save_pretrained(folder, "
+                "safe_serialization=True)")
+    raise FileNotFoundError(f"model weights not found: {single}")
+
+
+def _bf16_entries(path):
+    """{name: (shape, byte offset, count)} of the BF16 tensors of a safetensors file.
+
+    NumPy has no bfloat16, so the safetensors NumPy API cannot return these; we read them
+    from the file's JSON header (8-byte little-endian length, then the header, then data).
+    """
+    with open(path, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        if not 0 < n <= 100_000_000:
+            return {}
+        try:
+            header = json.loads(fh.read(n))
+        except ValueError:              # a bad header: safetensors' own reader says what is wrong
+            return {}
+    if not isinstance(header, dict):
+        return {}
+    out = {}
+    for name, info in header.items():
+        if name != "__metadata__" and isinstance(info, dict) and info.get("dtype") == "BF16":
+            begin, end = info["data_offsets"]
+            out[name] = (tuple(info["shape"]), 8 + n + begin, (end - begin) // 2)
+    return out
+
+
+def _read_bf16(path, shape, offset, count):
+    """A BF16 tensor as float32 (exact: bfloat16 is the top half of a float32)."""
+    raw = np.fromfile(path, dtype="<u2", count=count, offset=offset)
+    if raw.size != count or count != int(np.prod(shape, dtype=np.int64)):
+        raise ValueError(f"truncated BF16 tensor in {path}")
+    return (raw.astype(np.uint32) << 16).view(np.float32).reshape(shape)
+
+
+def read_safetensors(files):
+    """name -> ndarray for every tensor in the safetensors files (numpy API, no torch;
+    BF16 tensors are widened to float32 by hand)."""
+    from safetensors import safe_open
+    tensors = {}
+    for path in files:
+        try:
+            bf16 = _bf16_entries(path)
+            with safe_open(path, framework="numpy") as f:
+                for name in f.keys():
+                    tensors[name] = _read_bf16(path, *bf16[name]) if name in bf16 \
+                        else f.get_tensor(name)
+        except Exception as exc:            # the library raises its own error types
+            if isinstance(exc, (MemoryError, KeyboardInterrupt)):
+                raise
+            raise ValueError(f"could not read the safetensors file {path}: {exc}") from exc
+    return tensors

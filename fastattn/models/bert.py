@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..io.huggingface import canonical_activation
+from ..io.huggingface import canonical_activation, checkpoint_files, read_safetensors
 from ..io.huggingface import read_json as _read_json
 
-__all__ = ["EncoderConfig", "SUPPORTED_MODEL_TYPES", "load_config", "load_weights"]
+__all__ = ["EncoderConfig", "SUPPORTED_MODEL_TYPES", "load_config", "load_weights", "name_map"]
 
 _ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")
 SUPPORTED_MODEL_TYPES = ("bert",) + _ROBERTA_LIKE + ("distilbert",)
@@ -207,104 +207,6 @@ _DISTILBERT_NAMES = {
 }
 
 
-def _expected_shapes(cfg):
-    H, I = cfg.hidden_size, cfg.intermediate_size
-    top = {"word": (cfg.vocab_size, H), "position": (cfg.max_position_embeddings, H),
-           "emb_ln_w": (H,), "emb_ln_b": (H,)}
-    if cfg.type_vocab_size:
-        top["token_type"] = (cfg.type_vocab_size, H)
-    layer = {"q_w": (H, H), "q_b": (H,), "k_w": (H, H), "k_b": (H,), "v_w": (H, H),
-             "v_b": (H,), "o_w": (H, H), "o_b": (H,), "ln1_w": (H,), "ln1_b": (H,),
-             "i_w": (I, H), "i_b": (I,), "out_w": (H, I), "out_b": (H,), "ln2_w": (H,),
-             "ln2_b": (H,)}
-    return top, layer
-
-
-def _safetensors_files(folder):
-    """The checkpoint's safetensors file(s): model.safetensors or a sharded index."""
-    single = os.path.join(folder, "model.safetensors")
-    index = os.path.join(folder, "model.safetensors.index.json")
-    if os.path.isfile(single):
-        return [single]
-    if os.path.isfile(index):
-        idx = _read_json(index, "safetensors index")
-        wm = idx.get("weight_map") if isinstance(idx, dict) else None
-        if not isinstance(wm, dict) or not wm:
-            raise ValueError(f"{index} has no weight_map")
-        files = []
-        for name in dict.fromkeys(wm.values()):
-            # a shard is a plain file name inside the folder (transformers writes them so)
-            if not isinstance(name, str) or not name or os.path.basename(name) != name \
-                    or name in (".", ".."):
-                raise ValueError(f"{index}: weight_map lists {name!r}, not a file name inside "
-                                 f"the model folder")
-            p = os.path.join(folder, name)
-            if not os.path.isfile(p):
-                raise FileNotFoundError(f"checkpoint shard not found: {p} (listed in {index})")
-            files.append(p)
-        return files
-    for other in ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5",
-                  "model.onnx", "flax_model.msgpack"):
-        if os.path.exists(os.path.join(folder, other)):
-            raise ValueError(
-                f"{folder} holds {other} but no model.safetensors: fastattn reads safetensors "
-                "only (it never imports torch). Convert once, e.g. with transformers: "
-                "AutoModel.from_pretrained(folder).save_pretrained(folder, "
-                "safe_serialization=True)")
-    raise FileNotFoundError(f"model weights not found: {single}")
-
-
-def _bf16_entries(path):
-    """{name: (shape, byte offset, count)} of the BF16 tensors of a safetensors file.
-
-    NumPy has no bfloat16, so the safetensors NumPy API cannot return these; we read them
-    from the file's JSON header (8-byte little-endian length, then the header, then data).
-    """
-    with open(path, "rb") as fh:
-        n = int.from_bytes(fh.read(8), "little")
-        if not 0 < n <= 100_000_000:
-            return {}
-        try:
-            header = json.loads(fh.read(n))
-        except ValueError:              # a bad header: safetensors' own reader says what is wrong
-            return {}
-    if not isinstance(header, dict):
-        return {}
-    out = {}
-    for name, info in header.items():
-        if name != "__metadata__" and isinstance(info, dict) and info.get("dtype") == "BF16":
-            begin, end = info["data_offsets"]
-            out[name] = (tuple(info["shape"]), 8 + n + begin, (end - begin) // 2)
-    return out
-
-
-def _read_bf16(path, shape, offset, count):
-    """A BF16 tensor as float32 (exact: bfloat16 is the top half of a float32)."""
-    raw = np.fromfile(path, dtype="<u2", count=count, offset=offset)
-    if raw.size != count or count != int(np.prod(shape, dtype=np.int64)):
-        raise ValueError(f"truncated BF16 tensor in {path}")
-    return (raw.astype(np.uint32) << 16).view(np.float32).reshape(shape)
-
-
-def _read_tensors(files):
-    """name -> ndarray for every tensor in the safetensors files (numpy API, no torch;
-    BF16 tensors are widened to float32 by hand)."""
-    from safetensors import safe_open
-    tensors = {}
-    for path in files:
-        try:
-            bf16 = _bf16_entries(path)
-            with safe_open(path, framework="numpy") as f:
-                for name in f.keys():
-                    tensors[name] = _read_bf16(path, *bf16[name]) if name in bf16 \
-                        else f.get_tensor(name)
-        except Exception as exc:            # the library raises its own error types
-            if isinstance(exc, (MemoryError, KeyboardInterrupt)):
-                raise
-            raise ValueError(f"could not read the safetensors file {path}: {exc}") from exc
-    return tensors
-
-
 def _find_prefix(tensors, files):
     anchor = "embeddings.word_embeddings.weight"
     prefixes = sorted({k[:-len(anchor)] for k in tensors if k.endswith(anchor)})
@@ -320,25 +222,50 @@ def _find_prefix(tensors, files):
     return p
 
 
-def load_weights(folder, cfg, dtype):
-    """Read the checkpoint in `folder` and return ``(top, layers)`` in `dtype`.
+def name_map(cfg):
+    """Hugging Face name (after the checkpoint's prefix) -> (fastattn.nn name, rows): where
+    each tensor of a ``cfg.model_type`` checkpoint goes in :class:`fastattn.EncoderModel`'s
+    network (``embeddings``: a :class:`fastattn.nn.Embedding`; ``layers.N``: post-norm
+    :class:`fastattn.nn.TransformerEncoderLayer`). q, k and v are row blocks of a layer's
+    ``self_attn.in_proj_weight`` (one GEMM)."""
+    names = _DISTILBERT_NAMES if cfg.model_type == "distilbert" else _BERT_NAMES
+    H = cfg.hidden_size
+    m = {names["word"]: ("embeddings.weight", None),
+         names["position"]: ("embeddings.position_weight", None),
+         names["emb_ln_w"]: ("embeddings.norm.weight", None),
+         names["emb_ln_b"]: ("embeddings.norm.bias", None)}
+    if cfg.type_vocab_size:
+        m[names["token_type"]] = ("embeddings.token_type_weight", None)
+    ours = {"o_w": "self_attn.out_proj.weight", "o_b": "self_attn.out_proj.bias",
+            "ln1_w": "norm1.weight", "ln1_b": "norm1.bias", "i_w": "linear1.weight",
+            "i_b": "linear1.bias", "out_w": "linear2.weight", "out_b": "linear2.bias",
+            "ln2_w": "norm2.weight", "ln2_b": "norm2.bias"}
+    for i in range(cfg.num_layers):
+        for key, hf in names["layer"].items():
+            hf = hf.format(i=i)
+            if key[0] in "qkv":
+                j = "qkv".index(key[0])
+                which = "weight" if key.endswith("_w") else "bias"
+                m[hf] = (f"layers.{i}.self_attn.in_proj_{which}", (j * H, (j + 1) * H))
+            else:
+                m[hf] = (f"layers.{i}.{ours[key]}", None)
+    return m
 
-    top : dict with word (V, H), position (P, H), token_type (T, H) or None, emb_ln_w/b (H,)
-    layers : list of dicts, one per layer: qkv_w (3H, H), qkv_b (3H,), o_w (H, H), o_b,
-        ln1_w/b, i_w (I, H), i_b, out_w (H, I), out_b, ln2_w/b — C-contiguous.
+
+def load_weights(folder, cfg, arrays):
+    """Read the checkpoint in `folder` into `arrays` (fastattn.nn name -> the model's array,
+    written in place, converted to its dtype) through :func:`name_map`.
 
     Tensors are found under any prefix ("bert.", "roberta.", "distilbert.", none); old
     TensorFlow-converted LayerNorm names (gamma / beta) are accepted. A missing tensor or a
     shape that disagrees with config.json is a ValueError naming the tensor.
     """
-    files = _safetensors_files(folder)
-    tensors = _read_tensors(files)
+    files = checkpoint_files(folder)
+    tensors = read_safetensors(files)
     prefix = _find_prefix(tensors, files)
-    names = _DISTILBERT_NAMES if cfg.model_type == "distilbert" else _BERT_NAMES
-    top_shapes, layer_shapes = _expected_shapes(cfg)
     where = ", ".join(files)
-
-    def get(hf_name, shape):
+    for hf_name, (name, rows) in name_map(cfg).items():
+        dst = arrays[name] if rows is None else arrays[name][rows[0]:rows[1]]
         full = prefix + hf_name
         arr = tensors.get(full)
         if arr is None and full.endswith("LayerNorm.weight"):
@@ -347,26 +274,14 @@ def load_weights(folder, cfg, dtype):
             arr = tensors.get(full[:-len("bias")] + "beta")
         if arr is None:
             raise ValueError(f"tensor {full!r} not found in {where}")
-        if tuple(arr.shape) != shape:
+        if tuple(arr.shape) != dst.shape:
             raise ValueError(f"tensor {full!r} in {where} has shape {tuple(arr.shape)}; "
-                             f"config.json implies {shape}")
+                             f"config.json implies {dst.shape}")
         if arr.dtype.kind != "f":
             raise ValueError(f"tensor {full!r} in {where} has dtype {arr.dtype}, not a float")
-        return np.ascontiguousarray(arr, dtype=dtype)
-
-    top = {key: get(names[key], shape) for key, shape in top_shapes.items()}
-    top.setdefault("token_type", None)
-    layers = []
-    for i in range(cfg.num_layers):
-        raw = {key: get(names["layer"][key].format(i=i), shape)
-               for key, shape in layer_shapes.items()}
-        layer = {k: v for k, v in raw.items() if k[0] not in "qkv"}
-        layer["qkv_w"] = np.concatenate([raw["q_w"], raw["k_w"], raw["v_w"]], axis=0)
-        layer["qkv_b"] = np.concatenate([raw["q_b"], raw["k_b"], raw["v_b"]], axis=0)
-        layers.append(layer)
+        dst[...] = arr
     extra = f"{prefix}encoder.layer.{cfg.num_layers}." if cfg.model_type != "distilbert" \
         else f"{prefix}transformer.layer.{cfg.num_layers}."
     if any(k.startswith(extra) for k in tensors):
         raise ValueError(f"{where} holds more layers than config.json's "
                          f"{cfg.num_layers}: found tensors under {extra!r}")
-    return top, layers

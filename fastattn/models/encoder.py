@@ -1,18 +1,21 @@
 """EncoderModel: BERT-family encoders and sentence embeddings from a Hugging Face folder.
 
 No torch, no transformers at run time: weights come from ``model.safetensors`` through the
-``safetensors`` NumPy API, dense maths on fastattn's packed GEMM (:class:`fastattn.PackedLinear`), attention from
-:func:`fastattn.scaled_dot_product_attention`.
+``safetensors`` NumPy API (:mod:`fastattn.io.huggingface`), into fastattn.nn's layers: an
+:class:`~fastattn.nn.Embedding` (word + token type + position, LayerNorm, one C pass) and
+post-norm :class:`~fastattn.nn.TransformerEncoderLayer` s. This file composes them and calls no
+kernel.
 """
 import os
 
 import numpy as np
 
-from ..functional import scaled_dot_product_attention
-from .._kernels import _gemm
-from .._ops import PackedLinear, _new_output
-from .._threads import _effective_n_threads
-from .._validation import as_array, check_dtype, hf_attention_mask, to_numpy
+from .._validation import check_dtype, check_token_ids, hf_attention_mask
+from ..nn._masks import _KernelMask
+from ..nn._module import _Init
+from ..nn.attention import RowSubset
+from ..nn.embedding import Embedding
+from ..nn.transformer import TransformerEncoderLayer
 from .bert import _read_json, load_config, load_weights
 
 __all__ = ["EncoderModel", "POOLING_MODES"]
@@ -130,22 +133,35 @@ class EncoderModel:
         the model itself accepts up to ``config.max_tokens``
     """
 
-    def __init__(self, config, top, layers, dtype, pooling=("mean",), normalize=True):
+    def __init__(self, config, dtype=np.float32, pooling=("mean",), normalize=True):
+        """The network for `config` (an EncoderConfig), its parameters uninitialised: use
+        :meth:`from_pretrained`, which reads them in."""
         self.config = config
         self.dtype = np.dtype(dtype)
         self.hidden_size = config.hidden_size
         self.pooling = _check_pooling(pooling)
         self.normalize = bool(normalize)
         self.max_seq_length = None
-        self._top = top
-        self._layers = layers
-        # the dense layers, packed once: q/k/v as one GEMM, the activation fused into the first
-        # FFN GEMM's epilogue, the residuals into the second GEMM of each sublayer
-        for p in layers:
-            p["qkv"] = PackedLinear(p["qkv_w"], p["qkv_b"])
-            p["o"] = PackedLinear(p["o_w"], p["o_b"])
-            p["i"] = PackedLinear(p["i_w"], p["i_b"], activation=config.activation)
-            p["out"] = PackedLinear(p["out_w"], p["out_b"])
+        init = _Init.empty(self.dtype)
+        eps = config.layer_norm_eps
+        self.embeddings = Embedding(config.vocab_size, config.hidden_size, positions="learned",
+                                    max_positions=config.max_position_embeddings,
+                                    type_vocab_size=config.type_vocab_size, layer_norm_eps=eps,
+                                    dtype=self.dtype, _init=init)
+        # post-norm blocks: q/k/v one GEMM, the activation fused into the first FFN GEMM's
+        # epilogue, each residual and LayerNorm into the second GEMM of its sublayer
+        self.layers = [TransformerEncoderLayer(config.hidden_size, config.num_heads,
+                                               config.intermediate_size,
+                                               activation=config.activation,
+                                               layer_norm_eps=eps, dtype=self.dtype, _init=init)
+                       for _ in range(config.num_layers)]
+
+    def _arrays(self):
+        """fastattn.nn name -> parameter array (``embeddings.*``, ``layers.N.*``)."""
+        out = {f"embeddings.{n}": a for n, a, _, _ in self.embeddings._named_params()}
+        for i, layer in enumerate(self.layers):
+            out.update((f"layers.{i}.{n}", a) for n, a, _, _ in layer._named_params())
+        return out
 
     def __repr__(self):
         c = self.config
@@ -180,10 +196,10 @@ class EncoderModel:
             raise ValueError(str(exc)) from None
         model_dir, pooling_cfg, normalize = _read_folder(path)
         config = load_config(model_dir)
-        top, layers = load_weights(model_dir, config, dt)
         pooling = pooling_cfg if isinstance(pooling_cfg, tuple) else \
             _pooling_from_config(os.path.join(pooling_cfg, "config.json"), config.hidden_size)
-        model = cls(config, top, layers, dt, pooling, normalize)
+        model = cls(config, dt, pooling, normalize)
+        load_weights(model_dir, config, model._arrays())
         model.max_seq_length = _st_max_seq_length(os.fspath(path), model_dir, config)
         return model
 
@@ -191,12 +207,8 @@ class EncoderModel:
 
     def _check_ids(self, input_ids, attention_mask, token_type_ids):
         cfg = self.config
-        ids = as_array(to_numpy(input_ids) if hasattr(input_ids, "detach") else input_ids,
-                       "input_ids")
-        if ids.dtype.kind not in "iu":
-            raise TypeError(f"input_ids must be integer token ids, got dtype {ids.dtype}")
-        if ids.ndim != 2:
-            raise ValueError(f"input_ids must have shape (batch, seq_len), got {ids.shape}")
+        ids = check_token_ids(input_ids, "input_ids", cfg.vocab_size, what="(batch, seq_len)",
+                              one_row=False)
         B, S = ids.shape
         n, what, pad = S, "tokens per row", ""
         if cfg.positions_after_padding and S > cfg.max_tokens and ids.size:
@@ -209,10 +221,6 @@ class EncoderModel:
                 f"input_ids has {n} {what}; this {cfg.model_type} model allows at most "
                 f"{cfg.max_tokens} (config max_position_embeddings="
                 f"{cfg.max_position_embeddings}{pad}); truncate the input")
-        if ids.size and (ids.min() < 0 or ids.max() >= cfg.vocab_size):
-            bad = ids.min() if ids.min() < 0 else ids.max()
-            raise ValueError(f"input_ids holds {bad}, outside the vocabulary [0, "
-                             f"{cfg.vocab_size})")
         ids = ids.astype(np.intp, copy=False)
 
         mask = None if attention_mask is None else hf_attention_mask(attention_mask, ids.shape)
@@ -252,68 +260,31 @@ class EncoderModel:
         """LN(word + token type + position) for the flat token positions `keep` (all: None);
         returns (N, H). One pass in C: the rows gathered, summed in that order and normalised
         (the same bits as gathering, adding and normalising array by array)."""
-        top = self._top
-        pos = np.broadcast_to(self._position_ids(ids), ids.shape).reshape(-1)
-        ids = ids.reshape(-1)
-        if tt is not None:
-            tt = tt.reshape(-1)
-        if keep is not None:
-            ids, pos = ids[keep], pos[keep]
-            tt = None if tt is None else tt[keep]
-        ids, pos = (np.ascontiguousarray(a, dtype=np.intp) for a in (ids, pos))
-        if tt is not None:
-            tt = np.ascontiguousarray(tt, dtype=np.intp)
-        y = np.empty((ids.shape[0], self.hidden_size), dtype=self.dtype)
-        _gemm.embed_layer_norm(top["word"], ids, top["token_type"], tt, top["position"], pos,
-                               top["emb_ln_w"], top["emb_ln_b"], self.config.layer_norm_eps, y,
-                               _effective_n_threads(None))
-        return y
-
-    def _layer(self, x, p, B, S, attn_mask, keep, qkv_buf):
-        """One post-norm block on x (N, H): the rows of all B * S positions, or (keep given)
-        only the positions listed in keep, scattered into qkv_buf (B * S, 3H) for attention."""
-        cfg = self.config
-        H, nh, hd = cfg.hidden_size, cfg.num_heads, cfg.head_dim
-        qkv = p["qkv"](x)                                     # (N, 3H)
-        if keep is not None:
-            qkv_buf[keep] = qkv                               # padding rows stay zero
-            qkv = qkv_buf
-        qkv = qkv.reshape(B, S, 3, nh, hd)
-        # (B, S, nh, hd) -> (B, nh, S, hd) strided views, no copy
-        q, k, v = (qkv[:, :, j].transpose(0, 2, 1, 3) for j in range(3))
-        # tiny problems (a short query) run on one thread: waking a second OpenMP thread
-        # costs more than the whole call (~0.1 ms for 1 x 16 tokens x 12 heads)
-        nthr = 1 if B * nh * S * S * hd < _ATTN_ONE_THREAD else None
-        # the heads written side by side: ctx (B * S, H) is the output projection's input as it is
-        ctx = _new_output((B * S, H), x.dtype)            # cache-line aligned (nn/attention.py)
-        scaled_dot_product_attention(q, k, v, attn_mask, n_threads=nthr,
-                                     out=ctx.reshape(B, S, nh, hd).transpose(0, 2, 1, 3))
-        if keep is not None:
-            ctx = ctx[keep]
-        # LayerNorm(x + ctx W_o^T + b_o), the norm done inside the GEMM
-        x = p["o"]._then_layer_norm(ctx, x, p["ln1_w"], p["ln1_b"], cfg.layer_norm_eps)
-        h = p["i"](x)                                         # act(x W_i^T + b_i), fused
-        return p["out"]._then_layer_norm(h, x, p["ln2_w"], p["ln2_b"], cfg.layer_norm_eps)
+        return self.embeddings._forward(ids, position_ids=self._position_ids(ids),
+                                        token_type_ids=tt, keep=keep)
 
     def _forward(self, ids, mask, tt, packed=False):
         """(B, S, H) last hidden state. packed=True computes the real tokens only (the dense
         layers skip padding); padding positions of the result are then zeros."""
+        cfg = self.config
         B, S = ids.shape
         H = self.hidden_size
         if B == 0 or S == 0:
             return np.zeros((B, S, H), dtype=self.dtype)
         padded = mask is not None and not mask.all()
         # key padding as an SDPA bool mask, True = may attend; none when nothing is padded
-        attn_mask = mask[:, None, None, :] if padded else None
-        keep = np.flatnonzero(mask) if padded and packed else None
-        qkv_buf = None if keep is None else np.zeros((B * S, 3 * H), dtype=self.dtype)
-        x = self._embeddings(ids, tt, keep)
-        for p in self._layers:
-            x = self._layer(x, p, B, S, attn_mask, keep, qkv_buf)
+        kmask = _KernelMask(mask[:, None, None, :] if padded else None, False)
+        keep = RowSubset(np.flatnonzero(mask), B * S) if padded and packed else None
+        x = self._embeddings(ids, tt, None if keep is None else keep.index)
+        # tiny problems (a short query) run attention on one thread: waking a second OpenMP
+        # thread costs more than the whole call (~0.1 ms for 1 x 16 tokens x 12 heads)
+        attn_threads = 1 if B * cfg.num_heads * S * S * cfg.head_dim < _ATTN_ONE_THREAD else None
+        for layer in self.layers:
+            x = layer._forward(x, B, S, kmask, keep=keep, attn_threads=attn_threads)
         if keep is None:
             return x.reshape(B, S, H)
         out = np.zeros((B * S, H), dtype=self.dtype)
-        out[keep] = x
+        out[keep.index] = x
         return out.reshape(B, S, H)
 
     def __call__(self, input_ids, attention_mask=None, token_type_ids=None):

@@ -16,12 +16,15 @@ Marian against the vanilla Transformer (what ``modeling_marian.py`` computes):
   ``bad_words_ids = [[pad]]`` usually come with the checkpoint's generation config.
 """
 import os
+import warnings
 
 import numpy as np
 
+from ..generation.config import GENERATION_FIELDS, single_id
 from ..io.huggingface import read_json as _read_json
+from ..io.huggingface import read_safetensors
 
-__all__ = ["read_config", "read_generation_config", "read_weights", "GENERATION_DEFAULTS"]
+__all__ = ["read_config", "read_weights", "marian_state_dict", "name_map", "untie_differing_copies"]
 
 # config.json fields with no effect on inference (training knobs, bookkeeping)
 _IGNORED = {
@@ -53,54 +56,6 @@ _STRUCTURE = {
     "decoder_start_token_id": 58100, "forced_eos_token_id": 0,
 }
 
-# generation settings and transformers' global defaults for them (GenerationConfig
-# ``_get_default_generation_params``): what applies when neither the user nor the checkpoint
-# says otherwise
-GENERATION_DEFAULTS = {
-    "max_length": 20, "max_new_tokens": None, "min_length": 0, "min_new_tokens": None,
-    "do_sample": False, "early_stopping": False, "num_beams": 1, "temperature": 1.0,
-    "top_k": 50, "top_p": 1.0, "length_penalty": 1.0, "bad_words_ids": None,
-    "forced_eos_token_id": None, "suppress_tokens": None, "renormalize_logits": False,
-    "num_return_sequences": 1,
-}
-# generation fields we read (special ids are read too); any other field must keep its neutral value
-_GEN_READ = set(GENERATION_DEFAULTS) | {
-    "decoder_start_token_id", "eos_token_id", "pad_token_id", "bos_token_id"}
-_GEN_IGNORED = {
-    "_from_model_config", "transformers_version", "use_cache", "output_attentions",
-    "output_hidden_states", "output_scores", "output_logits", "return_dict_in_generate",
-    "cache_implementation", "cache_config", "return_legacy_cache", "is_assistant",
-    "compile_config", "disable_compile", "trust_remote_code", "max_time", "stop_strings",
-    "low_memory", "num_assistant_tokens", "num_assistant_tokens_schedule",
-    "assistant_confidence_threshold", "assistant_lookbehind", "target_lookbehind",
-    "prompt_lookup_num_tokens", "max_matching_ngram_size", "assistant_early_exit",
-    "token_healing", "dola_layers", "generation_kwargs", "decoder_end_token_id",
-}
-_GEN_NEUTRAL = {
-    "repetition_penalty": (1.0, None), "no_repeat_ngram_size": (0, None),
-    "encoder_no_repeat_ngram_size": (0, None), "forced_bos_token_id": (None,),
-    "remove_invalid_values": (False, None), "exponential_decay_length_penalty": (None,),
-    "begin_suppress_tokens": (None,), "typical_p": (1.0, None), "epsilon_cutoff": (0.0, None),
-    "eta_cutoff": (0.0, None), "diversity_penalty": (0.0, None), "num_beam_groups": (1, None),
-    "encoder_repetition_penalty": (1.0, None), "guidance_scale": (None, 1.0),
-    "sequence_bias": (None,), "min_p": (None,), "top_h": (None,), "constraints": (None,),
-    "force_words_ids": (None,), "penalty_alpha": (None,), "watermarking_config": (None,),
-    "suppress_tokens_at_begin": (None,), "output_logits": (None, False),
-}
-
-
-def _single_id(value, field, where):
-    if isinstance(value, list):
-        if len(value) != 1:
-            raise ValueError(f"{where}: {field}={value!r}: only one token id is supported")
-        value = value[0]
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{where}: {field} must be a non-negative integer, got {value!r}")
-    return value
-
-
 def read_config(path):
     """Parse ``path/config.json`` of a Marian checkpoint.
 
@@ -122,7 +77,7 @@ def read_config(path):
                 raise ValueError(f"{where}: {key}={value!r} is not supported (Marian models use "
                                  f"{key}={_FIXED[key]!r})")
             continue
-        if key in _GEN_READ or key in _GEN_NEUTRAL or key in _GEN_IGNORED:
+        if key in GENERATION_FIELDS:
             legacy_gen[key] = value
             continue
         raise ValueError(f"{where}: unknown config field {key!r}")
@@ -155,9 +110,9 @@ def read_config(path):
         "max_position_embeddings": cfg["max_position_embeddings"],
         "share_encoder_decoder_embeddings": cfg["share_encoder_decoder_embeddings"],
         "tie_word_embeddings": cfg["tie_word_embeddings"],
-        "pad_token_id": _single_id(cfg["pad_token_id"], "pad_token_id", where),
-        "eos_token_id": _single_id(cfg["eos_token_id"], "eos_token_id", where),
-        "decoder_start_token_id": _single_id(cfg["decoder_start_token_id"],
+        "pad_token_id": single_id(cfg["pad_token_id"], "pad_token_id", where),
+        "eos_token_id": single_id(cfg["eos_token_id"], "eos_token_id", where),
+        "decoder_start_token_id": single_id(cfg["decoder_start_token_id"],
                                              "decoder_start_token_id", where),
         "normalize_before": False,
         "positions": "marian",
@@ -167,83 +122,6 @@ def read_config(path):
     if "forced_eos_token_id" in raw:
         legacy_gen["forced_eos_token_id"] = fe
     return out, legacy_gen
-
-
-def check_generation_config(gen, where):
-    """Validate a generation-settings dict (from JSON); returns the fields we use."""
-    out = {}
-    for key, value in gen.items():
-        if key in _GEN_IGNORED:
-            continue
-        if key in _GEN_NEUTRAL:
-            if value not in _GEN_NEUTRAL[key]:
-                raise ValueError(f"{where}: {key}={value!r} is not supported "
-                                 f"(only {_GEN_NEUTRAL[key][0]!r})")
-            continue
-        if key not in _GEN_READ:
-            raise ValueError(f"{where}: unknown generation field {key!r}")
-        if key in ("eos_token_id", "pad_token_id", "decoder_start_token_id", "bos_token_id",
-                   "forced_eos_token_id"):
-            value = _single_id(value, key, where)
-        elif key == "num_return_sequences" and value not in (None, 1):
-            raise ValueError(f"{where}: num_return_sequences={value!r} is not supported (only 1)")
-        elif value is not None:
-            _check_setting_type(key, value, where)
-        out[key] = value
-    return out
-
-
-_INT_SETTINGS = {"max_length": 1, "max_new_tokens": 0, "min_length": 0, "min_new_tokens": 0,
-                 "num_beams": 1, "top_k": 0}
-
-
-def _check_setting_type(key, value, where):
-    """The value range of one generation setting (the same rules generate() applies to its
-    arguments), so that a bad file is named when it is read."""
-    def bad(what):
-        raise ValueError(f"{where}: {key}={value!r} must be {what}")
-    is_bool = isinstance(value, (bool, np.bool_))
-    is_int = isinstance(value, (int, np.integer)) and not is_bool
-    is_num = (is_int or isinstance(value, (float, np.floating))) and not is_bool
-    if key in _INT_SETTINGS:
-        if not is_int or value < _INT_SETTINGS[key]:
-            bad(f"an integer >= {_INT_SETTINGS[key]}")
-    elif key in ("do_sample", "renormalize_logits"):
-        if not is_bool:
-            bad("true or false")
-    elif key == "early_stopping":
-        if not (is_bool or (isinstance(value, str) and value == "never")):
-            bad('true, false or "never"')
-    elif key == "temperature":
-        if not is_num or not 0 < value < float("inf"):
-            bad("a positive number")
-    elif key == "top_p":
-        if not is_num or not 0 <= value <= 1:
-            bad("a number in [0, 1]")
-    elif key == "length_penalty":
-        if not is_num or value != value or value in (float("inf"), float("-inf")):
-            bad("a finite number")
-
-
-def check_generation_ids(gen, config, where):
-    """The special token ids of a checked generation config must be ids of the target
-    vocabulary (config: the model's keywords, with decoder_vocab_size)."""
-    vocab = config.get("decoder_vocab_size") or config["vocab_size"]
-    for key in ("eos_token_id", "pad_token_id", "decoder_start_token_id", "bos_token_id",
-                "forced_eos_token_id"):
-        v = gen.get(key)
-        if v is not None and not 0 <= v < vocab:
-            raise ValueError(f"{where}: {key}={v!r} is not a token id of the target vocabulary "
-                             f"[0, {vocab})")
-
-
-def read_generation_config(path, legacy):
-    """``path/generation_config.json`` when present, else the generation fields of config.json
-    (``legacy``), as transformers does (``GenerationConfig.from_model_config``)."""
-    where = os.path.join(path, "generation_config.json")
-    if os.path.exists(where):
-        return check_generation_config(_read_json(where, os.path.basename(where), dict), where)
-    return check_generation_config(legacy, os.path.join(path, "config.json"))
 
 
 def read_weights(path):
@@ -260,12 +138,7 @@ def read_weights(path):
         raise FileNotFoundError(f"{st} does not exist")
     if not os.path.isfile(st):
         raise ValueError(f"{st} is not a file")
-    try:
-        import safetensors  # noqa: F401
-    except ImportError as exc:      # pragma: no cover - depends on the installation
-        raise ImportError("reading Marian checkpoints needs the 'safetensors' package") from exc
-    from .bert import _read_tensors
-    return _read_tensors([st])      # BF16 widened to float32; a damaged file is a ValueError
+    return read_safetensors([st])      # BF16 widened to float32; a damaged file is a ValueError
 
 
 def marian_state_dict(weights, config):
@@ -307,3 +180,111 @@ def marian_state_dict(weights, config):
     if "final_logits_bias" not in sd:
         sd["final_logits_bias"] = np.zeros((1, config["decoder_vocab_size"]), np.float32)
     return sd
+
+
+def name_map(c):
+    """Hugging Face Marian parameter name -> (fastattn.nn name, rows, shape) for the model's
+    keywords `c`: the names of :class:`fastattn.Seq2SeqTransformer`'s network
+    (``encoder_embed``, ``decoder_embed``, ``encoder``, ``decoder``, ``lm_head``), rows ``(a, b)``
+    of the nn parameter when the Hugging Face tensor is a block of it (q, k and v are one
+    ``in_proj_weight``), and the Hugging Face shape (``final_logits_bias`` is (1, V)).
+
+    The order is the one random initialisation draws in: the packed projections first, then
+    every name in Hugging Face's order.
+    """
+    d, V, Vt = c["d_model"], c["vocab_size"], c["decoder_vocab_size"]
+    qkv = ("q_proj", "k_proj", "v_proj")
+    m = {}
+
+    def proj(hf, nn, j):
+        rows = (j * d, (j + 1) * d)
+        m[f"{hf}.{qkv[j]}.weight"] = (f"{nn}.in_proj_weight", rows, (d, d))
+        m[f"{hf}.{qkv[j]}.bias"] = (f"{nn}.in_proj_bias", rows, (d,))
+
+    def put(hf, nn, shape):
+        m.setdefault(hf, (nn, None, shape))
+
+    stacks = ("encoder", "decoder")
+    for which in stacks:                          # pass 1: the packed projections
+        for i in range(c[f"{which}_layers"]):
+            for j in range(3):
+                proj(f"model.{which}.layers.{i}.self_attn", f"{which}.layers.{i}.self_attn", j)
+            if which == "decoder":
+                for j in (1, 2):
+                    proj(f"model.decoder.layers.{i}.encoder_attn",
+                         f"decoder.layers.{i}.multihead_attn", j)
+    if c["share_encoder_decoder_embeddings"]:     # pass 2: everything, Hugging Face's order
+        put("model.shared.weight", "encoder_embed.weight", (V, d))
+    else:
+        put("model.encoder.embed_tokens.weight", "encoder_embed.weight", (V, d))
+        put("model.decoder.embed_tokens.weight", "decoder_embed.weight", (Vt, d))
+    if not c["tie_word_embeddings"]:
+        put("lm_head.weight", "lm_head.weight", (Vt, d))
+    put("final_logits_bias", "lm_head.bias", (1, Vt))
+    if c["positions"] == "learned":
+        P = c["max_position_embeddings"]
+        put("model.encoder.embed_positions.weight", "encoder_embed.position_weight", (P, d))
+        put("model.decoder.embed_positions.weight", "decoder_embed.position_weight", (P, d))
+    for which in stacks:
+        f = c[f"{which}_ffn_dim"]
+        blocks = [("self_attn", "self_attn", "norm1")]
+        if which == "decoder":
+            blocks.append(("encoder_attn", "multihead_attn", "norm2"))
+        for i in range(c[f"{which}_layers"]):
+            p, q = f"model.{which}.layers.{i}.", f"{which}.layers.{i}."
+            for hf, nn, norm in blocks:
+                for j in range(3):
+                    if f"{p}{hf}.{qkv[j]}.weight" not in m:
+                        proj(p + hf, q + nn, j)
+                put(f"{p}{hf}.out_proj.weight", f"{q}{nn}.out_proj.weight", (d, d))
+                put(f"{p}{hf}.out_proj.bias", f"{q}{nn}.out_proj.bias", (d,))
+                put(f"{p}{hf}_layer_norm.weight", f"{q}{norm}.weight", (d,))
+                put(f"{p}{hf}_layer_norm.bias", f"{q}{norm}.bias", (d,))
+            put(f"{p}fc1.weight", f"{q}linear1.weight", (f, d))
+            put(f"{p}fc1.bias", f"{q}linear1.bias", (f,))
+            put(f"{p}fc2.weight", f"{q}linear2.weight", (d, f))
+            put(f"{p}fc2.bias", f"{q}linear2.bias", (d,))
+            last = "norm3" if which == "decoder" else "norm2"
+            put(f"{p}final_layer_norm.weight", f"{q}{last}.weight", (d,))
+            put(f"{p}final_layer_norm.bias", f"{q}{last}.bias", (d,))
+        if c["normalize_before"]:
+            put(f"model.{which}.layer_norm.weight", f"{which}.norm.weight", (d,))
+            put(f"model.{which}.layer_norm.bias", f"{which}.norm.bias", (d,))
+    return m
+
+
+def untie_differing_copies(config, weights, path):
+    """Read tied weights as transformers (>= 5) does: a saved copy of a tied tensor that differs
+    from its source is not tied to it (transformers warns and keeps the copy). The sources:
+    model.shared for the encoder / decoder embeddings (share_encoder_decoder_embeddings), the
+    decoder embedding for lm_head (tie_word_embeddings). Without tie_word_embeddings nothing is
+    tied and each saved copy is used as it is."""
+    def differs(name, ref):
+        w = weights.get(name)
+        return w is not None and ref is not None and (w.shape != ref.shape
+                                                      or not np.array_equal(w, ref))
+
+    tie = config["tie_word_embeddings"]
+    untied = []
+    sh = weights.get("model.shared.weight")
+    if config["share_encoder_decoder_embeddings"]:
+        stacks = [w for w in ("encoder", "decoder") if differs(f"model.{w}.embed_tokens.weight", sh)]
+        if stacks:
+            untied += [f"model.{w}.embed_tokens.weight" for w in stacks]
+            config["share_encoder_decoder_embeddings"] = False
+            for w in ("encoder", "decoder"):
+                weights.setdefault(f"model.{w}.embed_tokens.weight", sh)
+            if tie:
+                # the output projection stays tied to model.shared
+                config["tie_word_embeddings"] = False
+                weights.setdefault("lm_head.weight", sh)
+        out_src = sh
+    else:
+        out_src = weights.get("model.decoder.embed_tokens.weight")
+    if tie and config["tie_word_embeddings"] and differs("lm_head.weight", out_src):
+        untied.append("lm_head.weight")
+        config["tie_word_embeddings"] = False
+    if tie and untied:
+        warnings.warn(f"{path}: the saved {', '.join(untied)} differ from the tensors they are "
+                      "tied to although tie_word_embeddings is true; each is used as saved (as "
+                      "transformers loads them)", stacklevel=3)

@@ -1,15 +1,16 @@
 """Seq2SeqTransformer: token ids in, token ids out (encoder-decoder with KV-cached decoding).
 
 Design:
+- The network is fastattn.nn's: an :class:`~fastattn.nn.Embedding` per side, a
+  :class:`~fastattn.nn.TransformerEncoder` and :class:`~fastattn.nn.TransformerDecoder` (post-
+  or pre-norm), a :class:`~fastattn.nn.Linear` output projection (tied to the decoder embedding
+  or not; its bias is ``final_logits_bias``). This file composes them and calls no kernel.
 - Parameters carry Hugging Face Marian names (``model.encoder.layers.0.self_attn.q_proj.weight``,
   ``lm_head.weight``, ``final_logits_bias`` ...) and torch's (out, in) layout, so that a
-  ``MarianMTModel.state_dict()`` / ``model.safetensors`` loads by name. Internally q, k and v of
-  every self-attention are ONE packed (3 d, d) matrix (one GEMM per layer), and k, v of every
-  cross-attention one packed (2 d, d) matrix; the per-name arrays are views into them.
-- Activations are C-contiguous (rows, d_model) matrices; heads are strided views handed to
-  :func:`fastattn.scaled_dot_product_attention` as they are, and it writes its output through a
-  strided view of a (rows, d_model) matrix, the heads side by side (no transposing copy).
-- Dense maths goes through ``_dense`` only (packed linear layers, layer_norm, log_softmax).
+  ``MarianMTModel.state_dict()`` / ``model.safetensors`` loads by name: they are views into the
+  layers' arrays, through the name map of :mod:`fastattn.models.marian` (q, k and v of every
+  attention are row blocks of its ``in_proj_weight``: one GEMM for q, k, v of a self-attention,
+  one for k, v of a cross-attention).
 - Decoding keeps a :class:`fastattn.generation.KVCache`: self-attention keys / values written in
   place at the step's position of buffers sized for the longest output; cross-attention keys /
   values computed once per source. The beams of one source share that source's cross keys and
@@ -17,48 +18,28 @@ Design:
 """
 import math
 import os
-import warnings
 
 import numpy as np
 
-from ..functional import scaled_dot_product_attention as _sdpa
+from .._validation import (check_eps, check_option, check_real_input, check_seed,
+                           check_token_ids, hf_attention_mask, to_numpy)
+from ..generation.config import (check_generation_config, check_generation_ids,
+                                 read_generation_config)
+from ..generation.kv_cache import KVCache
+from ..generation.search import DecoderState, generate
 from ..io.huggingface import canonical_activation
-from .._ops import _new_output
-from .._validation import check_eps, check_option, check_seed, hf_attention_mask, to_numpy
-from . import _dense as ops
+from ..nn._masks import _KernelMask
+from ..nn._module import _Init
+from ..nn.embedding import Embedding
+from ..nn.linear import Linear
+from ..nn.positional import POSITION_LAYOUTS, positions_table
+from ..nn.transformer import TransformerDecoder, TransformerEncoder
 from . import marian as _marian
 
 __all__ = ["Seq2SeqTransformer", "positions_table"]
 
-_POSITIONS = ("marian", "interleaved", "learned")
+_POSITIONS = POSITION_LAYOUTS + ("learned",)
 _SMALL = 1 << 16          # elements below which an elementwise pass runs on one thread
-
-
-
-def positions_table(n_positions, d_model, layout="marian", dtype=np.float32):
-    """Sinusoidal position table (n_positions, d_model).
-
-    ``"marian"``: sin(p * w_i) in columns [0, d/2), cos(p * w_i) in [d/2, d) with
-    w_i = 10000 ** (-2 i / d) (transformers' MarianSinusoidalPositionalEmbedding, including its
-    float32 rounding of the table); ``"interleaved"``: the paper's layout, sin in even columns,
-    cos in odd ones (``fastattn.sinusoidal_positions``).
-    """
-    pos = np.arange(n_positions, dtype=np.float64)[:, None]
-    j = np.arange(d_model)
-    # p / 10000 ** (2 (j // 2) / d), evaluated like transformers (a division, in float64)
-    angle = pos / np.power(10000, 2 * (j // 2) / d_model)
-    if layout == "marian":
-        half = d_model // 2 if d_model % 2 == 0 else d_model // 2 + 1
-        out = np.empty((n_positions, d_model), np.float64)
-        out[:, :half] = np.sin(angle[:, 0::2])
-        out[:, half:] = np.cos(angle[:, 1::2])
-        return out.astype(np.float32).astype(dtype)
-    if layout == "interleaved":
-        out = np.empty((n_positions, d_model), np.float64)
-        out[:, 0::2] = np.sin(angle[:, 0::2])
-        out[:, 1::2] = np.cos(angle[:, 1::2])
-        return out.astype(dtype)
-    raise ValueError(f"positions must be one of {_POSITIONS}, got {layout!r}")
 
 
 def _pos_int(v, name):
@@ -73,53 +54,6 @@ def _id(v, name, vocab, allow_none=False):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v < vocab:
         raise ValueError(f"{name} must be a token id in [0, {vocab}), got {v!r}")
     return int(v)
-
-
-def _untie_differing_copies(config, weights, path):
-    """Read tied weights as transformers (>= 5) does: a saved copy of a tied tensor that differs
-    from its source is not tied to it (transformers warns and keeps the copy). The sources:
-    model.shared for the encoder / decoder embeddings (share_encoder_decoder_embeddings), the
-    decoder embedding for lm_head (tie_word_embeddings). Without tie_word_embeddings nothing is
-    tied and each saved copy is used as it is."""
-    def differs(name, ref):
-        w = weights.get(name)
-        return w is not None and ref is not None and (w.shape != ref.shape
-                                                      or not np.array_equal(w, ref))
-
-    tie = config["tie_word_embeddings"]
-    untied = []
-    sh = weights.get("model.shared.weight")
-    if config["share_encoder_decoder_embeddings"]:
-        stacks = [w for w in ("encoder", "decoder") if differs(f"model.{w}.embed_tokens.weight", sh)]
-        if stacks:
-            untied += [f"model.{w}.embed_tokens.weight" for w in stacks]
-            config["share_encoder_decoder_embeddings"] = False
-            for w in ("encoder", "decoder"):
-                weights.setdefault(f"model.{w}.embed_tokens.weight", sh)
-            if tie:
-                # the output projection stays tied to model.shared
-                config["tie_word_embeddings"] = False
-                weights.setdefault("lm_head.weight", sh)
-        out_src = sh
-    else:
-        out_src = weights.get("model.decoder.embed_tokens.weight")
-    if tie and config["tie_word_embeddings"] and differs("lm_head.weight", out_src):
-        untied.append("lm_head.weight")
-        config["tie_word_embeddings"] = False
-    if tie and untied:
-        warnings.warn(f"{path}: the saved {', '.join(untied)} differ from the tensors they are "
-                      "tied to although tie_word_embeddings is true; each is used as saved (as "
-                      "transformers loads them)", stacklevel=3)
-
-
-class _Attn:
-    """One attention block: qkv (self, packed (3d, d)) or q + kv (cross, kv packed (2d, d)),
-    the output projection o, and the block's layer norm."""
-    __slots__ = ("qkv", "q", "kv", "o", "ln_g", "ln_b")
-
-
-class _Layer:
-    __slots__ = ("self_attn", "cross_attn", "fc1", "fc2", "ln_g", "ln_b")
 
 
 class Seq2SeqTransformer:
@@ -233,8 +167,8 @@ class Seq2SeqTransformer:
         if generation_config is not None and not isinstance(generation_config, dict):
             raise TypeError(f"generation_config must be a dict, got "
                             f"{type(generation_config).__name__}")
-        gen = _marian.check_generation_config(dict(generation_config or {}), "generation_config")
-        _marian.check_generation_ids(gen, cfg, "generation_config")
+        gen = check_generation_config(dict(generation_config or {}), "generation_config")
+        check_generation_ids(gen, Vt, "generation_config")
         self.generation_config = gen
         self._dtype = dt
         self._build(seed, _state_dict)
@@ -243,74 +177,54 @@ class Seq2SeqTransformer:
     # parameters
     # ---------------------------------------------------------------------------------------
 
-    def _param_shapes(self):
-        """Every parameter name -> shape (HF Marian names)."""
-        c = self._config
-        d, V, Vt = c["d_model"], c["vocab_size"], c["decoder_vocab_size"]
-        shapes = {}
-        if c["share_encoder_decoder_embeddings"]:
-            shapes["model.shared.weight"] = (V, d)
-        else:
-            shapes["model.encoder.embed_tokens.weight"] = (V, d)
-            shapes["model.decoder.embed_tokens.weight"] = (Vt, d)
-        if not c["tie_word_embeddings"]:
-            shapes["lm_head.weight"] = (Vt, d)
-        shapes["final_logits_bias"] = (1, Vt)
-        if c["positions"] == "learned":
-            P = c["max_position_embeddings"]
-            shapes["model.encoder.embed_positions.weight"] = (P, d)
-            shapes["model.decoder.embed_positions.weight"] = (P, d)
-        for which in ("encoder", "decoder"):
-            f = c[f"{which}_ffn_dim"]
-            blocks = ["self_attn"] + (["encoder_attn"] if which == "decoder" else [])
-            for i in range(c[f"{which}_layers"]):
-                p = f"model.{which}.layers.{i}."
-                for blk in blocks:
-                    for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
-                        shapes[f"{p}{blk}.{proj}.weight"] = (d, d)
-                        shapes[f"{p}{blk}.{proj}.bias"] = (d,)
-                    shapes[f"{p}{blk}_layer_norm.weight"] = (d,)
-                    shapes[f"{p}{blk}_layer_norm.bias"] = (d,)
-                shapes[f"{p}fc1.weight"] = (f, d)
-                shapes[f"{p}fc1.bias"] = (f,)
-                shapes[f"{p}fc2.weight"] = (d, f)
-                shapes[f"{p}fc2.bias"] = (d,)
-                shapes[f"{p}final_layer_norm.weight"] = (d,)
-                shapes[f"{p}final_layer_norm.bias"] = (d,)
-            if c["normalize_before"]:
-                shapes[f"model.{which}.layer_norm.weight"] = (d,)
-                shapes[f"model.{which}.layer_norm.bias"] = (d,)
-        return shapes
-
     def _build(self, seed, sd):
+        """The network (fastattn.nn layers), its parameters by Hugging Face name (views into
+        the layers' arrays), then random or given weights."""
         c, dt = self._config, self._dtype
         d = c["d_model"]
-        shapes = self._param_shapes()
+        init = _Init.empty(dt)
+        if c["positions"] == "learned":
+            pos = "learned"
+        else:
+            try:
+                pos = positions_table(c["max_position_embeddings"], d, c["positions"], dt)
+            except MemoryError:
+                raise ValueError(
+                    f"max_position_embeddings={c['max_position_embeddings']}: its "
+                    f"({c['max_position_embeddings']}, {d}) position table does not fit in "
+                    "memory") from None
+        scale = math.sqrt(d) if c["scale_embedding"] else 1.0
+        P = c["max_position_embeddings"]
+        self.encoder_embed = Embedding(c["vocab_size"], d, positions=pos, max_positions=P,
+                                       scale=scale, dtype=dt, _init=init)
+        self.decoder_embed = Embedding(c["decoder_vocab_size"], d, positions=pos,
+                                       max_positions=P, scale=scale, dtype=dt, _init=init)
+        if c["share_encoder_decoder_embeddings"]:
+            self.decoder_embed._params["weight"] = self.encoder_embed._params["weight"]
+        act = canonical_activation(c["activation_function"], "activation_function")
+        pre = c["normalize_before"]
+        for which, stack in (("encoder", TransformerEncoder), ("decoder", TransformerDecoder)):
+            setattr(self, which, stack._build(
+                init, num_layers=c[f"{which}_layers"], final_norm=pre, d_model=d,
+                nhead=c[f"{which}_attention_heads"], dim_feedforward=c[f"{which}_ffn_dim"],
+                activation=act, layer_norm_eps=c["layer_norm_eps"], norm_first=pre, bias=True,
+                dtype=dt))
+        self.lm_head = Linear(d, c["decoder_vocab_size"], dtype=dt, _init=init)
+        if c["tie_word_embeddings"]:
+            self.lm_head._params["weight"] = self.decoder_embed._params["weight"]
+        self._layers = {"encoder_embed": self.encoder_embed, "decoder_embed": self.decoder_embed,
+                        "encoder": self.encoder, "decoder": self.decoder, "lm_head": self.lm_head}
+        arrays = {f"{lname}.{name}": arr for lname, layer in self._layers.items()
+                  for name, arr, _, _ in layer._named_params()}
         params = {}
-        # packed projections: the per-name arrays are row blocks (views) of these
-        for which in ("encoder", "decoder"):
-            for i in range(c[f"{which}_layers"]):
-                p = f"model.{which}.layers.{i}."
-                w = np.empty((3 * d, d), dt)
-                b = np.empty((3 * d,), dt)
-                for j, proj in enumerate(("q_proj", "k_proj", "v_proj")):
-                    params[f"{p}self_attn.{proj}.weight"] = w[j * d:(j + 1) * d]
-                    params[f"{p}self_attn.{proj}.bias"] = b[j * d:(j + 1) * d]
-                if which == "decoder":
-                    w = np.empty((2 * d, d), dt)
-                    b = np.empty((2 * d,), dt)
-                    for j, proj in enumerate(("k_proj", "v_proj")):
-                        params[f"{p}encoder_attn.{proj}.weight"] = w[j * d:(j + 1) * d]
-                        params[f"{p}encoder_attn.{proj}.bias"] = b[j * d:(j + 1) * d]
-        for name, shape in shapes.items():
-            if name not in params:
-                params[name] = np.empty(shape, dt)
+        for hf, (name, rows, shape) in _marian.name_map(c).items():
+            arr = arrays[name]
+            params[hf] = (arr if rows is None else arr[rows[0]:rows[1]]).reshape(shape)
         self._params = params
         if sd is None:
             self._init_random(seed)
         else:
             self.load_state_dict(sd)
-        self._bind()
 
     def _init_random(self, seed):
         rng = np.random.default_rng(check_seed(seed))
@@ -321,6 +235,11 @@ class Seq2SeqTransformer:
                 arr[...] = 0.0
             else:                  # matrices and embeddings: unit-variance outputs
                 arr[...] = rng.standard_normal(arr.shape) / math.sqrt(arr.shape[1])
+        self._drop_packed()
+
+    def _drop_packed(self):
+        for layer in self._layers.values():
+            layer._drop_packed()
 
     def state_dict(self):
         """Parameters by HF Marian name, as read-only views.
@@ -373,8 +292,7 @@ class Seq2SeqTransformer:
                 raise TypeError(f"{k}: expected floating-point values, got {src.dtype}")
         for k, dst in self._params.items():
             dst[...] = sd[k]
-        if hasattr(self, "_layers"):
-            self._bind()                 # the shim's layers may hold packed copies
+        self._drop_packed()              # the layers' packed copies are of the old values
 
     def _learned_sd(self, sd):
         pos = {k: sd.pop(k) for k in ("model.encoder.embed_positions.weight",
@@ -382,62 +300,6 @@ class Seq2SeqTransformer:
         sd = _marian.marian_state_dict(sd, self._config)
         sd.update(pos)
         return sd
-
-    def _bind(self):
-        """Resolve the parameter dict into per-layer objects used by the forward passes."""
-        c, P = self._config, self._params
-        d = c["d_model"]
-        if c["share_encoder_decoder_embeddings"]:
-            self._emb_enc = self._emb_dec = P["model.shared.weight"]
-        else:
-            self._emb_enc = P["model.encoder.embed_tokens.weight"]
-            self._emb_dec = P["model.decoder.embed_tokens.weight"]
-        self._w_out = self._emb_dec if c["tie_word_embeddings"] else P["lm_head.weight"]
-        self._b_out = P["final_logits_bias"].reshape(-1)
-        self._scale = self._dtype.type(math.sqrt(d) if c["scale_embedding"] else 1.0)
-        if c["positions"] == "learned":
-            self._pos_enc = P["model.encoder.embed_positions.weight"]
-            self._pos_dec = P["model.decoder.embed_positions.weight"]
-        else:
-            try:
-                self._pos_enc = self._pos_dec = positions_table(
-                    c["max_position_embeddings"], d, c["positions"], self._dtype)
-            except MemoryError:
-                raise ValueError(
-                    f"max_position_embeddings={c['max_position_embeddings']}: its "
-                    f"({c['max_position_embeddings']}, {d}) position table does not fit in "
-                    "memory") from None
-        act = canonical_activation(c["activation_function"], "activation_function")
-        self._out = ops.Linear(self._w_out, self._b_out)
-
-        def attn(p, cross):
-            a = _Attn()
-            q = P[p + ".q_proj.weight"]
-            if cross:
-                a.q = ops.Linear(q, P[p + ".q_proj.bias"])
-                a.kv = ops.Linear(P[p + ".k_proj.weight"].base, P[p + ".k_proj.bias"].base)
-            else:
-                a.qkv = ops.Linear(q.base, P[p + ".q_proj.bias"].base)
-            a.o = ops.Linear(P[p + ".out_proj.weight"], P[p + ".out_proj.bias"])
-            a.ln_g, a.ln_b = P[p + "_layer_norm.weight"], P[p + "_layer_norm.bias"]
-            return a
-
-        self._layers = {}
-        for which in ("encoder", "decoder"):
-            layers = []
-            for i in range(c[f"{which}_layers"]):
-                p = f"model.{which}.layers.{i}."
-                L = _Layer()
-                L.self_attn = attn(p + "self_attn", False)
-                L.cross_attn = attn(p + "encoder_attn", True) if which == "decoder" else None
-                L.fc1 = ops.Linear(P[p + "fc1.weight"], P[p + "fc1.bias"], activation=act)
-                L.fc2 = ops.Linear(P[p + "fc2.weight"], P[p + "fc2.bias"])
-                L.ln_g, L.ln_b = P[p + "final_layer_norm.weight"], P[p + "final_layer_norm.bias"]
-                layers.append(L)
-            self._layers[which] = layers
-        if c["normalize_before"]:
-            self._final_ln = {w: (P[f"model.{w}.layer_norm.weight"],
-                                  P[f"model.{w}.layer_norm.bias"]) for w in ("encoder", "decoder")}
 
     # ---------------------------------------------------------------------------------------
     # construction
@@ -456,10 +318,10 @@ class Seq2SeqTransformer:
         if not os.path.isdir(path):
             raise FileNotFoundError(f"{path} is not a directory")
         config, legacy = _marian.read_config(path)
-        gen = _marian.read_generation_config(path, legacy)
+        gen = read_generation_config(path, legacy)
         weights = _marian.read_weights(path)
-        _untie_differing_copies(config, weights, path)
-        _marian.check_generation_ids(gen, config, os.path.join(
+        _marian.untie_differing_copies(config, weights, path)
+        check_generation_ids(gen, config["decoder_vocab_size"], os.path.join(
             path, "generation_config.json" if os.path.exists(
                 os.path.join(path, "generation_config.json")) else "config.json"))
         return cls(**config, generation_config=gen, dtype=dtype, _state_dict=weights)
@@ -504,27 +366,21 @@ class Seq2SeqTransformer:
         return (f"Seq2SeqTransformer(d_model={c['d_model']}, layers={c['encoder_layers']}+"
                 f"{c['decoder_layers']}, vocab={c['vocab_size']}, dtype={self._dtype})")
 
+    @property
+    def max_decoder_positions(self):
+        """The longest decoder input (start token included): max_position_embeddings."""
+        return self._config["max_position_embeddings"]
+
     # ---------------------------------------------------------------------------------------
     # input checks
     # ---------------------------------------------------------------------------------------
 
-    def _check_ids(self, ids, name, vocab, ndim=2):
-        if hasattr(ids, "detach") and hasattr(ids, "numpy"):
-            ids = ids.detach().cpu().numpy()
-        a = np.asarray(ids)
-        if a.dtype.kind not in "iu":
-            raise TypeError(f"{name} must hold integer token ids, got dtype {a.dtype}")
-        if a.ndim == ndim - 1:
-            a = a[None]
-        if a.ndim != ndim:
-            raise ValueError(f"{name} must be {ndim}-D (batch, length), got shape {a.shape}")
-        if a.size and (a.min() < 0 or a.max() >= vocab):
-            bad = a[(a < 0) | (a >= vocab)].ravel()[0]
-            raise ValueError(f"{name} holds token id {int(bad)} outside [0, {vocab})")
-        return a.astype(np.int64, copy=False)
+    def check_sources(self, input_ids, attention_mask=None):
+        """The checked source batch: (ids (B, S) int64, mask (B, S) bool, True = token).
 
-    def _check_source(self, input_ids, attention_mask):
-        ids = self._check_ids(input_ids, "input_ids", self._config["vocab_size"])
+        attention_mask defaults to ``input_ids != pad_id`` (all tokens when pad_id == eos_id).
+        """
+        ids = check_token_ids(input_ids, "input_ids", self._config["vocab_size"])
         B, S = ids.shape
         if B == 0 or S == 0:
             raise ValueError(f"input_ids must have at least one row and one column, got "
@@ -544,51 +400,15 @@ class Seq2SeqTransformer:
         return ids, mask
 
     # ---------------------------------------------------------------------------------------
-    # forward passes
+    # forward passes: compositions of the fastattn.nn layers
     # ---------------------------------------------------------------------------------------
-
-    def _self_attention(self, a, x, B, T, H, kmask, causal, nthr, residual=None, norm=None):
-        """x (B*T, d) -> attention output projected by W_O (+ residual), (B*T, d); with norm
-        (gamma, beta, eps), its LayerNorm (post-norm, done inside the GEMM)."""
-        d = x.shape[1]
-        Dh = d // H
-        heads = a.qkv(x, n_threads=nthr).reshape(B, T, 3, H, Dh)     # (B, T, 3, H, Dh)
-        q = heads[:, :, 0].transpose(0, 2, 1, 3)                  # (B, H, T, Dh) views
-        k = heads[:, :, 1].transpose(0, 2, 1, 3)
-        v = heads[:, :, 2].transpose(0, 2, 1, 3)
-        o = _new_output((B * T, d), x.dtype)    # the heads side by side, cache-line aligned
-        _sdpa(q, k, v, kmask, is_causal=causal, n_threads=nthr,
-              out=o.reshape(B, T, H, Dh).transpose(0, 2, 1, 3))
-        return a.o(o, residual=residual, n_threads=nthr, norm=norm)
-
-    def _ffn(self, L, x, nthr, residual=None, norm=None):
-        return L.fc2(L.fc1(x, n_threads=nthr), residual=residual, n_threads=nthr, norm=norm)
 
     def _encode(self, ids, mask, nthr):
         """ids (B, S) int64, mask (B, S) bool (True = token) -> (B*S, d)."""
-        c = self._config
         B, S = ids.shape
-        d, H, eps = c["d_model"], c["encoder_attention_heads"], c["layer_norm_eps"]
-        x = np.take(self._emb_enc, ids.reshape(-1), axis=0)      # (B*S, d)
-        x *= self._scale
-        x.reshape(B, S, d)[...] += self._pos_enc[:S]
-        kmask = mask[:, None, None, :]                           # (B, 1, 1, S), True = attend
-        pre = c["normalize_before"]
-        for L in self._layers["encoder"]:
-            a = L.self_attn
-            if pre:
-                h = ops.layer_norm(x, a.ln_g, a.ln_b, eps, n_threads=nthr)
-                x = self._self_attention(a, h, B, S, H, kmask, False, nthr, residual=x)
-                h = ops.layer_norm(x, L.ln_g, L.ln_b, eps, n_threads=nthr)
-                x = self._ffn(L, h, nthr, residual=x)
-            else:
-                x = self._self_attention(a, x, B, S, H, kmask, False, nthr, residual=x,
-                                         norm=(a.ln_g, a.ln_b, eps))
-                x = self._ffn(L, x, nthr, residual=x, norm=(L.ln_g, L.ln_b, eps))
-        if pre:
-            g, b = self._final_ln["encoder"]
-            x = ops.layer_norm(x, g, b, eps, n_threads=nthr)
-        return x
+        x = self.encoder_embed._forward(ids)                         # (B*S, d)
+        kmask = _KernelMask(mask[:, None, None, :], False)           # (B, 1, 1, S), True = attend
+        return self.encoder._forward(x, B, S, kmask, n_threads=nthr)
 
     def encode(self, input_ids, attention_mask=None, *, n_threads=None):
         """Encoder output.
@@ -603,25 +423,18 @@ class Seq2SeqTransformer:
         -------
         ndarray (B, S, d_model) in the model dtype.
         """
-        ids, mask = self._check_source(input_ids, attention_mask)
+        ids, mask = self.check_sources(input_ids, attention_mask)
         return self._encode(ids, mask, n_threads).reshape(ids.shape[0], ids.shape[1], self.d_model)
 
     def _start_cache(self, memory, mask, group, max_len, nthr):
         """A KVCache for `group` rows per source, cross keys/values from memory (B*S, d)."""
-        from ..generation.kv_cache import KVCache
         c = self._config
         B, S = mask.shape
         d, H = c["d_model"], c["decoder_attention_heads"]
         cache = KVCache(c["decoder_layers"], B * group, H, d // H, max_len, B, S, self._dtype)
         cache.n_threads = nthr
-        for i, L in enumerate(self._layers["decoder"]):
-            a = L.cross_attn
-            kv = a.kv(memory, n_threads=nthr).reshape(B, S, 2, H, d // H)
-            # one copy per source into (B, H, S, Dh) order: every step then reads each head's
-            # keys and values as one contiguous block (the strided views of the GEMM output put
-            # each 64-float key row 4 KiB from the next, ~20% slower per step)
-            cache.set_cross(i, np.ascontiguousarray(kv[:, :, 0].transpose(0, 2, 1, 3)),
-                            np.ascontiguousarray(kv[:, :, 1].transpose(0, 2, 1, 3)))
+        for i, layer in enumerate(self.decoder.layers):
+            cache.set_cross(i, *layer.multihead_attn._cross_kv(memory, B, S, nthr))
         cache.set_memory_mask(mask, group)
         return cache
 
@@ -630,56 +443,23 @@ class Seq2SeqTransformer:
 
         T > 1 only from an empty cache (teacher forcing: causal self-attention over the chunk).
         """
-        c = self._config
         n, T = tokens.shape
-        d, H, eps = c["d_model"], c["decoder_attention_heads"], c["layer_norm_eps"]
-        Dh = d // H
         t0 = cache.length
         if t0 + T > cache.max_len:
             raise ValueError(f"the cache holds {cache.max_len} positions; cannot feed position "
                              f"{t0 + T - 1}")
-        x = np.take(self._emb_dec, tokens.reshape(-1), axis=0)   # (n*T, d)
-        x *= self._scale
-        x.reshape(n, T, d)[...] += self._pos_dec[t0:t0 + T]
-        pre = c["normalize_before"]
-        n_src, g = cache.n_src, cache.group
+        x = self.decoder_embed._forward(tokens, start=t0)             # (n*T, d)
         # a decode step's layer norms are microseconds of work: one thread, no hand-over to a
         # second one (which cost ~1 ms per call on the busy 2-core machine). Single-thread GEMMs
         # and attentions helped there only under heavy load and lost at load ~2: not done.
-        ln_thr = 1 if n * T * d <= _SMALL else nthr
-        for i, L in enumerate(self._layers["decoder"]):
-            # -- self-attention over the cache ------------------------------------------------
-            a = L.self_attn
-            h = ops.layer_norm(x, a.ln_g, a.ln_b, eps, n_threads=ln_thr) if pre else x
-            qkv = a.qkv(h, n_threads=nthr).reshape(n, T, 3, H, Dh)
-            k_all, v_all = cache.append(i, qkv[:, :, 1], qkv[:, :, 2])   # (n, H, t0+T, Dh)
-            q = qkv[:, :, 0].transpose(0, 2, 1, 3)                          # (n, H, T, Dh)
-            o = _new_output((n * T, d), x.dtype)                          # heads side by side
-            _sdpa(q, k_all, v_all, is_causal=T > 1, n_threads=nthr,
-                  out=o.reshape(n, T, H, Dh).transpose(0, 2, 1, 3))
-            x = a.o(o, residual=x, n_threads=nthr, norm=None if pre else (a.ln_g, a.ln_b, eps))
-            # -- cross-attention: the g rows of one source share its keys / values ------------
-            a = L.cross_attn
-            h = ops.layer_norm(x, a.ln_g, a.ln_b, eps, n_threads=ln_thr) if pre else x
-            q = a.q(h, n_threads=nthr)                # (n*T, d)
-            q = q.reshape(n_src, g * T, H, Dh).transpose(0, 2, 1, 3)        # (B, H, g*T, Dh)
-            ck, cv = cache.cross(i)                                          # (B, H, S, Dh)
-            o = _new_output((n * T, d), x.dtype)
-            _sdpa(q, ck, cv, cache.memory_mask, n_threads=nthr,
-                  out=o.reshape(n_src, g * T, H, Dh).transpose(0, 2, 1, 3))
-            x = a.o(o, residual=x, n_threads=nthr, norm=None if pre else (a.ln_g, a.ln_b, eps))
-            # -- feed-forward -------------------------------------------------------------------
-            h = ops.layer_norm(x, L.ln_g, L.ln_b, eps, n_threads=ln_thr) if pre else x
-            x = self._ffn(L, h, nthr, residual=x, norm=None if pre else (L.ln_g, L.ln_b, eps))
-        if pre:
-            gm, bt = self._final_ln["decoder"]
-            x = ops.layer_norm(x, gm, bt, eps, n_threads=ln_thr)
+        ln_thr = 1 if n * T * self.d_model <= _SMALL else nthr
+        x = self.decoder._step(x, n, T, cache, nthr, ln_thr)
         cache.advance(T)
         return x
 
     def _project(self, hidden, nthr=None):
         """hidden (N, d) -> logits (N, vocab) = hidden @ W_out.T + final_logits_bias."""
-        return self._out(hidden, n_threads=nthr)
+        return self.lm_head._forward(hidden, n_threads=nthr)
 
     def logits(self, input_ids, decoder_input_ids, attention_mask=None, *, n_threads=None):
         """Teacher-forced logits.
@@ -694,8 +474,8 @@ class Seq2SeqTransformer:
         -------
         ndarray (B, T, vocab_size)
         """
-        ids, mask = self._check_source(input_ids, attention_mask)
-        dec = self._check_ids(decoder_input_ids, "decoder_input_ids", self.vocab_size)
+        ids, mask = self.check_sources(input_ids, attention_mask)
+        dec = check_token_ids(decoder_input_ids, "decoder_input_ids", self.vocab_size)
         B, T = dec.shape
         if B != ids.shape[0]:
             raise ValueError(f"decoder_input_ids has {B} rows, input_ids {ids.shape[0]}")
@@ -708,7 +488,7 @@ class Seq2SeqTransformer:
         return self._project(h, n_threads).reshape(B, T, self.vocab_size)
 
     # ---------------------------------------------------------------------------------------
-    # step API and generation
+    # the decoder interface (fastattn.generation.Decoder): step API and generation
     # ---------------------------------------------------------------------------------------
 
     def start(self, input_ids=None, attention_mask=None, *, encoder_output=None, num_beams=1,
@@ -720,9 +500,40 @@ class Seq2SeqTransformer:
         is beam j of source b). ``max_length`` bounds the tokens fed (default
         max_position_embeddings).
         """
-        from ..generation.search import DecoderState
-        return DecoderState(self, input_ids, attention_mask, encoder_output, num_beams,
-                            max_length, n_threads)
+        if isinstance(num_beams, bool) or not isinstance(num_beams, (int, np.integer)) or \
+                num_beams < 1:
+            raise ValueError(f"num_beams must be a positive integer, got {num_beams!r}")
+        P = self.max_decoder_positions
+        if max_length is None:
+            max_length = P
+        if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or \
+                not 1 <= max_length <= P:
+            raise ValueError(f"max_length must be an integer in [1, {P}], got {max_length!r}")
+        if encoder_output is None:
+            if input_ids is None:
+                raise ValueError("give input_ids or encoder_output")
+            ids, mask = self.check_sources(input_ids, attention_mask)
+            memory = self._encode(ids, mask, n_threads)
+        else:
+            if input_ids is not None:
+                raise ValueError("give input_ids or encoder_output, not both")
+            mem = check_real_input(to_numpy(encoder_output), "encoder_output")
+            if mem.ndim != 3 or mem.shape[2] != self.d_model:
+                raise ValueError(f"encoder_output must be (B, S, {self.d_model}), got {mem.shape}")
+            B, S, _ = mem.shape
+            if B == 0 or S == 0:
+                raise ValueError(f"encoder_output must have at least one source row and one "
+                                 f"position, got shape {mem.shape}")
+            if attention_mask is None:
+                mask = np.ones((B, S), bool)
+            else:
+                m = to_numpy(attention_mask)
+                if m.ndim == 1 and B == 1:
+                    m = m[None]
+                mask = hf_attention_mask(m, (B, S))
+            memory = np.ascontiguousarray(mem.reshape(B * S, -1), dtype=self._dtype)
+        cache = self._start_cache(memory, mask, int(num_beams), int(max_length), n_threads)
+        return _Seq2SeqState(self, cache, int(num_beams), n_threads)
 
     def generate(self, input_ids, attention_mask=None, *, max_new_tokens=None, min_new_tokens=None,
                  num_beams=None, length_penalty=None, early_stopping=None, suppress_tokens=None,
@@ -755,10 +566,53 @@ class Seq2SeqTransformer:
         ndarray int64 (B, 1 + T): the start token, then the generated tokens, ``pad_id`` after a
         row's EOS; T is the longest row's length.
         """
-        from ..generation.search import generate
         return generate(self, input_ids, attention_mask, max_new_tokens=max_new_tokens,
                         min_new_tokens=min_new_tokens, num_beams=num_beams,
                         length_penalty=length_penalty, early_stopping=early_stopping,
                         suppress_tokens=suppress_tokens, bad_words_ids=bad_words_ids,
                         do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
                         seed=seed, n_threads=n_threads)
+
+
+class _Seq2SeqState(DecoderState):
+    """A Seq2SeqTransformer's decoding state: its KV cache and the rows' positions."""
+
+    def __init__(self, model, cache, num_beams, n_threads):
+        self.model, self.cache, self.num_beams, self.n_threads = model, cache, num_beams, n_threads
+
+    @property
+    def length(self):
+        """Tokens fed so far."""
+        return self.cache.length
+
+    @property
+    def n_rows(self):
+        return self.cache.n_rows
+
+    @property
+    def n_sources(self):
+        return self.cache.n_src
+
+    def step(self, tokens):
+        t = np.asarray(tokens)
+        if t.dtype.kind not in "iu":
+            raise TypeError(f"tokens must be integer token ids, got dtype {t.dtype}")
+        t = t.reshape(-1).astype(np.int64, copy=False)
+        if t.size != self.cache.n_rows:
+            raise ValueError(f"tokens must hold one id per row ({self.cache.n_rows}), got {t.size}")
+        V = self.model.vocab_size
+        if t.size and (t.min() < 0 or t.max() >= V):
+            raise ValueError(f"tokens must be ids in [0, {V})")
+        h = self.model._decode(self.cache, t[:, None], self.n_threads)
+        return self.model._project(h, self.n_threads)
+
+    def reorder(self, beam_idx):
+        self.cache.reorder(beam_idx)
+
+    def select_sources(self, keep):
+        k = to_numpy(keep)
+        if k.size and k.dtype.kind not in "iu":
+            raise TypeError(f"keep must hold integer source indices, got dtype {k.dtype}")
+        if k.ndim != 1:
+            raise ValueError(f"keep must be a 1-D sequence of source indices, got shape {k.shape}")
+        self.cache.select_sources(k.astype(np.int64, copy=False))

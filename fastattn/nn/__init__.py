@@ -1,10 +1,14 @@
 """The blocks of "Attention Is All You Need" as NumPy modules with PyTorch's names.
 
-One concern a file: the module base (:mod:`._module`), mask conversion (:mod:`._masks`),
-:class:`Linear`, :class:`MultiHeadAttention`, :class:`LayerNorm`, :class:`FeedForward`, positional
-encodings, and the Transformer layers, stacks and model (:mod:`.transformer`).
+The one network under every model: ``nn.Transformer``, ``Seq2SeqTransformer`` and
+``EncoderModel`` are compositions of these layers. One concern a file: the module base
+(:mod:`._module`), mask conversion (:mod:`._masks`), :class:`Linear`, :class:`MultiHeadAttention`
+(self / cross, cached decoding, row subsets), :class:`Embedding`, :class:`LayerNorm`,
+:class:`FeedForward`, positional encodings, and the Transformer layers, stacks and model
+(:mod:`.transformer`).
 """
 from .attention import MultiHeadAttention
+from .embedding import Embedding
 from .feedforward import FeedForward
 from .linear import Linear
 from .norm import LayerNorm
@@ -13,6 +17,7 @@ from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLay
                           TransformerEncoder, TransformerEncoderLayer)
 
 __all__ = [
+    "Embedding",
     "Linear",
     "MultiHeadAttention",
     "LayerNorm",

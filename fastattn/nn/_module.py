@@ -66,6 +66,13 @@ class _Module:
         for cname, child in self._children.items():
             yield from child._named_params(f"{prefix}{cname}.")
 
+    def _drop_packed(self):
+        """Forget every packed weight of this module and its children (after their parameter
+        arrays were written in place): the next call packs the current values."""
+        self.__dict__.pop("_pack_cache", None)
+        for child in self._children.values():
+            child._drop_packed()
+
     def state_dict(self):
         """A new dict of PyTorch parameter names -> copies of the arrays (the model's dtype)."""
         return {name: arr.copy() for name, arr, _, _ in self._named_params()}

@@ -18,7 +18,30 @@ from ._masks import _kernel_mask
 from ._module import _init_for, _Module
 from .linear import Linear
 
-__all__ = ["MultiHeadAttention"]
+__all__ = ["MultiHeadAttention", "RowSubset"]
+
+
+class RowSubset:
+    """The rows of a (B*T, ...) activation that a model computes (its real tokens): the dense
+    layers run on these rows only, and attention scatters their q, k, v among zero rows of a
+    buffer kept for the whole forward (rows outside `index` are never written, so they stay
+    zero; masked keys, they never reach a real row's output)."""
+
+    __slots__ = ("index", "n_rows", "_bufs")
+
+    def __init__(self, index, n_rows):
+        self.index = index                 # (N,) increasing flat row indices
+        self.n_rows = n_rows
+        self._bufs = {}
+
+    def scatter(self, x):
+        """x (N, C) -> (n_rows, C): x in the rows `index`, zeros elsewhere."""
+        key = (x.shape[1], x.dtype)
+        buf = self._bufs.get(key)
+        if buf is None:
+            buf = self._bufs[key] = np.zeros((self.n_rows, x.shape[1]), x.dtype)
+        buf[self.index] = x
+        return buf
 
 
 class MultiHeadAttention(_Module):
@@ -112,35 +135,83 @@ class MultiHeadAttention(_Module):
         E, H, Dh = self.embed_dim, self.num_heads, self.head_dim
         return x2d[:, col:col + E].reshape(B, T, H, Dh).swapaxes(1, 2)
 
-    def _forward(self, xq, xk, xv, B, L, S, kmask, need_weights=False, average=True, residual=None,
-                 norm=None):
-        """xq (B*L, E), xk (B*S, kdim), xv (B*S, vdim) C-contiguous -> (B*L, E) [+ residual,
-        then the LayerNorm `norm`, both inside the output projection's GEMM], weights or None."""
-        E = self.embed_dim
-        if self.packed and xq is xk and xk is xv:           # self-attention: one GEMM for q, k, v
-            qkv = self._proj(None)(xq)
-            q, k, v = self._heads(qkv, B, L, 0), self._heads(qkv, B, S, E), self._heads(qkv, B, S, 2 * E)
-        elif self.packed and xk is xv:                      # cross-attention: one GEMM for k, v
-            q = self._heads(self._proj(0)(xq), B, L, 0)
-            kv = self._proj(12)(xk)
-            k, v = self._heads(kv, B, S, 0), self._heads(kv, B, S, E)
-        else:
-            q = self._heads(self._proj(0)(xq), B, L, 0)
-            k = self._heads(self._proj(1)(xk), B, S, 0)
-            v = self._heads(self._proj(2)(xv), B, S, 0)
+    def _attend(self, q, k, v, mask, causal, B, L, residual=None, norm=None, need_weights=False,
+                keep=None, n_threads=None, attn_threads=None):
+        """Attention of q (B, H, L, Dh) over k, v (B, H, S, Dh), then W_O (+ residual, then the
+        LayerNorm `norm`, both inside the output projection's GEMM) -> (B*L, E) (the rows `keep`
+        of it when given), and the (B, H, L, S) weights or None."""
         # the heads written side by side into concat (B*L, E), W_O's input as it is; cache-line
         # aligned (_new_output), so that two heads never share a line: written by two threads at
         # once, such lines made an 8 x 8 x 128 x 128 x 64 call 5% slower, 32 x 12 x 128 x 128 x 32
         # 15% (bench/bench_attention_out.py)
-        concat = _new_output((B * L, E), q.dtype)
+        concat = _new_output((B * L, self.embed_dim), q.dtype)
         heads = concat.reshape(B, L, self.num_heads, self.head_dim).swapaxes(1, 2)
-        res = scaled_dot_product_attention(q, k, v, kmask.mask, is_causal=kmask.causal,
-                                           return_weights=need_weights, out=heads)
-        w = res[1] if need_weights else None
-        out = self.out_proj._forward(concat, residual, norm=norm)
+        res = scaled_dot_product_attention(
+            q, k, v, mask, is_causal=causal, return_weights=need_weights, out=heads,
+            n_threads=n_threads if attn_threads is None else attn_threads)
+        if keep is not None:
+            concat = concat[keep.index]
+        out = self.out_proj._forward(concat, residual, norm=norm, n_threads=n_threads)
+        return out, (res[1] if need_weights else None)
+
+    def _forward(self, xq, xk, xv, B, L, S, kmask, need_weights=False, average=True, residual=None,
+                 norm=None, keep=None, n_threads=None, attn_threads=None):
+        """xq (B*L, E), xk (B*S, kdim), xv (B*S, vdim) C-contiguous -> (B*L, E) [+ residual,
+        then the LayerNorm `norm`, both inside the output projection's GEMM], weights or None.
+
+        keep (a RowSubset; self-attention only): xq holds only the rows keep.index (flat indices
+        into B*L) of the sequences (padding skipped); the other rows' keys and values are zeros,
+        masked by kmask, and the result holds the rows keep.index alone."""
+        E = self.embed_dim
+        if self.packed and xq is xk and xk is xv:           # self-attention: one GEMM for q, k, v
+            qkv = self._proj(None)(xq, n_threads=n_threads)
+            if keep is not None:                           # the real rows among zero rows
+                qkv = keep.scatter(qkv)
+            q, k, v = self._heads(qkv, B, L, 0), self._heads(qkv, B, S, E), self._heads(qkv, B, S, 2 * E)
+        elif self.packed and xk is xv:                      # cross-attention: one GEMM for k, v
+            q = self._heads(self._proj(0)(xq, n_threads=n_threads), B, L, 0)
+            k, v = self._kv_heads(xk, B, S, n_threads)
+        else:
+            q = self._heads(self._proj(0)(xq, n_threads=n_threads), B, L, 0)
+            k = self._heads(self._proj(1)(xk, n_threads=n_threads), B, S, 0)
+            v = self._heads(self._proj(2)(xv, n_threads=n_threads), B, S, 0)
+        out, w = self._attend(q, k, v, kmask.mask, kmask.causal, B, L, residual, norm,
+                              need_weights, keep, n_threads, attn_threads)
         if need_weights and average:
             w = w.mean(axis=1)
         return out, w
+
+    def _kv_heads(self, mem, B, S, n_threads=None):
+        """Keys and values of mem (B*S, E) with one GEMM: (B, H, S, Dh) strided views."""
+        kv = self._proj(12)(mem, n_threads=n_threads)
+        return self._heads(kv, B, S, 0), self._heads(kv, B, S, self.embed_dim)
+
+    def _cross_kv(self, mem, B, S, n_threads=None):
+        """The cross-attention keys and values of a decoder's memory (B*S, E), computed once per
+        source: contiguous (B, H, S, Dh) copies, so that every decode step reads each head's
+        keys and values as one block (the strided views of the GEMM output put each 64-float
+        key row 4 KiB from the next, ~20% slower a step)."""
+        k, v = self._kv_heads(mem, B, S, n_threads)
+        return np.ascontiguousarray(k), np.ascontiguousarray(v)
+
+    def _step_self(self, x, n, T, kv_append, residual=None, norm=None, n_threads=None):
+        """Cached causal self-attention of x (n*T, E), T new positions per row: kv_append(k, v)
+        stores the new keys and values (n, T, H, Dh) and returns every position's so far
+        (n, H, t0 + T, Dh)."""
+        E, H, Dh = self.embed_dim, self.num_heads, self.head_dim
+        qkv = self._proj(None)(x, n_threads=n_threads)                  # (n*T, 3E)
+        k_all, v_all = kv_append(qkv[:, E:2 * E].reshape(n, T, H, Dh),
+                                 qkv[:, 2 * E:].reshape(n, T, H, Dh))
+        return self._attend(self._heads(qkv, n, T, 0), k_all, v_all, None, T > 1, n, T,
+                            residual, norm, n_threads=n_threads)[0]
+
+    def _step_cross(self, x, k, v, mask, n_src, rows, residual=None, norm=None, n_threads=None):
+        """Cross-attention of x (n_src * rows, E) over per-source keys and values k, v
+        (n_src, H, S, Dh): the `rows` query rows of one source (its beams x positions) stacked
+        on the query axis of one attention call, so each source's keys are read once."""
+        q = self._heads(self._proj(0)(x, n_threads=n_threads), n_src, rows, 0)
+        return self._attend(q, k, v, mask, False, n_src, rows, residual, norm,
+                            n_threads=n_threads)[0]
 
     def __call__(self, query, key, value, *, key_padding_mask=None, attn_mask=None, is_causal=False,
                  need_weights=False, average_attn_weights=True):

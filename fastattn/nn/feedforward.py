@@ -45,10 +45,11 @@ class FeedForward(_Module):
         config.setdefault("bias", prefix + "linear1.bias" in sd)
         return config
 
-    def _forward(self, x2d, residual=None, norm=None):
+    def _forward(self, x2d, residual=None, norm=None, n_threads=None):
         """linear2(act(linear1(x2d))) + residual, then `norm` (a LayerNorm) when given."""
-        h = self.linear1._forward(x2d, activation=self.activation)   # (N, d_ff), bias + act fused
-        return self.linear2._forward(h, residual, norm=norm)
+        h = self.linear1._forward(x2d, activation=self.activation,     # (N, d_ff), bias + act
+                                  n_threads=n_threads)                 # fused
+        return self.linear2._forward(h, residual, norm=norm, n_threads=n_threads)
 
     def __call__(self, x):
         arr = check_last_dim(x, self.d_model)

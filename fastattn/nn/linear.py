@@ -46,16 +46,16 @@ class Linear(_Module):
     def bias(self):
         return self._params.get("bias")
 
-    def _forward(self, x2d, residual=None, activation=None, norm=None):
+    def _forward(self, x2d, residual=None, activation=None, norm=None, n_threads=None):
         """act(x2d @ weight.T + bias) + residual: x2d (N, in_features) in the module's dtype ->
         (N, out_features), in one pass of fastattn's GEMM (the weight packed once); then `norm`
         (a LayerNorm over out_features) when given, inside the same GEMM (the same bits as
         norm._forward of the result)."""
         packed = self._packed("weight", "bias", activation=activation)
         if norm is None:
-            return packed(x2d, residual)
+            return packed(x2d, residual, n_threads)
         return packed._then_layer_norm(x2d, residual, norm._params["weight"],
-                                       norm._params.get("bias"), norm.eps)
+                                       norm._params.get("bias"), norm.eps, n_threads)
 
     def __call__(self, x):
         arr = check_last_dim(x, self.in_features)

@@ -2,7 +2,7 @@
 import numpy as np
 
 from .._validation import check_dtype, check_eps, check_last_dim, check_option, check_positive_int
-from .._ops import layer_norm
+from .._ops import _layer_norm_rows, layer_norm
 from ._module import _init_for, _Module
 
 __all__ = ["LayerNorm"]
@@ -36,9 +36,13 @@ class LayerNorm(_Module):
         config.setdefault("bias", prefix + "bias" in sd)
         return config
 
-    def _forward(self, x2d, residual=None):
+    def _forward(self, x2d, residual=None, n_threads=None):
         """LayerNorm(x2d + residual) in one pass: (N, d) -> a new (N, d) array."""
-        return layer_norm(x2d, self._params["weight"], self._params.get("bias"), self.eps, residual)
+        if residual is None:
+            return _layer_norm_rows(x2d, self._params["weight"], self._params.get("bias"),
+                                    self.eps, n_threads)
+        return layer_norm(x2d, self._params["weight"], self._params.get("bias"), self.eps,
+                          residual, n_threads=n_threads)
 
     def __call__(self, x):
         arr = check_last_dim(x, self.normalized_shape)

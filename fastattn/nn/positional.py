@@ -1,4 +1,4 @@
-"""Positional encodings: the paper's sinusoids."""
+"""Positional encodings: the paper's sinusoids, and the tables of the translation models."""
 import math
 
 import numpy as np
@@ -6,7 +6,9 @@ import numpy as np
 from .._validation import (check_dtype, check_positive_int, check_real, check_real_input,
                            to_numpy)
 
-__all__ = ["sinusoidal_positions", "PositionalEncoding"]
+__all__ = ["sinusoidal_positions", "PositionalEncoding", "positions_table"]
+
+POSITION_LAYOUTS = ("marian", "interleaved")
 
 
 def sinusoidal_positions(length, d_model, dtype=np.float32):
@@ -26,6 +28,32 @@ def sinusoidal_positions(length, d_model, dtype=np.float32):
     pe[:, 0::2] = np.sin(angle)
     pe[:, 1::2] = np.cos(angle[:, : d_model // 2])
     return pe.astype(dtype)
+
+
+def positions_table(n_positions, d_model, layout="marian", dtype=np.float32):
+    """Sinusoidal position table (n_positions, d_model) of a translation model.
+
+    ``"marian"``: sin(p * w_i) in columns [0, d/2), cos(p * w_i) in [d/2, d) with
+    w_i = 10000 ** (-2 i / d) (transformers' MarianSinusoidalPositionalEmbedding, including its
+    float32 rounding of the table); ``"interleaved"``: the paper's layout, sin in even columns,
+    cos in odd ones (``fastattn.sinusoidal_positions``).
+    """
+    pos = np.arange(n_positions, dtype=np.float64)[:, None]
+    j = np.arange(d_model)
+    # p / 10000 ** (2 (j // 2) / d), evaluated like transformers (a division, in float64)
+    angle = pos / np.power(10000, 2 * (j // 2) / d_model)
+    if layout == "marian":
+        half = d_model // 2 if d_model % 2 == 0 else d_model // 2 + 1
+        out = np.empty((n_positions, d_model), np.float64)
+        out[:, :half] = np.sin(angle[:, 0::2])
+        out[:, half:] = np.cos(angle[:, 1::2])
+        return out.astype(np.float32).astype(dtype)
+    if layout == "interleaved":
+        out = np.empty((n_positions, d_model), np.float64)
+        out[:, 0::2] = np.sin(angle[:, 0::2])
+        out[:, 1::2] = np.cos(angle[:, 1::2])
+        return out.astype(dtype)
+    raise ValueError(f"positions must be one of {POSITION_LAYOUTS + ('learned',)}, got {layout!r}")
 
 
 class PositionalEncoding:

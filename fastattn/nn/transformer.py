@@ -51,12 +51,13 @@ class _Layer(_Module):
         self._params = {}
         return init
 
-    def _sublayers(self, x, sublayers):
+    def _sublayers(self, x, sublayers, ln_threads=None):
         """Each (norm, f) in turn with a residual connection; f(h, residual, norm) returns
         norm(f(h) + residual), the addition and the LayerNorm (when given) fused into its last
         GEMM: post-LN (the paper's) x = norm(x + f(x)); pre-LN (norm_first) x = x + f(norm(x))."""
         for norm, f in sublayers:
-            x = f(norm._forward(x), x, None) if self.norm_first else f(x, x, norm)
+            x = f(norm._forward(x, n_threads=ln_threads), x, None) if self.norm_first \
+                else f(x, x, norm)
         return x
 
     @classmethod
@@ -91,12 +92,15 @@ class TransformerEncoderLayer(_Layer):
         self._children = {"self_attn": self.self_attn, "linear1": self.ff.linear1,
                           "linear2": self.ff.linear2, "norm1": self.norm1, "norm2": self.norm2}
 
-    def _forward(self, x, B, T, kmask):
-        """x: (B*T, d_model) C-contiguous, owned (may be overwritten) -> (B*T, d_model)."""
+    def _forward(self, x, B, T, kmask, keep=None, n_threads=None, attn_threads=None):
+        """x: (B*T, d_model) C-contiguous, owned (may be overwritten) -> (B*T, d_model); with
+        `keep` (a RowSubset) x holds only those rows (the real tokens), and so does the result.
+        attn_threads: the attention's thread count, when it differs from the GEMMs'."""
         return self._sublayers(x, (
-            (self.norm1, lambda h, r, n: self.self_attn._forward(h, h, h, B, T, T, kmask,
-                                                                 residual=r, norm=n)[0]),
-            (self.norm2, self.ff._forward)))
+            (self.norm1, lambda h, r, n: self.self_attn._forward(
+                h, h, h, B, T, T, kmask, residual=r, norm=n, keep=keep, n_threads=n_threads,
+                attn_threads=attn_threads)[0]),
+            (self.norm2, lambda h, r, n: self.ff._forward(h, r, n, n_threads))), n_threads)
 
     def __call__(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
         return _encoder_call(self, src, src_mask, "src_mask", src_key_padding_mask, is_causal)
@@ -121,14 +125,30 @@ class TransformerDecoderLayer(_Layer):
                           "linear1": self.ff.linear1, "linear2": self.ff.linear2,
                           "norm1": self.norm1, "norm2": self.norm2, "norm3": self.norm3}
 
-    def _forward(self, x, mem, B, T, S, tmask, mmask):
+    def _forward(self, x, mem, B, T, S, tmask, mmask, n_threads=None):
         """x: (B*T, d) owned; mem: (B*S, d) read only -> (B*T, d)."""
         return self._sublayers(x, (
-            (self.norm1, lambda h, r, n: self.self_attn._forward(h, h, h, B, T, T, tmask,
-                                                                 residual=r, norm=n)[0]),
-            (self.norm2, lambda h, r, n: self.multihead_attn._forward(h, mem, mem, B, T, S, mmask,
-                                                                      residual=r, norm=n)[0]),
-            (self.norm3, self.ff._forward)))
+            (self.norm1, lambda h, r, n: self.self_attn._forward(
+                h, h, h, B, T, T, tmask, residual=r, norm=n, n_threads=n_threads)[0]),
+            (self.norm2, lambda h, r, n: self.multihead_attn._forward(
+                h, mem, mem, B, T, S, mmask, residual=r, norm=n, n_threads=n_threads)[0]),
+            (self.norm3, lambda h, r, n: self.ff._forward(h, r, n, n_threads))), n_threads)
+
+    def _step(self, x, n, T, kv_append, cross_k, cross_v, cross_mask, n_src, n_threads=None,
+              ln_threads=None):
+        """Incremental decoding: x (n*T, d), T new positions of n rows (n_src sources, the rows
+        of one source consecutive) -> (n*T, d). kv_append(k, v) stores the new self-attention
+        keys and values (n, T, H, Dh) and returns all so far (n, H, t0 + T, Dh); cross_k,
+        cross_v (n_src, H, S, Dh) are the memory's, computed once (MultiHeadAttention._cross_kv),
+        cross_mask (n_src, 1, 1, S) bool or None. ln_threads: the pre-norm LayerNorms' thread
+        count (a decode step's are microseconds of work)."""
+        rows = n * T // n_src
+        return self._sublayers(x, (
+            (self.norm1, lambda h, r, nm: self.self_attn._step_self(
+                h, n, T, kv_append, r, nm, n_threads)),
+            (self.norm2, lambda h, r, nm: self.multihead_attn._step_cross(
+                h, cross_k, cross_v, cross_mask, n_src, rows, r, nm, n_threads)),
+            (self.norm3, lambda h, r, nm: self.ff._forward(h, r, nm, n_threads))), ln_threads)
 
     def __call__(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                  memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
@@ -180,12 +200,12 @@ class _Stack(_Module):
         config.setdefault("final_norm", prefix + "norm.weight" in sd)
         return cls.layer_class._config_from_state_dict(sd, prefix + "layers.0.", config)
 
-    def _forward(self, x, *args):
+    def _forward(self, x, *args, n_threads=None, **kwargs):
         """x (B*T, d_model) owned; args as the layers' _forward -> (B*T, d_model)."""
         for layer in self.layers:
-            x = layer._forward(x, *args)
+            x = layer._forward(x, *args, n_threads=n_threads, **kwargs)
         if self.norm is not None:
-            x = self.norm._forward(x)
+            x = self.norm._forward(x, n_threads=n_threads)
         return x
 
 
@@ -219,6 +239,19 @@ class TransformerDecoder(_Stack):
 
     def __init__(self, decoder_layer, num_layers, norm=None):
         super().__init__(decoder_layer, num_layers, norm)
+
+    def _step(self, x, n, T, cache, n_threads=None, ln_threads=None):
+        """Incremental decoding through every layer: x (n*T, d) at positions
+        [cache.length, cache.length + T) -> (n*T, d). `cache` is the KV-cache view:
+        ``append(layer, k, v)``, ``cross(layer)`` -> (k, v), ``memory_mask``, ``n_src``
+        (:class:`fastattn.generation.KVCache`); the caller advances it afterwards."""
+        for i, layer in enumerate(self.layers):
+            ck, cv = cache.cross(i)
+            x = layer._step(x, n, T, lambda k, v, i=i: cache.append(i, k, v), ck, cv,
+                            cache.memory_mask, cache.n_src, n_threads, ln_threads)
+        if self.norm is not None:
+            x = self.norm._forward(x, n_threads=ln_threads)
+        return x
 
     def __call__(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                  memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):

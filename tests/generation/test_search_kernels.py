@@ -11,7 +11,7 @@ from scipy.special import log_softmax as sp_log_softmax
 
 from fastattn._kernels import _search
 from fastattn.generation.search import _topk_desc
-from fastattn.models._dense import log_softmax
+from fastattn.functional import log_softmax
 
 DTYPES = [np.float32, np.float64]
 THREADS = [1, 2, 3, 8]

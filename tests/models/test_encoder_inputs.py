@@ -191,11 +191,11 @@ def test_bad_masks(enc, mask, exc, match):
 
 
 @pytest.mark.parametrize("ids,exc,match", [
-    (np.array([[1, 2, -1]]), ValueError, r"input_ids holds -1, outside the vocabulary \[0, 60\)"),
-    (np.array([[1, 2, 60]]), ValueError, "input_ids holds 60"),
-    (np.array([[1.0, 2.0]]), TypeError, "input_ids must be integer token ids"),
-    (np.array([[True, False]]), TypeError, "input_ids must be integer"),
-    (np.array([1, 2, 3]), ValueError, r"input_ids must have shape \(batch, seq_len\)"),
+    (np.array([[1, 2, -1]]), ValueError, r"input_ids holds token id -1 outside the vocabulary \[0, 60\)"),
+    (np.array([[1, 2, 60]]), ValueError, "input_ids holds token id 60"),
+    (np.array([[1.0, 2.0]]), TypeError, "input_ids must hold integer token ids"),
+    (np.array([[True, False]]), TypeError, "input_ids must hold integer"),
+    (np.array([1, 2, 3]), ValueError, r"input_ids must be 2-D \(batch, seq_len\)"),
     (np.zeros((1, 25), int), ValueError, "input_ids has 25 tokens.*max_position_embeddings=24"),
 ])
 def test_bad_ids(enc, ids, exc, match):
@@ -373,7 +373,10 @@ def test_embedding_layer_is_the_step_by_step_ops(tmp_path, dtype, model_type):
     overrides = {"model_type": model_type, "pad_token_id": 1}
     write_numpy_bert(tmp_path, dtype=dtype, type_vocab_size=3, config_overrides=overrides)
     enc = EncoderModel.from_pretrained(tmp_path, dtype=dtype)
-    top, cfg = enc._top, enc.config
+    emb, cfg = enc.embeddings._params, enc.config
+    top = {"word": emb["weight"], "token_type": emb["token_type_weight"],
+           "position": emb["position_weight"], "emb_ln_w": enc.embeddings.norm._params["weight"],
+           "emb_ln_b": enc.embeddings.norm._params["bias"]}
     rng = np.random.default_rng(5)
     ids, mask = padded_batch(rng, cfg.vocab_size, [9, 4, 1], 9, pad_id=1)
     tt = rng.integers(0, 3, ids.shape)
