@@ -156,6 +156,17 @@ class EncoderModel:
                                                layer_norm_eps=eps, dtype=self.dtype, _init=init)
                        for _ in range(config.num_layers)]
 
+    def state_dict(self):
+        """The parameters by fastattn.nn name (``embeddings.weight``, ``layers.0.self_attn.
+        in_proj_weight`` ...; :func:`fastattn.models.bert.name_map` gives each checkpoint
+        tensor's place), as read-only views: the layers run on packed copies of them."""
+        out = {}
+        for k, v in self._arrays().items():
+            view = v.view()
+            view.flags.writeable = False
+            out[k] = view
+        return out
+
     def _arrays(self):
         """fastattn.nn name -> parameter array (``embeddings.*``, ``layers.N.*``)."""
         out = {f"embeddings.{n}": a for n, a, _, _ in self.embeddings._named_params()}

@@ -594,15 +594,10 @@ class _Seq2SeqState(DecoderState):
         return self.cache.n_src
 
     def step(self, tokens):
-        t = np.asarray(tokens)
-        if t.dtype.kind not in "iu":
-            raise TypeError(f"tokens must be integer token ids, got dtype {t.dtype}")
-        t = t.reshape(-1).astype(np.int64, copy=False)
+        t = check_token_ids(np.reshape(to_numpy(tokens), -1), "tokens", self.model.vocab_size,
+                            ndim=1, what="(rows,)")
         if t.size != self.cache.n_rows:
             raise ValueError(f"tokens must hold one id per row ({self.cache.n_rows}), got {t.size}")
-        V = self.model.vocab_size
-        if t.size and (t.min() < 0 or t.max() >= V):
-            raise ValueError(f"tokens must be ids in [0, {V})")
         h = self.model._decode(self.cache, t[:, None], self.n_threads)
         return self.model._project(h, self.n_threads)
 

@@ -653,7 +653,6 @@ def test_built_with_openmp():
 def test_fast_call_path_agrees_with_checked_path(rng, dtype):
     """PackedLinear's direct path (2-D C-contiguous input of the weight's dtype, what the models
     pass) gives the bits of the general path, and anything else still goes through the checks."""
-    from fastattn.models import _dense
     w = rng.standard_normal((70, 33)).astype(dtype)
     b = rng.standard_normal(70).astype(dtype)
     layer = _ops.PackedLinear(w, b, activation="gelu")
@@ -670,5 +669,5 @@ def test_fast_call_path_agrees_with_checked_path(rng, dtype):
         layer(x, residual=np.ones((9, 69), dtype))
     # the models' LayerNorm shortcut agrees with the public function
     g, be = rng.standard_normal(33).astype(dtype), rng.standard_normal(33).astype(dtype)
-    np.testing.assert_array_equal(_dense.layer_norm(x, g, be, 1e-5),
+    np.testing.assert_array_equal(_ops._layer_norm_rows(x, g, be, 1e-5),
                                   _ops.layer_norm(np.asfortranarray(x), g, be, 1e-5))
