@@ -25,6 +25,7 @@ Semantics follow transformers' ``generate`` (``generation/utils.py``, 5.x), re-d
 import numpy as np
 
 from .._kernels import _search
+from .._memory import check_plan
 from .._threads import _effective_n_threads
 from .._validation import check_generation_setting
 from ..functional import log_softmax
@@ -49,6 +50,9 @@ class Decoder:
     -------
     check_sources(input_ids, attention_mask) -> (ids (B, S) int64, mask (B, S) bool)
         The checked source batch (a ValueError / TypeError naming the argument).
+    plan_bytes(n_sources, src_len, num_beams, max_length) -> int
+        An upper bound of the bytes the model holds at once while decoding that (encoder,
+        cache, a step's activations and logits), for the memory check before anything runs.
     start(input_ids, attention_mask=None, *, num_beams=1, max_length=None, n_threads=None)
         -> DecoderState: the sources encoded, ``num_beams`` decoder rows each.
     """
@@ -63,9 +67,18 @@ class Decoder:
     def check_sources(self, input_ids, attention_mask=None):  # pragma: no cover - interface
         raise NotImplementedError
 
+    def plan_bytes(self, n_sources, src_len, num_beams, max_length):  # pragma: no cover
+        raise NotImplementedError
+
     def start(self, input_ids=None, attention_mask=None, *, num_beams=1, max_length=None,
               n_threads=None):  # pragma: no cover - interface
         raise NotImplementedError
+
+
+def _search_bytes(B, K, T, V):
+    """The search's own arrays: token histories (running, finished and candidate beams, int64)
+    and a step's float32 scores with the processors' and sampling's copies."""
+    return B * K * T * 8 * 12 + B * K * V * 48
 
 
 class DecoderState:
@@ -115,6 +128,10 @@ def generate(model, input_ids, attention_mask=None, *, seed=None, n_threads=None
         rng = np.random.SeedSequence(seed)
     else:
         rng = None
+    check_plan(model.plan_bytes(B, ids.shape[1], K, p["max_length"])
+               + _search_bytes(B, K, p["max_length"], V),
+               f"generate(input_ids {ids.shape}, num_beams={K}, "
+               f"max_new_tokens={p['max_length'] - 1})")
     state = model.start(ids, mask, num_beams=K, max_length=p["max_length"], n_threads=n_threads)
     if K == 1:
         return greedy_search(state, procs, p, B, rng)

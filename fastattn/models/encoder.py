@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from .._memory import check_plan
 from .._validation import check_dtype, check_token_ids, hf_attention_mask
 from ..nn._masks import _KernelMask
 from ..nn._module import _Init
@@ -167,6 +168,14 @@ class EncoderModel:
             out[k] = view
         return out
 
+    def _plan(self, B, S):
+        """An upper bound of the bytes a forward over B x S tokens holds at once: the
+        embeddings, q/k/v (and their zero-padded scatter), the heads' output, the projections,
+        the FFN's hidden, the attention workspace (packed K and V), the position ids and the
+        result: (14 H + I) values and 32 bytes of ids a token."""
+        cfg = self.config
+        return B * S * ((14 * cfg.hidden_size + cfg.intermediate_size) * self.dtype.itemsize + 32)
+
     def _arrays(self):
         """fastattn.nn name -> parameter array (``embeddings.*``, ``layers.N.*``)."""
         out = {f"embeddings.{n}": a for n, a, _, _ in self.embeddings._named_params()}
@@ -211,6 +220,8 @@ class EncoderModel:
             _pooling_from_config(os.path.join(pooling_cfg, "config.json"), config.hidden_size)
         model = cls(config, dt, pooling, normalize)
         load_weights(model_dir, config, model._arrays())
+        for layer in model.layers:
+            layer._prepack()
         model.max_seq_length = _st_max_seq_length(os.fspath(path), model_dir, config)
         return model
 
@@ -317,7 +328,9 @@ class EncoderModel:
         finite values that mean nothing (as in transformers); a fully padded sequence gives
         finite values too.
         """
-        return self._forward(*self._check_ids(input_ids, attention_mask, token_type_ids))
+        ids, mask, tt = self._check_ids(input_ids, attention_mask, token_type_ids)
+        check_plan(self._plan(*ids.shape), f"EncoderModel(input_ids {ids.shape})")
+        return self._forward(ids, mask, tt)
 
     forward = __call__
 
@@ -343,6 +356,8 @@ class EncoderModel:
         modes = self.pooling if pooling is None else _check_pooling(pooling)
         norm = self.normalize if normalize is None else _check_flag(normalize, "normalize")
         ids, mask, tt = self._check_ids(input_ids, attention_mask, token_type_ids)
+        check_plan(self._plan(*ids.shape) + ids.shape[0] * self.hidden_size * len(modes) * 8,
+                   f"embed(input_ids {ids.shape})")
         # pooling reads real tokens only, so the dense layers may skip padding (packed);
         # "cls" reads position 0, which must then be a real token
         packed = "cls" not in modes or mask is None or bool(mask[:, 0].all())

@@ -21,6 +21,7 @@ import os
 
 import numpy as np
 
+from .._memory import check_plan
 from .._validation import (check_eps, check_option, check_real_input, check_seed,
                            check_token_ids, hf_attention_mask, to_numpy)
 from ..generation.config import (check_generation_config, check_generation_ids,
@@ -238,8 +239,12 @@ class Seq2SeqTransformer:
         self._drop_packed()
 
     def _drop_packed(self):
+        """The layers pack their weights again, now (as when the model was built)."""
         for layer in self._layers.values():
             layer._drop_packed()
+        self.encoder._prepack()
+        self.decoder._prepack()
+        self.lm_head._prepack()
 
     def state_dict(self):
         """Parameters by HF Marian name, as read-only views.
@@ -372,6 +377,31 @@ class Seq2SeqTransformer:
         return self._config["max_position_embeddings"]
 
     # ---------------------------------------------------------------------------------------
+    # memory plans (fastattn._memory): upper bounds of the bytes a call holds at once
+    # ---------------------------------------------------------------------------------------
+
+    def _plan_encode(self, B, S):
+        """An encoder pass over B x S tokens: the embeddings, q/k/v, the heads' output, the
+        output projection, the FFN's hidden and output, a LayerNorm's copy, the attention
+        workspace (packed K and V) and the result: (11 d + ffn) values a token."""
+        c = self._config
+        return B * S * (11 * c["d_model"] + c["encoder_ffn_dim"]) * self._dtype.itemsize
+
+    def plan_bytes(self, n_sources, src_len, num_beams, max_length, chunk=1):
+        """Decoding `num_beams` rows per source up to `max_length` positions, `chunk` positions
+        a call (the decoder interface's plan, encoder included): the KV cache (twice for beams:
+        the reorder's twin), the cross-attention keys and values, one call's activations and
+        attention workspaces, its logits."""
+        c = self._config
+        isz = self._dtype.itemsize
+        d, f, L, V = c["d_model"], c["decoder_ffn_dim"], c["decoder_layers"], self.vocab_size
+        B, S, n, T = n_sources, src_len, n_sources * num_beams, max_length
+        cache = L * 2 * n * T * d * isz * (2 if num_beams > 1 else 1)
+        cross = (L * 2 + 2) * B * S * d * isz
+        step = n * chunk * (11 * d + f + V) * isz + 2 * (n * T + B * S) * d * isz
+        return self._plan_encode(B, S) + cache + cross + step
+
+    # ---------------------------------------------------------------------------------------
     # input checks
     # ---------------------------------------------------------------------------------------
 
@@ -424,6 +454,7 @@ class Seq2SeqTransformer:
         ndarray (B, S, d_model) in the model dtype.
         """
         ids, mask = self.check_sources(input_ids, attention_mask)
+        check_plan(self._plan_encode(*ids.shape), f"encode(input_ids {ids.shape})")
         return self._encode(ids, mask, n_threads).reshape(ids.shape[0], ids.shape[1], self.d_model)
 
     def _start_cache(self, memory, mask, group, max_len, nthr):
@@ -482,6 +513,9 @@ class Seq2SeqTransformer:
         if T == 0 or T > self._config["max_position_embeddings"]:
             raise ValueError(f"decoder_input_ids length must be in [1, "
                              f"{self._config['max_position_embeddings']}], got {T}")
+        check_plan(self.plan_bytes(B, ids.shape[1], 1, T, chunk=T) + B * T * self.vocab_size *
+                   self._dtype.itemsize, f"logits(input_ids {ids.shape}, decoder_input_ids "
+                   f"{dec.shape})")
         memory = self._encode(ids, mask, n_threads)
         cache = self._start_cache(memory, mask, 1, T, n_threads)
         h = self._decode(cache, dec, n_threads)
@@ -513,6 +547,9 @@ class Seq2SeqTransformer:
             if input_ids is None:
                 raise ValueError("give input_ids or encoder_output")
             ids, mask = self.check_sources(input_ids, attention_mask)
+            check_plan(self.plan_bytes(*ids.shape, int(num_beams), int(max_length)),
+                       f"start(input_ids {ids.shape}, num_beams={num_beams}, "
+                       f"max_length={max_length})")
             memory = self._encode(ids, mask, n_threads)
         else:
             if input_ids is not None:
@@ -531,6 +568,9 @@ class Seq2SeqTransformer:
                 if m.ndim == 1 and B == 1:
                     m = m[None]
                 mask = hf_attention_mask(m, (B, S))
+            check_plan(self.plan_bytes(B, S, int(num_beams), int(max_length)) - self._plan_encode(
+                B, S), f"start(encoder_output {mem.shape}, num_beams={num_beams}, "
+                f"max_length={max_length})")
             memory = np.ascontiguousarray(mem.reshape(B * S, -1), dtype=self._dtype)
         cache = self._start_cache(memory, mask, int(num_beams), int(max_length), n_threads)
         return _Seq2SeqState(self, cache, int(num_beams), n_threads)

@@ -124,11 +124,23 @@ class MultiHeadAttention(_Module):
         when the weights are packed in in_proj_weight."""
         E = self.embed_dim
         if self.packed:
-            rows = {None: None, 0: (0, E), 1: (E, 2 * E), 2: (2 * E, 3 * E), 12: (E, 3 * E)}[which]
+            if which is None:
+                return self._packed("in_proj_weight", "in_proj_bias")
+            rows = (E, 3 * E) if which == 12 else (which * E, (which + 1) * E)
             return self._packed("in_proj_weight", "in_proj_bias", rows=rows)
         # separate weights (kdim or vdim != embed_dim), each with its slice of in_proj_bias
         return self._packed(("q_proj_weight", "k_proj_weight", "v_proj_weight")[which],
                             "in_proj_bias", bias_rows=(which * E, (which + 1) * E))
+
+    def _prepack(self, cross=False):
+        """Pack the projections now (else on first use): q, k, v together for self-attention,
+        q and k, v for cross-attention."""
+        if cross:
+            self._proj(0)
+            self._proj(12)
+        else:
+            self._proj(None)
+        self.out_proj._prepack()
 
     def _heads(self, x2d, B, T, col):
         """Columns [col, col + E) of the projected (B*T, n*E) matrix as a (B, H, T, Dh) view."""

@@ -51,6 +51,10 @@ class FeedForward(_Module):
                                   n_threads=n_threads)                 # fused
         return self.linear2._forward(h, residual, norm=norm, n_threads=n_threads)
 
+    def _prepack(self):
+        self.linear1._prepack(self.activation)
+        self.linear2._prepack()
+
     def __call__(self, x):
         arr = check_last_dim(x, self.d_model)
         flat = np.ascontiguousarray(arr, dtype=self.dtype).reshape(-1, self.d_model)

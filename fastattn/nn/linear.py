@@ -57,6 +57,10 @@ class Linear(_Module):
         return packed._then_layer_norm(x2d, residual, norm._params["weight"],
                                        norm._params.get("bias"), norm.eps, n_threads)
 
+    def _prepack(self, activation=None):
+        """Pack the weight now (else on first use), for calls with this activation."""
+        self._packed("weight", "bias", activation=activation)
+
     def __call__(self, x):
         arr = check_last_dim(x, self.in_features)
         flat = np.ascontiguousarray(arr, dtype=self.dtype).reshape(-1, self.in_features)

@@ -60,6 +60,13 @@ class _Layer(_Module):
                 else f(x, x, norm)
         return x
 
+    def _prepack(self):
+        """Pack every weight now (the models do, once their weights are in)."""
+        self.self_attn._prepack()
+        if hasattr(self, "multihead_attn"):
+            self.multihead_attn._prepack(cross=True)
+        self.ff._prepack()
+
     @classmethod
     def _config_from_state_dict(cls, sd, prefix, config):
         config = dict(config)
@@ -199,6 +206,10 @@ class _Stack(_Module):
         config.setdefault("num_layers", count_layers(sd, prefix + "layers."))
         config.setdefault("final_norm", prefix + "norm.weight" in sd)
         return cls.layer_class._config_from_state_dict(sd, prefix + "layers.0.", config)
+
+    def _prepack(self):
+        for layer in self.layers:
+            layer._prepack()
 
     def _forward(self, x, *args, n_threads=None, **kwargs):
         """x (B*T, d_model) owned; args as the layers' _forward -> (B*T, d_model)."""
