@@ -111,8 +111,17 @@ class DecoderState:
         raise NotImplementedError
 
 
+# the settings generate takes as keywords (transformers' names), besides seed and n_threads
+GENERATE_KWARGS = ("max_new_tokens", "min_new_tokens", "num_beams", "length_penalty",
+                   "early_stopping", "suppress_tokens", "bad_words_ids", "do_sample",
+                   "temperature", "top_k", "top_p")
+
+
 def generate(model, input_ids, attention_mask=None, *, seed=None, n_threads=None, **user):
     """transformers' ``generate`` over a :class:`Decoder` (see ``Seq2SeqTransformer.generate``)."""
+    for key in user:
+        if key not in GENERATE_KWARGS:
+            raise TypeError(f"generate() got an unexpected keyword argument {key!r}")
     p = resolve_settings(model, user)
     ids, mask = model.check_sources(input_ids, attention_mask)
     B = ids.shape[0]

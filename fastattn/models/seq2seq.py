@@ -575,10 +575,7 @@ class Seq2SeqTransformer:
         cache = self._start_cache(memory, mask, int(num_beams), int(max_length), n_threads)
         return _Seq2SeqState(self, cache, int(num_beams), n_threads)
 
-    def generate(self, input_ids, attention_mask=None, *, max_new_tokens=None, min_new_tokens=None,
-                 num_beams=None, length_penalty=None, early_stopping=None, suppress_tokens=None,
-                 bad_words_ids=None, do_sample=False, temperature=None, top_k=None, top_p=None,
-                 seed=None, n_threads=None):
+    def generate(self, input_ids, attention_mask=None, *, do_sample=False, **kwargs):
         """Generate target token ids (transformers' ``generate`` semantics).
 
         Parameters
@@ -606,12 +603,7 @@ class Seq2SeqTransformer:
         ndarray int64 (B, 1 + T): the start token, then the generated tokens, ``pad_id`` after a
         row's EOS; T is the longest row's length.
         """
-        return generate(self, input_ids, attention_mask, max_new_tokens=max_new_tokens,
-                        min_new_tokens=min_new_tokens, num_beams=num_beams,
-                        length_penalty=length_penalty, early_stopping=early_stopping,
-                        suppress_tokens=suppress_tokens, bad_words_ids=bad_words_ids,
-                        do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
-                        seed=seed, n_threads=n_threads)
+        return generate(self, input_ids, attention_mask, do_sample=do_sample, **kwargs)
 
 
 class _Seq2SeqState(DecoderState):
