@@ -69,6 +69,8 @@ def checkpoint_files(folder):
     index = os.path.join(folder, "model.safetensors.index.json")
     if os.path.isfile(single):
         return [single]
+    if os.path.exists(single):
+        raise ValueError(f"{single} is not a file")
     if os.path.isfile(index):
         idx = read_json(index, "safetensors index")
         wm = idx.get("weight_map") if isinstance(idx, dict) else None
@@ -83,7 +85,7 @@ def checkpoint_files(folder):
                                  f"the model folder")
             p = os.path.join(folder, name)
             if not os.path.isfile(p):
-                raise FileNotFoundError(f"checkpoint shard not found: {p} (listed in {index})")
+                raise ValueError(f"checkpoint shard not found: {p} (listed in {index})")
             files.append(p)
         return files
     for other in ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5",

@@ -33,19 +33,26 @@ from ..nn._masks import _KernelMask
 from ..nn._module import _Init
 from ..nn.embedding import Embedding
 from ..nn.linear import Linear
-from ..nn.positional import POSITION_LAYOUTS, positions_table
+from ..nn.positional import POSITION_LAYOUTS, fairseq_positions_table, positions_table
 from ..nn.transformer import TransformerDecoder, TransformerEncoder
-from . import marian as _marian
+from . import bart as _bart
+from . import marian as _marian  # noqa: F401  (registers the Marian loader)
 
 __all__ = ["Seq2SeqTransformer", "positions_table"]
 
-_POSITIONS = POSITION_LAYOUTS + ("learned",)
+_POSITIONS = POSITION_LAYOUTS + ("fairseq", "learned")
 _SMALL = 1 << 16          # elements below which an elementwise pass runs on one thread
 
 
 def _pos_int(v, name):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
         raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    return int(v)
+
+
+def _count(v, name):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
     return int(v)
 
 
@@ -72,9 +79,17 @@ class Seq2SeqTransformer:
     normalize_before : bool
         Pre-norm layers plus a final layer norm per stack (``model.encoder.layer_norm``,
         ``model.decoder.layer_norm``); Marian is post-norm (False).
-    positions : {'marian', 'interleaved', 'learned'}
-        Sinusoidal (Marian's half/half layout or the paper's interleaved one) or learned
-        (``model.{encoder,decoder}.embed_positions.weight``).
+    positions : {'marian', 'interleaved', 'fairseq', 'learned'}
+        Sinusoidal (Marian's and Pegasus's half/half layout, the paper's interleaved one, or
+        M2M100's counted from the pad id, padding tokens at a zero vector) or learned
+        (``model.{encoder,decoder}.embed_positions.weight``, ``max_position_embeddings +
+        position_offset`` rows; BART and mBART: offset 2).
+    layernorm_embedding : bool
+        A LayerNorm over the embeddings (BART, mBART).
+    model_type : str
+        The checkpoint family whose weight names the model carries (``marian``, ``bart``,
+        ``mbart``, ``pegasus``, ``m2m_100``); :meth:`from_pretrained` sets every keyword from
+        the folder's config.json.
     max_position_embeddings : int
     share_encoder_decoder_embeddings, tie_word_embeddings : bool
     decoder_vocab_size : int, optional
@@ -120,7 +135,8 @@ class Seq2SeqTransformer:
                  normalize_before=False, positions="marian", max_position_embeddings=512,
                  share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
                  decoder_vocab_size=None, pad_token_id=None, eos_token_id=0,
-                 decoder_start_token_id=None, layer_norm_eps=1e-5, generation_config=None, *,
+                 decoder_start_token_id=None, layer_norm_eps=1e-5, generation_config=None,
+                 layernorm_embedding=False, position_offset=0, model_type="marian", *,
                  seed=0, dtype=np.float32, _state_dict=None):
         if dtype is None:              # np.dtype(None) would be float64
             raise TypeError("dtype must be float32 or float64, got None")
@@ -151,7 +167,13 @@ class Seq2SeqTransformer:
             "share_encoder_decoder_embeddings": shared,
             "tie_word_embeddings": check_option(tie_word_embeddings, "tie_word_embeddings"),
             "layer_norm_eps": check_eps(layer_norm_eps, "layer_norm_eps"),
+            "layernorm_embedding": check_option(layernorm_embedding, "layernorm_embedding"),
+            "position_offset": _count(position_offset, "position_offset"),
+            "model_type": model_type,
         }
+        if model_type not in _bart.LOADERS:
+            raise ValueError(f"model_type must be one of {sorted(_bart.LOADERS)}, got "
+                             f"{model_type!r} (it selects the checkpoint's names)")
         canonical_activation(activation_function, "activation_function")
         if positions not in _POSITIONS:
             raise ValueError(f"positions must be one of {_POSITIONS}, got {positions!r}")
@@ -184,22 +206,28 @@ class Seq2SeqTransformer:
         c, dt = self._config, self._dtype
         d = c["d_model"]
         init = _Init.empty(dt)
+        P = c["max_position_embeddings"] + c["position_offset"]
         if c["positions"] == "learned":
             pos = "learned"
         else:
             try:
-                pos = positions_table(c["max_position_embeddings"], d, c["positions"], dt)
+                if c["positions"] == "fairseq":      # positions pad + 1 .. pad + P
+                    pos = fairseq_positions_table(c["max_position_embeddings"] + c["pad_token_id"]
+                                                  + 1, d, c["pad_token_id"], dt)
+                else:
+                    pos = positions_table(c["max_position_embeddings"], d, c["positions"], dt)
             except MemoryError:
                 raise ValueError(
                     f"max_position_embeddings={c['max_position_embeddings']}: its "
                     f"({c['max_position_embeddings']}, {d}) position table does not fit in "
                     "memory") from None
         scale = math.sqrt(d) if c["scale_embedding"] else 1.0
-        P = c["max_position_embeddings"]
+        eps = c["layer_norm_eps"] if c["layernorm_embedding"] else None
         self.encoder_embed = Embedding(c["vocab_size"], d, positions=pos, max_positions=P,
-                                       scale=scale, dtype=dt, _init=init)
+                                       scale=scale, layer_norm_eps=eps, dtype=dt, _init=init)
         self.decoder_embed = Embedding(c["decoder_vocab_size"], d, positions=pos,
-                                       max_positions=P, scale=scale, dtype=dt, _init=init)
+                                       max_positions=P, scale=scale, layer_norm_eps=eps,
+                                       dtype=dt, _init=init)
         if c["share_encoder_decoder_embeddings"]:
             self.decoder_embed._params["weight"] = self.encoder_embed._params["weight"]
         act = canonical_activation(c["activation_function"], "activation_function")
@@ -218,7 +246,7 @@ class Seq2SeqTransformer:
         arrays = {f"{lname}.{name}": arr for lname, layer in self._layers.items()
                   for name, arr, _, _ in layer._named_params()}
         params = {}
-        for hf, (name, rows, shape) in _marian.name_map(c).items():
+        for hf, (name, rows, shape) in _bart.name_map(c).items():
             arr = arrays[name]
             params[hf] = (arr if rows is None else arr[rows[0]:rows[1]]).reshape(shape)
         self._params = params
@@ -278,8 +306,7 @@ class Seq2SeqTransformer:
             if hasattr(v, "detach") and hasattr(v, "numpy"):
                 v = v.detach().cpu().numpy()
             sd[k] = np.asarray(v)
-        sd = _marian.marian_state_dict(sd, self._config) if \
-            self._config["positions"] != "learned" else self._learned_sd(sd)
+        sd = _bart.checkpoint_state_dict(sd, self._config)
         missing = [k for k in self._params if k not in sd]
         if missing:
             raise ValueError(f"state_dict is missing {len(missing)} parameter(s), e.g. "
@@ -299,13 +326,6 @@ class Seq2SeqTransformer:
             dst[...] = sd[k]
         self._drop_packed()              # the layers' packed copies are of the old values
 
-    def _learned_sd(self, sd):
-        pos = {k: sd.pop(k) for k in ("model.encoder.embed_positions.weight",
-                                       "model.decoder.embed_positions.weight") if k in sd}
-        sd = _marian.marian_state_dict(sd, self._config)
-        sd.update(pos)
-        return sd
-
     # ---------------------------------------------------------------------------------------
     # construction
     # ---------------------------------------------------------------------------------------
@@ -317,15 +337,15 @@ class Seq2SeqTransformer:
 
     @classmethod
     def from_pretrained(cls, path, dtype=np.float32):
-        """Load a Hugging Face Marian directory (config.json, model.safetensors,
-        generation_config.json when present). No torch or transformers needed."""
+        """Load a Hugging Face encoder-decoder folder: config.json, model.safetensors (or a
+        sharded index) and generation_config.json when present; ``model_type`` ``marian``,
+        ``bart``, ``mbart``, ``pegasus`` or ``m2m_100`` (NLLB). No torch or transformers
+        needed."""
         path = os.fspath(path)
         if not os.path.isdir(path):
             raise FileNotFoundError(f"{path} is not a directory")
-        config, legacy = _marian.read_config(path)
+        config, legacy, weights = _bart.read_checkpoint(path)
         gen = read_generation_config(path, legacy)
-        weights = _marian.read_weights(path)
-        _marian.untie_differing_copies(config, weights, path)
         check_generation_ids(gen, config["decoder_vocab_size"], os.path.join(
             path, "generation_config.json" if os.path.exists(
                 os.path.join(path, "generation_config.json")) else "config.json"))
@@ -433,10 +453,20 @@ class Seq2SeqTransformer:
     # forward passes: compositions of the fastattn.nn layers
     # ---------------------------------------------------------------------------------------
 
+    def _positions(self, ids, t0):
+        """The embedding's position arguments for ids (B, T) fed at positions t0 ..: rows
+        t0 + offset .. of the table, or (M2M100) ids counted from the pad id, a padding token
+        at the pad id's zero row (transformers' create_position_ids_from_input_ids)."""
+        c = self._config
+        if c["positions"] != "fairseq":
+            return {"start": t0 + c["position_offset"]}
+        tok = ids != c["pad_token_id"]
+        return {"position_ids": (np.cumsum(tok, axis=1) + t0) * tok + c["pad_token_id"]}
+
     def _encode(self, ids, mask, nthr):
         """ids (B, S) int64, mask (B, S) bool (True = token) -> (B*S, d)."""
         B, S = ids.shape
-        x = self.encoder_embed._forward(ids)                         # (B*S, d)
+        x = self.encoder_embed._forward(ids, **self._positions(ids, 0))   # (B*S, d)
         kmask = _KernelMask(mask[:, None, None, :], False)           # (B, 1, 1, S), True = attend
         return self.encoder._forward(x, B, S, kmask, n_threads=nthr)
 
@@ -479,7 +509,7 @@ class Seq2SeqTransformer:
         if t0 + T > cache.max_len:
             raise ValueError(f"the cache holds {cache.max_len} positions; cannot feed position "
                              f"{t0 + T - 1}")
-        x = self.decoder_embed._forward(tokens, start=t0)             # (n*T, d)
+        x = self.decoder_embed._forward(tokens, **self._positions(tokens, t0))  # (n*T, d)
         # a decode step's layer norms are microseconds of work: one thread, no hand-over to a
         # second one (which cost ~1 ms per call on the busy 2-core machine). Single-thread GEMMs
         # and attentions helped there only under heavy load and lost at load ~2: not done.

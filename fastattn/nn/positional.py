@@ -6,7 +6,8 @@ import numpy as np
 from .._validation import (check_dtype, check_positive_int, check_real, check_real_input,
                            to_numpy)
 
-__all__ = ["sinusoidal_positions", "PositionalEncoding", "positions_table"]
+__all__ = ["sinusoidal_positions", "PositionalEncoding", "positions_table",
+           "fairseq_positions_table"]
 
 POSITION_LAYOUTS = ("marian", "interleaved")
 
@@ -54,6 +55,24 @@ def positions_table(n_positions, d_model, layout="marian", dtype=np.float32):
         out[:, 1::2] = np.cos(angle[:, 1::2])
         return out.astype(dtype)
     raise ValueError(f"positions must be one of {POSITION_LAYOUTS + ('learned',)}, got {layout!r}")
+
+
+def fairseq_positions_table(n_positions, d_model, padding_idx=None, dtype=np.float32):
+    """fairseq's (tensor2tensor's) sinusoid table (n_positions, d_model) of M2M100 and NLLB:
+    sin(p * w_i) in columns [0, h), cos(p * w_i) in [h, 2h) with h = d // 2 and
+    w_i = exp(-i * log(10000) / (h - 1)), a zero column last when d is odd, and a zero row at
+    `padding_idx`. Computed in float32 as transformers does (M2M100SinusoidalPositionalEmbedding).
+    """
+    half = d_model // 2
+    step = math.log(10000) / (half - 1) if half > 1 else 0.0
+    freq = np.exp(np.arange(half, dtype=np.float32) * np.float32(-step))
+    angle = np.arange(n_positions, dtype=np.float32)[:, None] * freq[None, :]
+    out = np.zeros((n_positions, d_model), np.float32)
+    out[:, :half] = np.sin(angle)
+    out[:, half:2 * half] = np.cos(angle)
+    if padding_idx is not None:
+        out[padding_idx] = 0
+    return out.astype(dtype)
 
 
 class PositionalEncoding:

@@ -137,7 +137,7 @@ def test_checkpoint_errors(tmp_path, checkpoint):
     bad.mkdir()
     with pytest.raises(FileNotFoundError, match="config.json"):
         fastattn.Seq2SeqTransformer.from_pretrained(bad)
-    _write(bad, "config.json", dict(cfg, model_type="bart"))
+    _write(bad, "config.json", dict(cfg, model_type="gpt2"))
     with pytest.raises(ValueError, match="model_type"):
         fastattn.Seq2SeqTransformer.from_pretrained(bad)
     _write(bad, "config.json", dict(cfg, activation_function="tanh"))
