@@ -1,3 +1,6 @@
+import os
+import re
+
 import numpy as np
 import pytest
 
@@ -14,3 +17,63 @@ def pytest_report_header(config):
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261129)
+
+
+# --- CI: no unexpected skips ----------------------------------------------------------------------
+# With FASTATTN_CI_EXPECTED_SKIPS=<file> (ci/run_tests.sh and ci/sanitize.sh set it to
+# ci/expected_skips.txt), the run prints every skipped test with its reason and fails when a
+# reason matches none of the file's patterns. Without it, skips are reported as pytest always does.
+_skips = []  # (nodeid, reason)
+
+
+def _record_skip(report):
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _skips.append((report.nodeid, reason.removeprefix("Skipped: ")))
+
+
+def pytest_collectreport(report):
+    _record_skip(report)  # a module skipped at import (pytest.importorskip at module level)
+
+
+def pytest_runtest_logreport(report):
+    _record_skip(report)
+
+
+def _expected_patterns(path):
+    """The allow-list: one regular expression per line (re.search on the reason); # comments."""
+    with open(path, encoding="utf-8") as f:
+        lines = (line.split("#", 1)[0].strip() for line in f)
+        return [re.compile(line) for line in lines if line]
+
+
+def _judge_skips():
+    path = os.environ.get("FASTATTN_CI_EXPECTED_SKIPS")
+    if not path:
+        return None
+    patterns = _expected_patterns(path)
+    return [(nodeid, reason, next((p.pattern for p in patterns if p.search(reason)), None))
+            for nodeid, reason in _skips]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    judged = _judge_skips()
+    session.config._fastattn_skips = judged
+    if judged and any(rule is None for _, _, rule in judged) and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    judged = getattr(config, "_fastattn_skips", None)
+    if judged is None:
+        return
+    path = os.environ["FASTATTN_CI_EXPECTED_SKIPS"]
+    unexpected = [s for s in judged if s[2] is None]
+    tr = terminalreporter
+    tr.section(f"skipped: {len(judged)} ({len(unexpected)} unexpected; allowed: {path})")
+    for nodeid, reason, rule in judged:
+        tr.line(f"{'UNEXPECTED' if rule is None else 'expected  '} {nodeid}: {reason}"
+                + ("" if rule is None else f"  [allowed by: {rule}]"))
+    if unexpected:
+        tr.line(f"FAILED: {len(unexpected)} unexpected skip(s): install what they need (the test "
+                f"extra) or, if this machine cannot have it, allow the reason in {path}", red=True)

