@@ -11,7 +11,8 @@ fast path).
 """
 import numpy as np
 
-from .._validation import as_model_input, check_dtype, check_option, check_positive_int
+from .._validation import (as_model_input, check_dtype, check_option, check_positive_int,
+                           check_real)
 from .._ops import _new_output
 from ..functional import scaled_dot_product_attention
 from ._masks import _kernel_mask
@@ -58,6 +59,11 @@ class MultiHeadAttention(_Module):
         ``q_proj_weight``, ``k_proj_weight``, ``v_proj_weight``.
     bias : bool
         ``in_proj_bias`` and ``out_proj.bias``.
+    head_dim : int, optional
+        Features per head (default embed_dim // num_heads); the heads side by side are
+        num_heads * head_dim wide (T5 v1.1: not d_model).
+    scale : float, optional
+        Multiplies q k^T (default 1 / sqrt(head_dim); T5: 1).
     dtype : float32 or float64
     seed : int, optional
         Random initialisation: Xavier-uniform matrices, zero biases.
@@ -72,30 +78,40 @@ class MultiHeadAttention(_Module):
     """
 
     def __init__(self, embed_dim, num_heads, *, kdim=None, vdim=None, bias=True, dtype=np.float32,
-                 seed=None, dropout=0.0, _init=None):
+                 seed=None, dropout=0.0, head_dim=None, scale=None, _init=None):
         embed_dim = check_positive_int(embed_dim, "embed_dim")
         num_heads = check_positive_int(num_heads, "num_heads")
-        if embed_dim % num_heads:
+        if head_dim is None and embed_dim % num_heads:
             raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
+        Dh = embed_dim // num_heads if head_dim is None else check_positive_int(head_dim,
+                                                                                 "head_dim")
+        if scale is not None:
+            scale = check_real(scale, "scale")
         kdim = embed_dim if kdim is None else check_positive_int(kdim, "kdim")
         vdim = embed_dim if vdim is None else check_positive_int(vdim, "vdim")
         dtype = check_dtype(dtype)
         init = _init_for(seed, dtype, _init)
-        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, Dh
+        self.inner_dim = I = num_heads * Dh              # the heads side by side
+        self.scale = scale                              # None: 1 / sqrt(head_dim)
         self.kdim, self.vdim = kdim, vdim
         self.packed = kdim == embed_dim and vdim == embed_dim
         self._config = {"embed_dim": embed_dim, "num_heads": num_heads, "kdim": kdim, "vdim": vdim,
                         "bias": check_option(bias, "bias"), "dtype": dtype.name}
+        if head_dim is not None:
+            self._config["head_dim"] = Dh
+        if scale is not None:
+            self._config["scale"] = scale
         E = embed_dim
         if self.packed:
-            self._params = {"in_proj_weight": init.xavier((3 * E, E))}
+            self._params = {"in_proj_weight": init.xavier((3 * I, E))}
         else:
-            self._params = {"q_proj_weight": init.xavier((E, E)),
-                            "k_proj_weight": init.xavier((E, kdim)),
-                            "v_proj_weight": init.xavier((E, vdim))}
+            self._params = {"q_proj_weight": init.xavier((I, E)),
+                            "k_proj_weight": init.xavier((I, kdim)),
+                            "v_proj_weight": init.xavier((I, vdim))}
         if bias:
-            self._params["in_proj_bias"] = init.zeros((3 * E,))
-        self.out_proj = Linear(E, E, bias, dtype=dtype, _init=init)
+            self._params["in_proj_bias"] = init.zeros((3 * I,))
+        self.out_proj = Linear(I, E, bias, dtype=dtype, _init=init)
         self._children = {"out_proj": self.out_proj}
 
     @classmethod
@@ -122,7 +138,7 @@ class MultiHeadAttention(_Module):
     def _proj(self, which):
         """The packed q (0), k (1), v (2) projection, or q, k, v (None) / k, v (12) together
         when the weights are packed in in_proj_weight."""
-        E = self.embed_dim
+        E = self.inner_dim
         if self.packed:
             if which is None:
                 return self._packed("in_proj_weight", "in_proj_bias")
@@ -143,9 +159,10 @@ class MultiHeadAttention(_Module):
         self.out_proj._prepack()
 
     def _heads(self, x2d, B, T, col):
-        """Columns [col, col + E) of the projected (B*T, n*E) matrix as a (B, H, T, Dh) view."""
-        E, H, Dh = self.embed_dim, self.num_heads, self.head_dim
-        return x2d[:, col:col + E].reshape(B, T, H, Dh).swapaxes(1, 2)
+        """Columns [col, col + H*Dh) of the projected (B*T, n*H*Dh) matrix as a (B, H, T, Dh)
+        view."""
+        I, H, Dh = self.inner_dim, self.num_heads, self.head_dim
+        return x2d[:, col:col + I].reshape(B, T, H, Dh).swapaxes(1, 2)
 
     def _attend(self, q, k, v, mask, causal, B, L, residual=None, norm=None, need_weights=False,
                 keep=None, n_threads=None, attn_threads=None):
@@ -156,11 +173,11 @@ class MultiHeadAttention(_Module):
         # aligned (_new_output), so that two heads never share a line: written by two threads at
         # once, such lines made an 8 x 8 x 128 x 128 x 64 call 5% slower, 32 x 12 x 128 x 128 x 32
         # 15% (bench/bench_attention_out.py)
-        concat = _new_output((B * L, self.embed_dim), q.dtype)
+        concat = _new_output((B * L, self.inner_dim), q.dtype)
         heads = concat.reshape(B, L, self.num_heads, self.head_dim).swapaxes(1, 2)
         res = scaled_dot_product_attention(
-            q, k, v, mask, is_causal=causal, return_weights=need_weights, out=heads,
-            n_threads=n_threads if attn_threads is None else attn_threads)
+            q, k, v, mask, is_causal=causal, scale=self.scale, return_weights=need_weights,
+            out=heads, n_threads=n_threads if attn_threads is None else attn_threads)
         if keep is not None:
             concat = concat[keep.index]
         out = self.out_proj._forward(concat, residual, norm=norm, n_threads=n_threads)
@@ -174,7 +191,7 @@ class MultiHeadAttention(_Module):
         keep (a RowSubset; self-attention only): xq holds only the rows keep.index (flat indices
         into B*L) of the sequences (padding skipped); the other rows' keys and values are zeros,
         masked by kmask, and the result holds the rows keep.index alone."""
-        E = self.embed_dim
+        E = self.inner_dim
         if self.packed and xq is xk and xk is xv:           # self-attention: one GEMM for q, k, v
             qkv = self._proj(None)(xq, n_threads=n_threads)
             if keep is not None:                           # the real rows among zero rows
@@ -196,7 +213,7 @@ class MultiHeadAttention(_Module):
     def _kv_heads(self, mem, B, S, n_threads=None):
         """Keys and values of mem (B*S, E) with one GEMM: (B, H, S, Dh) strided views."""
         kv = self._proj(12)(mem, n_threads=n_threads)
-        return self._heads(kv, B, S, 0), self._heads(kv, B, S, self.embed_dim)
+        return self._heads(kv, B, S, 0), self._heads(kv, B, S, self.inner_dim)
 
     def _cross_kv(self, mem, B, S, n_threads=None):
         """The cross-attention keys and values of a decoder's memory (B*S, E), computed once per
@@ -206,15 +223,16 @@ class MultiHeadAttention(_Module):
         k, v = self._kv_heads(mem, B, S, n_threads)
         return np.ascontiguousarray(k), np.ascontiguousarray(v)
 
-    def _step_self(self, x, n, T, kv_append, residual=None, norm=None, n_threads=None):
+    def _step_self(self, x, n, T, kv_append, residual=None, norm=None, n_threads=None,
+                   mask=None):
         """Cached causal self-attention of x (n*T, E), T new positions per row: kv_append(k, v)
         stores the new keys and values (n, T, H, Dh) and returns every position's so far
-        (n, H, t0 + T, Dh)."""
-        E, H, Dh = self.embed_dim, self.num_heads, self.head_dim
-        qkv = self._proj(None)(x, n_threads=n_threads)                  # (n*T, 3E)
-        k_all, v_all = kv_append(qkv[:, E:2 * E].reshape(n, T, H, Dh),
-                                 qkv[:, 2 * E:].reshape(n, T, H, Dh))
-        return self._attend(self._heads(qkv, n, T, 0), k_all, v_all, None, T > 1, n, T,
+        (n, H, t0 + T, Dh). mask: an additive (position) bias (1, H, T, t0 + T) or None."""
+        I, H, Dh = self.inner_dim, self.num_heads, self.head_dim
+        qkv = self._proj(None)(x, n_threads=n_threads)                  # (n*T, 3 H Dh)
+        k_all, v_all = kv_append(qkv[:, I:2 * I].reshape(n, T, H, Dh),
+                                 qkv[:, 2 * I:].reshape(n, T, H, Dh))
+        return self._attend(self._heads(qkv, n, T, 0), k_all, v_all, mask, T > 1, n, T,
                             residual, norm, n_threads=n_threads)[0]
 
     def _step_cross(self, x, k, v, mask, n_src, rows, residual=None, norm=None, n_threads=None):

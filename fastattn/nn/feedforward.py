@@ -16,12 +16,14 @@ class FeedForward(_Module):
     """Position-wise feed-forward network, ``linear2(activation(linear1(x)))``.
 
     Parameters ``linear1.weight`` (dim_feedforward, d_model), ``linear1.bias``,
-    ``linear2.weight`` (d_model, dim_feedforward), ``linear2.bias``. activation: 'relu' or
-    'gelu' (exact, erf-based, like torch's default).
+    ``linear2.weight`` (d_model, dim_feedforward), ``linear2.bias``. activation: 'relu',
+    'gelu' (exact, erf-based, like torch's default), 'gelu_tanh' or 'silu'. ``gated=True``
+    (T5 v1.1's gated-GELU, GeGLU): ``linear2(act(linear1(x)) * gate(x))`` with ``gate.*``
+    of linear1's shapes.
     """
 
     def __init__(self, d_model, dim_feedforward=2048, activation="relu", *, bias=True,
-                 dtype=np.float32, seed=None, _init=None):
+                 gated=False, dtype=np.float32, seed=None, _init=None):
         d_model = check_positive_int(d_model, "d_model")
         dim_feedforward = check_positive_int(dim_feedforward, "dim_feedforward")
         activation = check_choice(activation, "activation", ACTIVATION_NAMES)
@@ -31,10 +33,16 @@ class FeedForward(_Module):
         self._config = {"d_model": d_model, "dim_feedforward": dim_feedforward,
                         "activation": activation, "bias": check_option(bias, "bias"),
                         "dtype": dtype.name}
+        self.gated = check_option(gated, "gated")
         self.linear1 = Linear(d_model, dim_feedforward, bias, dtype=dtype, _init=init)
+        self.gate = Linear(d_model, dim_feedforward, bias, dtype=dtype, _init=init) \
+            if self.gated else None
         self.linear2 = Linear(dim_feedforward, d_model, bias, dtype=dtype, _init=init)
         self._params = {}
         self._children = {"linear1": self.linear1, "linear2": self.linear2}
+        if self.gated:
+            self._config["gated"] = True
+            self._children["gate"] = self.gate
 
     @classmethod
     def _config_from_state_dict(cls, sd, prefix, config):
@@ -49,10 +57,14 @@ class FeedForward(_Module):
         """linear2(act(linear1(x2d))) + residual, then `norm` (a LayerNorm) when given."""
         h = self.linear1._forward(x2d, activation=self.activation,     # (N, d_ff), bias + act
                                   n_threads=n_threads)                 # fused
+        if self.gated:                                                 # act(x W1) * (x Wg)
+            h *= self.gate._forward(x2d, n_threads=n_threads)
         return self.linear2._forward(h, residual, norm=norm, n_threads=n_threads)
 
     def _prepack(self):
         self.linear1._prepack(self.activation)
+        if self.gated:
+            self.gate._prepack()
         self.linear2._prepack()
 
     def __call__(self, x):

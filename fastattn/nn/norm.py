@@ -5,7 +5,7 @@ from .._validation import check_dtype, check_eps, check_last_dim, check_option, 
 from .._ops import _layer_norm_rows, layer_norm
 from ._module import _init_for, _Module
 
-__all__ = ["LayerNorm"]
+__all__ = ["LayerNorm", "RMSNorm"]
 
 
 class LayerNorm(_Module):
@@ -43,6 +43,40 @@ class LayerNorm(_Module):
                                     self.eps, n_threads)
         return layer_norm(x2d, self._params["weight"], self._params.get("bias"), self.eps,
                           residual, n_threads=n_threads)
+
+    def __call__(self, x):
+        arr = check_last_dim(x, self.normalized_shape)
+        flat = np.ascontiguousarray(arr, dtype=self.dtype).reshape(-1, self.normalized_shape)
+        return self._forward(flat).reshape(arr.shape)
+
+
+class RMSNorm(_Module):
+    """Root-mean-square normalisation over the last axis: x / sqrt(mean(x^2) + eps) * weight
+    (T5's LayerNorm: no mean subtracted, no bias). The mean of squares is accumulated in float64.
+    Parameter ``weight`` (ones)."""
+
+    def __init__(self, normalized_shape, eps=1e-6, *, dtype=np.float32, _init=None):
+        d = check_positive_int(normalized_shape, "normalized_shape")
+        eps = check_eps(eps)
+        dtype = check_dtype(dtype)
+        init = _init_for(None, dtype, _init)
+        self.normalized_shape, self.eps = d, eps
+        self._config = {"normalized_shape": d, "eps": eps, "dtype": dtype.name}
+        self._params = {"weight": init.ones((d,))}
+        self._children = {}
+
+    @classmethod
+    def _config_from_state_dict(cls, sd, prefix, config):
+        config = dict(config)
+        config.setdefault("normalized_shape", sd[prefix + "weight"].shape[0])
+        return config
+
+    def _forward(self, x2d, residual=None, n_threads=None):
+        """RMSNorm(x2d + residual): (N, d) -> a new (N, d) array."""
+        x = x2d if residual is None else x2d + residual
+        x64 = x.astype(np.float64)
+        inv = 1.0 / np.sqrt(np.einsum("ij,ij->i", x64, x64)[:, None] / x.shape[1] + self.eps)
+        return (x64 * inv * self._params["weight"]).astype(x.dtype)
 
     def __call__(self, x):
         arr = check_last_dim(x, self.normalized_shape)

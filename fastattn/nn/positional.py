@@ -5,9 +5,10 @@ import numpy as np
 
 from .._validation import (check_dtype, check_positive_int, check_real, check_real_input,
                            to_numpy)
+from ._module import _init_for, _Module
 
 __all__ = ["sinusoidal_positions", "PositionalEncoding", "positions_table",
-           "fairseq_positions_table"]
+           "fairseq_positions_table", "RelativePositionBias", "t5_position_buckets"]
 
 POSITION_LAYOUTS = ("marian", "interleaved")
 
@@ -102,3 +103,58 @@ class PositionalEncoding:
             out *= self.scale
         out += self.pe[:T]
         return out
+
+
+def t5_position_buckets(relative_position, bidirectional, num_buckets, max_distance):
+    """T5's bucket of each relative position (key position - query position), int64 array.
+
+    Bidirectional (the encoder): half the buckets for keys after the query; causal (the
+    decoder): only keys at or before it. Distances below num_buckets // 2 (per side) get a
+    bucket each, larger ones logarithmically spaced buckets up to max_distance, then the last.
+    The logarithm is taken in float32 as transformers does, so that the buckets agree at their
+    boundaries.
+    """
+    rel = np.asarray(relative_position, dtype=np.int64)
+    buckets = np.zeros(rel.shape, np.int64)
+    if bidirectional:
+        num_buckets //= 2
+        buckets += (rel > 0) * num_buckets
+        rel = np.abs(rel)
+    else:
+        rel = -np.minimum(rel, 0)
+    max_exact = num_buckets // 2
+    is_small = rel < max_exact
+    with np.errstate(divide="ignore"):
+        scaled = (np.log(rel.astype(np.float32) / np.float32(max_exact))
+                  / np.float32(math.log(max_distance / max_exact))
+                  * np.float32(num_buckets - max_exact))
+    large = max_exact + np.where(is_small, 0, scaled).astype(np.int64)
+    large = np.minimum(large, num_buckets - 1)
+    return buckets + np.where(is_small, rel, large)
+
+
+class RelativePositionBias(_Module):
+    """T5's learned relative position bias, added to every layer's attention scores: parameter
+    ``weight`` (num_buckets, num_heads); ``_forward(q_len, k_len, offset)`` -> (1, H, q_len,
+    k_len) for queries at positions offset .. offset + q_len - 1 over keys 0 .. k_len - 1."""
+
+    def __init__(self, num_buckets, max_distance, num_heads, bidirectional, *,
+                 dtype=np.float32, _init=None):
+        self.num_buckets = check_positive_int(num_buckets, "relative_attention_num_buckets")
+        self.max_distance = check_positive_int(max_distance, "relative_attention_max_distance")
+        if self.num_buckets < (4 if bidirectional else 2):
+            raise ValueError(f"relative_attention_num_buckets={num_buckets} is too small")
+        H = check_positive_int(num_heads, "num_heads")
+        self.bidirectional = bool(bidirectional)
+        dtype = check_dtype(dtype)
+        init = _init_for(None, dtype, _init)
+        self._params = {"weight": init.xavier((self.num_buckets, H))}
+        self._children = {}
+        self._config = {"num_buckets": self.num_buckets, "max_distance": self.max_distance,
+                        "num_heads": H, "bidirectional": self.bidirectional,
+                        "dtype": dtype.name}
+
+    def _forward(self, q_len, k_len, offset=0):
+        rel = np.arange(k_len)[None, :] - np.arange(offset, offset + q_len)[:, None]
+        b = t5_position_buckets(rel, self.bidirectional, self.num_buckets, self.max_distance)
+        return np.ascontiguousarray(self._params["weight"][b].transpose(2, 0, 1))[None]

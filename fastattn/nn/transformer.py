@@ -10,17 +10,24 @@ import copy
 
 import numpy as np
 
-from .._validation import (as_model_input, check_batch_pair, check_dtype, check_eps, check_option,
-                           check_positive_int)
+from .._validation import (as_model_input, check_batch_pair, check_choice, check_dtype,
+                           check_eps, check_option, check_positive_int)
 from ..io.torch_state_dict import count_layers
-from ._masks import _kernel_mask
+from ._masks import _kernel_mask, _KernelMask
 from ._module import _init_for, _Module
 from .attention import MultiHeadAttention
 from .feedforward import FeedForward
-from .norm import LayerNorm
+from .norm import LayerNorm, RMSNorm
+from .positional import RelativePositionBias
 
 __all__ = ["TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
            "TransformerDecoder", "Transformer"]
+
+
+def _make_norm(kind, d, eps, bias, dtype, init):
+    if kind == "rms":
+        return RMSNorm(d, eps, dtype=dtype, _init=init)
+    return LayerNorm(d, eps, bias=bias, dtype=dtype, _init=init)
 
 
 class _Layer(_Module):
@@ -28,28 +35,48 @@ class _Layer(_Module):
     the feed-forward network, LayerNorms and one config. Parameters are drawn in this order."""
 
     def _common(self, d_model, nhead, dim_feedforward, activation, layer_norm_eps, norm_first,
-                bias, dtype, seed, _init, cross):
+                bias, dtype, seed, _init, cross, variant):
         dtype = check_dtype(dtype)
         bias = check_option(bias, "bias")
         layer_norm_eps = check_eps(layer_norm_eps, "layer_norm_eps")
         init = _init_for(seed, dtype, _init)
-        self.self_attn = MultiHeadAttention(d_model, nhead, bias=bias, dtype=dtype, _init=init)
+        # the variants the model families need (T5: RMS norms, no scaling of q k^T, heads whose
+        # width is not d_model, gated FFN); the defaults are the paper's layer
+        head_dim, attn_scale = variant.pop("head_dim", None), variant.pop("attn_scale", None)
+        norm = check_choice(variant.pop("norm", "layer"), "norm", ("layer", "rms"))
+        gated = check_option(variant.pop("gated", False), "gated")
+        if variant:
+            raise TypeError(f"unexpected keyword argument {next(iter(variant))!r}")
+        attn = dict(bias=bias, dtype=dtype, head_dim=head_dim, scale=attn_scale, _init=init)
+        self.self_attn = MultiHeadAttention(d_model, nhead, **attn)
         if cross:
-            self.multihead_attn = MultiHeadAttention(d_model, nhead, bias=bias, dtype=dtype,
-                                                     _init=init)
+            self.multihead_attn = MultiHeadAttention(d_model, nhead, **attn)
         n_norms = 3 if cross else 2
-        self.ff = FeedForward(d_model, dim_feedforward, activation, bias=bias, dtype=dtype, _init=init)
+        self.ff = FeedForward(d_model, dim_feedforward, activation, bias=bias, gated=gated,
+                              dtype=dtype, _init=init)
         for i in range(1, n_norms + 1):
-            setattr(self, f"norm{i}", LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype,
-                                                _init=init))
+            setattr(self, f"norm{i}", _make_norm(norm, d_model, layer_norm_eps, bias, dtype, init))
         norm_first = check_option(norm_first, "norm_first")
+        if norm == "rms" and not norm_first:
+            raise ValueError("norm='rms' needs norm_first=True (a post-norm RMS norm is not "
+                             "fused into the GEMMs)")
         self.d_model, self.nhead, self.norm_first = int(d_model), int(nhead), norm_first
         self._config = {"d_model": int(d_model), "nhead": int(nhead),
                         "dim_feedforward": int(dim_feedforward), "activation": activation,
                         "layer_norm_eps": check_eps(layer_norm_eps, "layer_norm_eps"),
                         "norm_first": norm_first, "bias": bool(bias), "dtype": dtype.name}
+        for key, value, default in (("head_dim", head_dim, None), ("attn_scale", attn_scale, None),
+                                    ("norm", norm, "layer"), ("gated", gated, False)):
+            if value != default:
+                self._config[key] = value
         self._params = {}
         return init
+
+    def _ffn_children(self):
+        ff = {"linear1": self.ff.linear1, "linear2": self.ff.linear2}
+        if self.ff.gated:
+            ff["gate"] = self.ff.gate
+        return ff
 
     def _sublayers(self, x, sublayers, ln_threads=None):
         """Each (norm, f) in turn with a residual connection; f(h, residual, norm) returns
@@ -93,11 +120,11 @@ class TransformerEncoderLayer(_Layer):
 
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.0, activation="relu",
                  layer_norm_eps=1e-5, norm_first=False, bias=True, *, dtype=np.float32, seed=None,
-                 _init=None):
+                 _init=None, **variant):
         self._common(d_model, nhead, dim_feedforward, activation, layer_norm_eps, norm_first,
-                     bias, dtype, seed, _init, cross=False)
-        self._children = {"self_attn": self.self_attn, "linear1": self.ff.linear1,
-                          "linear2": self.ff.linear2, "norm1": self.norm1, "norm2": self.norm2}
+                     bias, dtype, seed, _init, cross=False, variant=variant)
+        self._children = {"self_attn": self.self_attn, **self._ffn_children(),
+                          "norm1": self.norm1, "norm2": self.norm2}
 
     def _forward(self, x, B, T, kmask, keep=None, n_threads=None, attn_threads=None):
         """x: (B*T, d_model) C-contiguous, owned (may be overwritten) -> (B*T, d_model); with
@@ -125,12 +152,12 @@ class TransformerDecoderLayer(_Layer):
 
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.0, activation="relu",
                  layer_norm_eps=1e-5, norm_first=False, bias=True, *, dtype=np.float32, seed=None,
-                 _init=None):
+                 _init=None, **variant):
         self._common(d_model, nhead, dim_feedforward, activation, layer_norm_eps, norm_first,
-                     bias, dtype, seed, _init, cross=True)
+                     bias, dtype, seed, _init, cross=True, variant=variant)
         self._children = {"self_attn": self.self_attn, "multihead_attn": self.multihead_attn,
-                          "linear1": self.ff.linear1, "linear2": self.ff.linear2,
-                          "norm1": self.norm1, "norm2": self.norm2, "norm3": self.norm3}
+                          **self._ffn_children(), "norm1": self.norm1, "norm2": self.norm2,
+                          "norm3": self.norm3}
 
     def _forward(self, x, mem, B, T, S, tmask, mmask, n_threads=None):
         """x: (B*T, d) owned; mem: (B*S, d) read only -> (B*T, d)."""
@@ -142,17 +169,18 @@ class TransformerDecoderLayer(_Layer):
             (self.norm3, lambda h, r, n: self.ff._forward(h, r, n, n_threads))), n_threads)
 
     def _step(self, x, n, T, kv_append, cross_k, cross_v, cross_mask, n_src, n_threads=None,
-              ln_threads=None):
+              ln_threads=None, self_mask=None):
         """Incremental decoding: x (n*T, d), T new positions of n rows (n_src sources, the rows
         of one source consecutive) -> (n*T, d). kv_append(k, v) stores the new self-attention
         keys and values (n, T, H, Dh) and returns all so far (n, H, t0 + T, Dh); cross_k,
         cross_v (n_src, H, S, Dh) are the memory's, computed once (MultiHeadAttention._cross_kv),
-        cross_mask (n_src, 1, 1, S) bool or None. ln_threads: the pre-norm LayerNorms' thread
-        count (a decode step's are microseconds of work)."""
+        cross_mask (n_src, 1, 1, S) bool or None; self_mask: an additive bias (1, H, T, t0 + T)
+        on the self-attention scores (T5's positions) or None. ln_threads: the pre-norm
+        LayerNorms' thread count (a decode step's are microseconds of work)."""
         rows = n * T // n_src
         return self._sublayers(x, (
             (self.norm1, lambda h, r, nm: self.self_attn._step_self(
-                h, n, T, kv_append, r, nm, n_threads)),
+                h, n, T, kv_append, r, nm, n_threads, self_mask)),
             (self.norm2, lambda h, r, nm: self.multihead_attn._step_cross(
                 h, cross_k, cross_v, cross_mask, n_src, rows, r, nm, n_threads)),
             (self.norm3, lambda h, r, nm: self.ff._forward(h, r, nm, n_threads))), ln_threads)
@@ -178,27 +206,49 @@ class _Stack(_Module):
             raise TypeError("norm must be a LayerNorm or None")
         self._init_common([layer] + [copy.deepcopy(layer) for _ in range(num_layers - 1)], norm)
 
-    def _init_common(self, layers, norm):
-        self.layers, self.norm = layers, norm
+    def _init_common(self, layers, norm, position_bias=None):
+        self.layers, self.norm, self.position_bias = layers, norm, position_bias
         self.d_model, self.nhead = layers[0].d_model, layers[0].nhead
         self._config = dict(layers[0]._config, num_layers=len(layers), final_norm=norm is not None)
         self._params = {}
         self._children = {f"layers.{i}": lyr for i, lyr in enumerate(layers)}
         if norm is not None:
             self._children["norm"] = norm
+        if position_bias is not None:
+            self._children["position_bias"] = position_bias
 
     @classmethod
-    def _build(cls, _init=None, *, num_layers, final_norm, seed=None, **layer_cfg):
+    def _build(cls, _init=None, *, num_layers, final_norm, seed=None, position_bias=None,
+               **layer_cfg):
+        """The stack from layer keywords; position_bias: None or the keywords of a
+        RelativePositionBias (num_buckets, max_distance; T5), shared by every layer."""
         dtype = check_dtype(layer_cfg.pop("dtype"))
         init = _init_for(seed, dtype, _init)
         layers = [cls.layer_class(dtype=dtype, _init=init, **layer_cfg)
                   for _ in range(check_positive_int(num_layers, "num_layers"))]
-        norm = (LayerNorm(layers[0].d_model, layer_cfg.get("layer_norm_eps", 1e-5),
-                          bias=layer_cfg.get("bias", True), dtype=dtype, _init=init)
+        norm = (_make_norm(layer_cfg.get("norm", "layer"), layers[0].d_model,
+                           layer_cfg.get("layer_norm_eps", 1e-5), layer_cfg.get("bias", True),
+                           dtype, init)
                 if final_norm else None)
+        bias = None
+        if position_bias is not None:
+            bias = RelativePositionBias(**position_bias, num_heads=layers[0].nhead,
+                                        bidirectional=cls is TransformerEncoder, dtype=dtype,
+                                        _init=init)
         self = cls.__new__(cls)
-        self._init_common(layers, norm)
+        self._init_common(layers, norm, bias)
         return self
+
+    def _with_position_bias(self, kmask, L, S, offset=0):
+        """kmask with this stack's position bias (1, H, L, S) added (kmask itself without one)."""
+        if self.position_bias is None:
+            return kmask
+        bias = self.position_bias._forward(L, S, offset)
+        m = kmask.mask
+        if m is not None:
+            m = np.where(m, 0.0, -np.inf).astype(bias.dtype) if m.dtype == np.bool_ else m
+            bias = bias + m                                  # (B, H, L, S)
+        return _KernelMask(bias, kmask.causal)
 
     @classmethod
     def _config_from_state_dict(cls, sd, prefix, config):
@@ -233,6 +283,10 @@ class TransformerEncoder(_Stack):
     def __init__(self, encoder_layer, num_layers, norm=None):
         super().__init__(encoder_layer, num_layers, norm)
 
+    def _forward(self, x, B, T, kmask, n_threads=None, **kwargs):
+        return super()._forward(x, B, T, self._with_position_bias(kmask, T, T),
+                                n_threads=n_threads, **kwargs)
+
     def __call__(self, src, mask=None, src_key_padding_mask=None, is_causal=False):
         return _encoder_call(self, src, mask, "mask", src_key_padding_mask, is_causal)
 
@@ -251,15 +305,21 @@ class TransformerDecoder(_Stack):
     def __init__(self, decoder_layer, num_layers, norm=None):
         super().__init__(decoder_layer, num_layers, norm)
 
+    def _forward(self, x, mem, B, T, S, tmask, mmask, n_threads=None):
+        return super()._forward(x, mem, B, T, S, self._with_position_bias(tmask, T, T), mmask,
+                                n_threads=n_threads)
+
     def _step(self, x, n, T, cache, n_threads=None, ln_threads=None):
         """Incremental decoding through every layer: x (n*T, d) at positions
         [cache.length, cache.length + T) -> (n*T, d). `cache` is the KV-cache view:
         ``append(layer, k, v)``, ``cross(layer)`` -> (k, v), ``memory_mask``, ``n_src``
         (:class:`fastattn.generation.KVCache`); the caller advances it afterwards."""
+        bias = None if self.position_bias is None else \
+            self.position_bias._forward(T, cache.length + T, cache.length)
         for i, layer in enumerate(self.layers):
             ck, cv = cache.cross(i)
             x = layer._step(x, n, T, lambda k, v, i=i: cache.append(i, k, v), ck, cv,
-                            cache.memory_mask, cache.n_src, n_threads, ln_threads)
+                            cache.memory_mask, cache.n_src, n_threads, ln_threads, bias)
         if self.norm is not None:
             x = self.norm._forward(x, n_threads=ln_threads)
         return x

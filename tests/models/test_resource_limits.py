@@ -149,7 +149,8 @@ CASES = [
 def test_hostile_call_in_a_fresh_process(enc_dir, call, expect, word):
     if SANITIZED and "MemoryError" == expect:
         # the plan is compared with available memory, which ASan's shadow makes meaningless
-        pytest.skip("the sanitizer run reserves terabytes of address space")
+        pytest.skip("AddressSanitizer reserves terabytes of address space: the memory plan "
+                    "is compared with available memory, which its shadow makes meaningless")
     got = run_child(f"print(json.dumps(outcome(lambda: {call})))", {"ENC_DIR": enc_dir})
     kind, msg = got
     assert kind == expect, f"{call}: {kind} {msg}"
@@ -198,7 +199,7 @@ def test_opt_out_skips_the_check():
     assert got[0] == "ok"
 
 
-@pytest.mark.skipif(SANITIZED, reason="ASan reserves terabytes of address space")
+@pytest.mark.skipif(SANITIZED, reason="AddressSanitizer reserves terabytes of address space")
 def test_rlimit_as_is_honoured():
     """With 1 GiB of address space left under RLIMIT_AS, a 1.9 GiB encode plan is refused
     before it starts, and a small call still runs."""
@@ -264,7 +265,8 @@ PLAN_CASES = [
 SLACK = 24 << 20       # the interpreter's own: NumPy temporaries, OpenMP thread stacks
 
 
-@pytest.mark.skipif(SANITIZED, reason="ASan's allocator keeps freed memory (quarantine)")
+@pytest.mark.skipif(SANITIZED, reason="AddressSanitizer keeps freed memory in quarantine: "
+                    "peak RSS says nothing about the plan")
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux's /proc")
 @pytest.mark.parametrize("cfg", PLAN_CASES, ids=[json.dumps(c) for c in PLAN_CASES])
 def test_plan_bounds_what_a_first_call_allocates(enc_dir, cfg):
