@@ -126,6 +126,19 @@ class BartLoader:
         """A subclass's own config fields."""
         return config
 
+    # the checkpoint's names (module functions below; T5 has its own)
+    @staticmethod
+    def name_map(config):
+        return name_map(config)
+
+    @staticmethod
+    def state_dict(weights, config):
+        return checkpoint_state_dict(weights, config)
+
+    @staticmethod
+    def untie(config, weights, path):
+        untie_differing_copies(config, weights, path)
+
 
 class MBartLoader(BartLoader):
     """mBART (and mBART-50): pre-norm layers with final LayerNorms, embedding LayerNorm."""
@@ -173,9 +186,9 @@ for _cls in (BartLoader, MBartLoader, PegasusLoader, M2M100Loader):
 
 
 def read_checkpoint(path):
-    """``(keywords, generation settings in config.json, tensors)`` of a BART-style folder,
-    dispatched on config.json's model_type."""
-    from . import marian  # noqa: F401  (registers the Marian loader)
+    """``(keywords, generation settings in config.json, tensors)`` of a checkpoint folder,
+    dispatched on config.json's model_type (the loaders registered: this module's, Marian's,
+    T5's)."""
     where = os.path.join(path, "config.json")
     model_type = read_json(where, os.path.basename(where), dict).get("model_type")
     loader = LOADERS.get(model_type)
@@ -184,7 +197,7 @@ def read_checkpoint(path):
                          f"{', '.join(sorted(LOADERS))}")
     config, gen = loader().read_config(path)
     weights = read_safetensors(checkpoint_files(path))
-    untie_differing_copies(config, weights, path)
+    loader.untie(config, weights, path)
     return config, gen, weights
 
 

@@ -22,8 +22,9 @@ import os
 import numpy as np
 
 from .._memory import check_plan
-from .._validation import (check_eps, check_option, check_real_input, check_seed,
-                           check_token_ids, hf_attention_mask, to_numpy)
+from .._validation import (check_choice, check_eps, check_option, check_real,
+                           check_real_input, check_seed, check_token_ids, hf_attention_mask,
+                           to_numpy)
 from ..generation.config import (check_generation_config, check_generation_ids,
                                  read_generation_config)
 from ..generation.kv_cache import KVCache
@@ -36,11 +37,11 @@ from ..nn.linear import Linear
 from ..nn.positional import POSITION_LAYOUTS, fairseq_positions_table, positions_table
 from ..nn.transformer import TransformerDecoder, TransformerEncoder
 from . import bart as _bart
-from . import marian as _marian  # noqa: F401  (registers the Marian loader)
+from . import marian, t5  # noqa: F401  (they register their loaders)
 
 __all__ = ["Seq2SeqTransformer", "positions_table"]
 
-_POSITIONS = POSITION_LAYOUTS + ("fairseq", "learned")
+_POSITIONS = POSITION_LAYOUTS + ("fairseq", "learned", "none")
 _SMALL = 1 << 16          # elements below which an elementwise pass runs on one thread
 
 
@@ -136,8 +137,11 @@ class Seq2SeqTransformer:
                  share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
                  decoder_vocab_size=None, pad_token_id=None, eos_token_id=0,
                  decoder_start_token_id=None, layer_norm_eps=1e-5, generation_config=None,
-                 layernorm_embedding=False, position_offset=0, model_type="marian", *,
-                 seed=0, dtype=np.float32, _state_dict=None):
+                 layernorm_embedding=False, position_offset=0, model_type="marian",
+                 norm="layer", bias=True, head_dim=None, attention_scale=None, gated_ffn=False,
+                 relative_attention_num_buckets=None, relative_attention_max_distance=None,
+                 output_scale=1.0, final_logits_bias=True, *, seed=0, dtype=np.float32,
+                 _state_dict=None):
         if dtype is None:              # np.dtype(None) would be float64
             raise TypeError("dtype must be float32 or float64, got None")
         try:
@@ -170,7 +174,25 @@ class Seq2SeqTransformer:
             "layernorm_embedding": check_option(layernorm_embedding, "layernorm_embedding"),
             "position_offset": _count(position_offset, "position_offset"),
             "model_type": model_type,
+            "norm": check_choice(norm, "norm", ("layer", "rms")),
+            "bias": check_option(bias, "bias"),
+            "head_dim": None if head_dim is None else _pos_int(head_dim, "head_dim"),
+            "attention_scale": None if attention_scale is None else
+            check_real(attention_scale, "attention_scale"),
+            "gated_ffn": check_option(gated_ffn, "gated_ffn"),
+            "relative_attention_num_buckets": None if relative_attention_num_buckets is None
+            else _pos_int(relative_attention_num_buckets, "relative_attention_num_buckets"),
+            "relative_attention_max_distance": None if relative_attention_max_distance is None
+            else _pos_int(relative_attention_max_distance, "relative_attention_max_distance"),
+            "output_scale": check_real(output_scale, "output_scale"),
+            "final_logits_bias": check_option(final_logits_bias, "final_logits_bias"),
         }
+        if (cfg["relative_attention_num_buckets"] is None) != (
+                cfg["relative_attention_max_distance"] is None):
+            raise ValueError("relative_attention_num_buckets and relative_attention_max_distance "
+                             "go together (T5's position bias)")
+        if cfg["norm"] == "rms" and not cfg["normalize_before"]:
+            raise ValueError("norm='rms' needs normalize_before=True")
         if model_type not in _bart.LOADERS:
             raise ValueError(f"model_type must be one of {sorted(_bart.LOADERS)}, got "
                              f"{model_type!r} (it selects the checkpoint's names)")
@@ -179,7 +201,7 @@ class Seq2SeqTransformer:
             raise ValueError(f"positions must be one of {_POSITIONS}, got {positions!r}")
         for which in ("encoder", "decoder"):
             h = cfg[f"{which}_attention_heads"]
-            if d % h:
+            if d % h and cfg["head_dim"] is None:
                 raise ValueError(f"d_model={d} is not divisible by {which}_attention_heads={h}")
         pad = Vt - 1 if pad_token_id is None else _id(pad_token_id, "pad_token_id", min(V, Vt))
         cfg["pad_token_id"] = pad
@@ -207,8 +229,8 @@ class Seq2SeqTransformer:
         d = c["d_model"]
         init = _Init.empty(dt)
         P = c["max_position_embeddings"] + c["position_offset"]
-        if c["positions"] == "learned":
-            pos = "learned"
+        if c["positions"] in ("learned", "none"):
+            pos = None if c["positions"] == "none" else "learned"
         else:
             try:
                 if c["positions"] == "fairseq":      # positions pad + 1 .. pad + P
@@ -232,13 +254,20 @@ class Seq2SeqTransformer:
             self.decoder_embed._params["weight"] = self.encoder_embed._params["weight"]
         act = canonical_activation(c["activation_function"], "activation_function")
         pre = c["normalize_before"]
+        variant = {k: v for k, v in (("head_dim", c["head_dim"]),
+                                     ("attn_scale", c["attention_scale"]),
+                                     ("norm", c["norm"]), ("gated", c["gated_ffn"])) if v}
+        bias = None if c["relative_attention_num_buckets"] is None else {
+            "num_buckets": c["relative_attention_num_buckets"],
+            "max_distance": c["relative_attention_max_distance"]}
         for which, stack in (("encoder", TransformerEncoder), ("decoder", TransformerDecoder)):
             setattr(self, which, stack._build(
                 init, num_layers=c[f"{which}_layers"], final_norm=pre, d_model=d,
                 nhead=c[f"{which}_attention_heads"], dim_feedforward=c[f"{which}_ffn_dim"],
-                activation=act, layer_norm_eps=c["layer_norm_eps"], norm_first=pre, bias=True,
-                dtype=dt))
-        self.lm_head = Linear(d, c["decoder_vocab_size"], dtype=dt, _init=init)
+                activation=act, layer_norm_eps=c["layer_norm_eps"], norm_first=pre,
+                bias=c["bias"], position_bias=bias, dtype=dt, **variant))
+        self.lm_head = Linear(d, c["decoder_vocab_size"], bias=c["final_logits_bias"], dtype=dt,
+                              _init=init)
         if c["tie_word_embeddings"]:
             self.lm_head._params["weight"] = self.decoder_embed._params["weight"]
         self._layers = {"encoder_embed": self.encoder_embed, "decoder_embed": self.decoder_embed,
@@ -246,7 +275,7 @@ class Seq2SeqTransformer:
         arrays = {f"{lname}.{name}": arr for lname, layer in self._layers.items()
                   for name, arr, _, _ in layer._named_params()}
         params = {}
-        for hf, (name, rows, shape) in _bart.name_map(c).items():
+        for hf, (name, rows, shape) in _bart.LOADERS[c["model_type"]].name_map(c).items():
             arr = arrays[name]
             params[hf] = (arr if rows is None else arr[rows[0]:rows[1]]).reshape(shape)
         self._params = params
@@ -306,7 +335,7 @@ class Seq2SeqTransformer:
             if hasattr(v, "detach") and hasattr(v, "numpy"):
                 v = v.detach().cpu().numpy()
             sd[k] = np.asarray(v)
-        sd = _bart.checkpoint_state_dict(sd, self._config)
+        sd = _bart.LOADERS[self._config["model_type"]].state_dict(sd, self._config)
         missing = [k for k in self._params if k not in sd]
         if missing:
             raise ValueError(f"state_dict is missing {len(missing)} parameter(s), e.g. "
@@ -400,12 +429,23 @@ class Seq2SeqTransformer:
     # memory plans (fastattn._memory): upper bounds of the bytes a call holds at once
     # ---------------------------------------------------------------------------------------
 
+    def _widths(self, which):
+        """(the widest activation per token: d_model or the heads side by side, the FFN's
+        hidden width: twice d_ff when gated, the head count)"""
+        c = self._config
+        H = c[f"{which}_attention_heads"]
+        inner = H * c["head_dim"] if c["head_dim"] else c["d_model"]
+        ffn = c[f"{which}_ffn_dim"] * (2 if c["gated_ffn"] else 1)
+        return max(c["d_model"], inner), ffn, H
+
     def _plan_encode(self, B, S):
         """An encoder pass over B x S tokens: the embeddings, q/k/v, the heads' output, the
         output projection, the FFN's hidden and output, a LayerNorm's copy, the attention
-        workspace (packed K and V) and the result: (11 d + ffn) values a token."""
-        c = self._config
-        return B * S * (11 * c["d_model"] + c["encoder_ffn_dim"]) * self._dtype.itemsize
+        workspace (packed K and V) and the result: (11 d + ffn) values a token; with T5's
+        position bias the (B, H, S, S) score bias and its padded copy too."""
+        w, f, H = self._widths("encoder")
+        bias = 2 * H * S if self._config["relative_attention_num_buckets"] else 0
+        return B * S * (11 * w + f + bias) * self._dtype.itemsize
 
     def plan_bytes(self, n_sources, src_len, num_beams, max_length, chunk=1):
         """Decoding `num_beams` rows per source up to `max_length` positions, `chunk` positions
@@ -414,11 +454,14 @@ class Seq2SeqTransformer:
         attention workspaces, its logits."""
         c = self._config
         isz = self._dtype.itemsize
-        d, f, L, V = c["d_model"], c["decoder_ffn_dim"], c["decoder_layers"], self.vocab_size
+        w, f, H = self._widths("decoder")
+        L, V = c["decoder_layers"], self.vocab_size
         B, S, n, T = n_sources, src_len, n_sources * num_beams, max_length
-        cache = L * 2 * n * T * d * isz * (2 if num_beams > 1 else 1)
-        cross = (L * 2 + 2) * B * S * d * isz
-        step = n * chunk * (11 * d + f + V) * isz + 2 * (n * T + B * S) * d * isz
+        cache = L * 2 * n * T * w * isz * (2 if num_beams > 1 else 1)
+        cross = (L * 2 + 2) * B * S * w * isz
+        step = n * chunk * (11 * w + f + V) * isz + 2 * (n * T + B * S) * w * isz
+        if c["relative_attention_num_buckets"]:
+            step += 2 * H * chunk * T * isz
         return self._plan_encode(B, S) + cache + cross + step
 
     # ---------------------------------------------------------------------------------------
@@ -492,7 +535,8 @@ class Seq2SeqTransformer:
         c = self._config
         B, S = mask.shape
         d, H = c["d_model"], c["decoder_attention_heads"]
-        cache = KVCache(c["decoder_layers"], B * group, H, d // H, max_len, B, S, self._dtype)
+        Dh = self.decoder.layers[0].self_attn.head_dim
+        cache = KVCache(c["decoder_layers"], B * group, H, Dh, max_len, B, S, self._dtype)
         cache.n_threads = nthr
         for i, layer in enumerate(self.decoder.layers):
             cache.set_cross(i, *layer.multihead_attn._cross_kv(memory, B, S, nthr))
@@ -519,7 +563,10 @@ class Seq2SeqTransformer:
         return x
 
     def _project(self, hidden, nthr=None):
-        """hidden (N, d) -> logits (N, vocab) = hidden @ W_out.T + final_logits_bias."""
+        """hidden (N, d) -> logits (N, vocab) = hidden @ W_out.T + final_logits_bias (T5's
+        tied head: the hidden state times d_model^-0.5 first)."""
+        if self._config["output_scale"] != 1.0:
+            hidden = hidden * self._dtype.type(self._config["output_scale"])
         return self.lm_head._forward(hidden, n_threads=nthr)
 
     def logits(self, input_ids, decoder_input_ids, attention_mask=None, *, n_threads=None):

@@ -20,7 +20,13 @@ IDS = {
     "pegasus": dict(pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
                     forced_eos_token_id=1),
     "m2m_100": dict(pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2),
+    "t5": dict(pad_token_id=0, eos_token_id=1, decoder_start_token_id=0),
+    "mt5": dict(pad_token_id=0, eos_token_id=1, decoder_start_token_id=0),
 }
+# T5's names for the sizes; d_kv * num_heads != d_model, as in T5 v1.1
+T5_SMALL = dict(vocab_size=VOCAB, d_model=32, d_kv=12, d_ff=40, num_layers=2,
+                num_decoder_layers=2, num_heads=4, relative_attention_num_buckets=8,
+                relative_attention_max_distance=20)
 
 
 def randomise(model, eos_id, seed=0, eos_bias=1.0):
@@ -49,11 +55,16 @@ def make_checkpoint(path, model_type, *, tied=True, dtype="float32", seed=0, **o
     """Write a random `model_type` encoder-decoder to `path`; returns the torch model (eval)."""
     import torch
     from transformers import AutoConfig, AutoModelForSeq2SeqLM, GenerationConfig
-    kw = dict(SMALL, **IDS[model_type], tie_word_embeddings=tied)
+    t5 = model_type in ("t5", "mt5")
+    kw = dict(T5_SMALL if t5 else SMALL, **IDS[model_type], tie_word_embeddings=tied)
     kw.update(overrides)
     cfg = AutoConfig.for_model(model_type, **kw)
     torch.manual_seed(seed)
     model = AutoModelForSeq2SeqLM.from_config(cfg).eval()
+    if t5 and not tied:
+        # transformers ties T5's head to the shared embedding: give it weights of its own
+        # (T5 v1.1 / flan-T5 / mT5 checkpoints save a different lm_head.weight)
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.detach().clone())
     randomise(model, kw["eos_token_id"], seed)
     model.save_pretrained(path)
     gen = {k: kw[k] for k in ("decoder_start_token_id", "eos_token_id", "pad_token_id",

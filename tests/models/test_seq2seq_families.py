@@ -159,3 +159,73 @@ def test_unknown_model_type_and_missing_shard(checkpoints, tmp_path):
     os.remove(sharded / files[-1])
     with pytest.raises(ValueError, match=files[-1]):
         fastattn.Seq2SeqTransformer.from_pretrained(sharded)
+
+
+# -- T5 / mT5 (flan-T5 = t5 with gated-gelu and an untied head) --------------------------------
+
+T5_VARIANTS = [("t5", True, "relu"), ("t5", False, "gated-gelu"), ("mt5", False, "gated-gelu"),
+               ("t5", True, "gated-silu")]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("model_type,tied,ffn", T5_VARIANTS)
+def test_t5_encoder_and_logits_match_transformers(checkpoints, model_type, tied, ffn, dtype):
+    # three decoder layers over two encoder layers (transformers' generate cannot do that)
+    path, hf = checkpoints(model_type, tied, dtype, feed_forward_proj=ffn, num_decoder_layers=3)
+    model = fastattn.Seq2SeqTransformer.from_pretrained(path, dtype=np.dtype(dtype))
+    c = model.config
+    assert c["decoder_layers"] == 3
+    assert c["norm"] == "rms" and c["head_dim"] == 12 and c["gated_ffn"] == ffn.startswith("gated")
+    assert c["tie_word_embeddings"] == tied
+    rng = np.random.default_rng(5)
+    ids, mask = padded_sources(model_type, rng, [11, 6, 30])      # beyond max_distance 20
+    dec = np.concatenate([np.zeros((3, 1), np.int64), rng.integers(2, 80, size=(3, 25))], axis=1)
+    with torch.no_grad():
+        t_ids, t_mask = torch.as_tensor(ids), torch.as_tensor(mask)
+        want_enc = hf.get_encoder()(input_ids=t_ids, attention_mask=t_mask).last_hidden_state
+        want_logits = hf(input_ids=t_ids, attention_mask=t_mask,
+                         decoder_input_ids=torch.as_tensor(dec)).logits
+    tol = 1e-4 if dtype == "float32" else 1e-6
+    m = mask.astype(bool)
+    assert _rel(model.encode(ids, mask)[m], want_enc.numpy()[m]) < tol
+    assert _rel(model.logits(ids, dec, mask), want_logits.numpy()) < tol
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+@pytest.mark.parametrize("model_type,tied,ffn", T5_VARIANTS[:3])
+def test_t5_generation_matches_transformers(checkpoints, model_type, tied, ffn, num_beams):
+    path, hf = checkpoints(model_type, tied, feed_forward_proj=ffn)
+    model = fastattn.Seq2SeqTransformer.from_pretrained(path)
+    ids, mask = padded_sources(model_type, np.random.default_rng(6), [12, 5, 9, 3])
+    kw = dict(max_new_tokens=26, min_new_tokens=3, num_beams=num_beams)
+    got = model.generate(ids, mask, **kw)
+    with torch.no_grad():
+        want = hf.generate(input_ids=torch.as_tensor(ids), attention_mask=torch.as_tensor(mask),
+                           do_sample=False, **kw).numpy()
+    np.testing.assert_array_equal(got, want)
+    if not tied:
+        assert len(np.unique(got[:, 1:])) >= 3 and len(np.unique(got, axis=0)) >= 2, got
+    for i in range(len(ids)):
+        n = int(mask[i].sum())
+        alone = model.generate(ids[i:i + 1, :n], **kw)
+        np.testing.assert_array_equal(alone[0], got[i, :alone.shape[1]])
+
+
+def test_t5_config_errors(checkpoints, tmp_path):
+    path, _ = checkpoints("t5", False, feed_forward_proj="gated-gelu")
+    cfg = json.load(open(os.path.join(path, "config.json")))
+    for field, value, match in (("relative_attention_max_distance", None,
+                                 "relative_attention_max_distance is missing"),
+                                ("feed_forward_proj", "gated-tanh", "feed_forward_proj"),
+                                ("d_kv", 0, "d_kv"), ("mystery", 1, "mystery")):
+        bad = tmp_path / field
+        bad.mkdir()
+        for name in os.listdir(path):
+            with open(os.path.join(path, name), "rb") as f:
+                (bad / name).write_bytes(f.read())
+        new = dict(cfg, **{field: value})
+        if value is None:
+            del new[field]
+        _write(bad, "config.json", new)
+        with pytest.raises(ValueError, match=match):
+            fastattn.Seq2SeqTransformer.from_pretrained(bad)
