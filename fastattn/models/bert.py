@@ -23,7 +23,7 @@ from ..io.huggingface import read_json as _read_json
 __all__ = ["EncoderConfig", "SUPPORTED_MODEL_TYPES", "load_config", "load_weights", "name_map"]
 
 _ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert")
-SUPPORTED_MODEL_TYPES = ("bert",) + _ROBERTA_LIKE + ("distilbert",)
+SUPPORTED_MODEL_TYPES = ("bert",) + _ROBERTA_LIKE + ("distilbert", "mpnet", "modernbert")
 
 
 @dataclass(frozen=True)
@@ -43,16 +43,32 @@ class EncoderConfig:
     type_vocab_size: int         # 0: no token-type embeddings (distilbert)
     pad_token_id: int            # -1 if the config has none (bert allows null)
     positions_after_padding: bool
+    # the other families' variants (mpnet.py, modernbert.py); the defaults are BERT's
+    position_padding_idx: int = -1    # the id positions count from (RoBERTa: pad; MPNet: 1)
+    learned_positions: bool = True    # False: no absolute positions (ModernBERT's rotary)
+    norm_first: bool = False          # pre-norm layers
+    bias: bool = True                 # biases in the projections and norms
+    gated: bool = False               # GeGLU FFN
+    final_norm: bool = False          # a norm after the last layer
+    first_attn_norm: bool = True      # False: layer 0 has no norm before its attention
+    relative_attention_num_buckets: int = 0   # MPNet's position bias (max distance 128)
+    layer_types: tuple = ()           # ModernBERT: "full" / "sliding" per layer
+    rope_theta: tuple = ()            # ModernBERT: (full, sliding) rotary bases
+    local_attention: int = 0          # ModernBERT: the sliding window's width
 
     @property
     def head_dim(self):
         return self.hidden_size // self.num_heads
 
     @property
+    def padding_idx(self):
+        return self.position_padding_idx if self.position_padding_idx >= 0 else self.pad_token_id
+
+    @property
     def max_tokens(self):
         """Longest sequence the position table allows."""
         if self.positions_after_padding:
-            return self.max_position_embeddings - self.pad_token_id - 1
+            return self.max_position_embeddings - self.padding_idx - 1
         return self.max_position_embeddings
 
 
@@ -86,6 +102,12 @@ def load_config(folder):
     if not isinstance(cfg, dict):
         raise ValueError(f"{path} must hold a JSON object")
     model_type = cfg.get("model_type")
+    if model_type == "mpnet":
+        from .mpnet import read_config
+        return read_config(cfg, path)
+    if model_type == "modernbert":
+        from .modernbert import read_config
+        return read_config(cfg, path)
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(
             f"config field model_type={model_type!r} in {path} is not supported; supported: "
@@ -207,8 +229,7 @@ _DISTILBERT_NAMES = {
 }
 
 
-def _find_prefix(tensors, files):
-    anchor = "embeddings.word_embeddings.weight"
+def _find_prefix(tensors, files, anchor):
     prefixes = sorted({k[:-len(anchor)] for k in tensors if k.endswith(anchor)})
     if not prefixes:
         raise ValueError(f"{', '.join(files)} has no tensor named '{anchor}' (with or without a "
@@ -223,19 +244,25 @@ def _find_prefix(tensors, files):
 
 
 def name_map(cfg):
-    """Hugging Face name (after the checkpoint's prefix) -> (fastattn.nn name, rows): where
-    each tensor of a ``cfg.model_type`` checkpoint goes in :class:`fastattn.EncoderModel`'s
-    network (``embeddings``: a :class:`fastattn.nn.Embedding`; ``layers.N``: post-norm
+    """[(Hugging Face name (after the checkpoint's prefix), its rows, fastattn.nn name, rows)]:
+    where each tensor of a checkpoint goes in :class:`fastattn.EncoderModel`'s network
+    (``embeddings``: a :class:`fastattn.nn.Embedding`; ``layers.N``:
     :class:`fastattn.nn.TransformerEncoderLayer`). q, k and v are row blocks of a layer's
-    ``self_attn.in_proj_weight`` (one GEMM)."""
+    ``self_attn.in_proj_weight`` (one GEMM). Dispatched on cfg.model_type."""
+    if cfg.model_type == "mpnet":
+        from .mpnet import name_map as family
+        return family(cfg)
+    if cfg.model_type == "modernbert":
+        from .modernbert import name_map as family
+        return family(cfg)
     names = _DISTILBERT_NAMES if cfg.model_type == "distilbert" else _BERT_NAMES
     H = cfg.hidden_size
-    m = {names["word"]: ("embeddings.weight", None),
-         names["position"]: ("embeddings.position_weight", None),
-         names["emb_ln_w"]: ("embeddings.norm.weight", None),
-         names["emb_ln_b"]: ("embeddings.norm.bias", None)}
+    m = [(names["word"], None, "embeddings.weight", None),
+         (names["position"], None, "embeddings.position_weight", None),
+         (names["emb_ln_w"], None, "embeddings.norm.weight", None),
+         (names["emb_ln_b"], None, "embeddings.norm.bias", None)]
     if cfg.type_vocab_size:
-        m[names["token_type"]] = ("embeddings.token_type_weight", None)
+        m.append((names["token_type"], None, "embeddings.token_type_weight", None))
     ours = {"o_w": "self_attn.out_proj.weight", "o_b": "self_attn.out_proj.bias",
             "ln1_w": "norm1.weight", "ln1_b": "norm1.bias", "i_w": "linear1.weight",
             "i_b": "linear1.bias", "out_w": "linear2.weight", "out_b": "linear2.bias",
@@ -246,15 +273,22 @@ def name_map(cfg):
             if key[0] in "qkv":
                 j = "qkv".index(key[0])
                 which = "weight" if key.endswith("_w") else "bias"
-                m[hf] = (f"layers.{i}.self_attn.in_proj_{which}", (j * H, (j + 1) * H))
+                m.append((hf, None, f"layers.{i}.self_attn.in_proj_{which}", (j * H, (j + 1) * H)))
             else:
-                m[hf] = (f"layers.{i}.{ours[key]}", None)
+                m.append((hf, None, f"layers.{i}.{ours[key]}", None))
     return m
+
+
+# the name that locates a checkpoint's prefix, and where its layers are numbered
+_ANCHORS = {"distilbert": ("embeddings.word_embeddings.weight", "transformer.layer."),
+            "modernbert": ("embeddings.tok_embeddings.weight", "layers.")}
+_DEFAULT_ANCHOR = ("embeddings.word_embeddings.weight", "encoder.layer.")
 
 
 def load_weights(folder, cfg, arrays):
     """Read the checkpoint in `folder` into `arrays` (fastattn.nn name -> the model's array,
-    written in place, converted to its dtype) through :func:`name_map`.
+    written in place, converted to its dtype) through :func:`name_map` (a tensor may fill
+    several parameters: its row blocks).
 
     Tensors are found under any prefix ("bert.", "roberta.", "distilbert.", none); old
     TensorFlow-converted LayerNorm names (gamma / beta) are accepted. A missing tensor or a
@@ -262,12 +296,15 @@ def load_weights(folder, cfg, arrays):
     """
     files = checkpoint_files(folder)
     tensors = read_safetensors(files)
-    prefix = _find_prefix(tensors, files)
+    anchor, layer_prefix = _ANCHORS.get(cfg.model_type, _DEFAULT_ANCHOR)
+    prefix = _find_prefix(tensors, files, anchor)
     where = ", ".join(files)
-    for hf_name, (name, rows) in name_map(cfg).items():
+    for hf_name, hf_rows, name, rows in name_map(cfg):
         dst = arrays[name] if rows is None else arrays[name][rows[0]:rows[1]]
         full = prefix + hf_name
         arr = tensors.get(full)
+        if arr is not None and hf_rows is not None:
+            arr = arr[hf_rows[0]:hf_rows[1]]
         if arr is None and full.endswith("LayerNorm.weight"):
             arr = tensors.get(full[:-len("weight")] + "gamma")
         elif arr is None and full.endswith("LayerNorm.bias"):
@@ -280,8 +317,7 @@ def load_weights(folder, cfg, arrays):
         if arr.dtype.kind != "f":
             raise ValueError(f"tensor {full!r} in {where} has dtype {arr.dtype}, not a float")
         dst[...] = arr
-    extra = f"{prefix}encoder.layer.{cfg.num_layers}." if cfg.model_type != "distilbert" \
-        else f"{prefix}transformer.layer.{cfg.num_layers}."
+    extra = f"{prefix}{layer_prefix}{cfg.num_layers}."
     if any(k.startswith(extra) for k in tensors):
         raise ValueError(f"{where} holds more layers than config.json's "
                          f"{cfg.num_layers}: found tensors under {extra!r}")

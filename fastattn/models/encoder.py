@@ -15,7 +15,11 @@ from .._validation import check_dtype, check_token_ids, hf_attention_mask
 from ..nn._masks import _KernelMask
 from ..nn._module import _Init
 from ..nn.attention import RowSubset
+from ..io.huggingface import checkpoint_files, read_safetensors
 from ..nn.embedding import Embedding
+from ..nn.linear import Linear
+from ..nn.norm import LayerNorm
+from ..nn.positional import RelativePositionBias, rotary_tables
 from ..nn.transformer import TransformerEncoderLayer
 from .bert import _read_json, load_config, load_weights
 
@@ -32,6 +36,8 @@ _POOLING_FLAGS = {
     "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
 }
 
+
+_MPNET_MAX_DISTANCE = 128       # fixed in transformers' MPNet
 
 # below this many multiply-adds per score pass (B * heads * S * S * head_dim), attention runs
 # on one thread
@@ -76,7 +82,8 @@ def _pooling_from_config(path, hidden_size):
 
 
 def _read_folder(path):
-    """(transformer folder, pooling modes, normalize) for a model folder.
+    """(transformer folder, pooling modes or the Pooling folder, normalize, Dense folders) for a
+    model folder.
 
     A sentence-transformers folder has modules.json: its Transformer module names the folder
     of config.json + weights, its Pooling module the pooling config, and a Normalize module
@@ -90,7 +97,7 @@ def _read_folder(path):
         raise FileNotFoundError(f"model folder not found: {root}")
     modules_path = os.path.join(root, "modules.json")
     if not os.path.exists(modules_path):
-        return root, ("mean",), True
+        return root, ("mean",), True, []
     modules = _read_json(modules_path, "sentence-transformers modules.json")
     if not isinstance(modules, list):
         raise ValueError(f"{modules_path} must hold a JSON list of modules")
@@ -104,16 +111,62 @@ def _read_folder(path):
         entries.append((m.get("idx", i), m["type"], os.path.join(root, path_i)))
     entries.sort(key=lambda e: e[0] if isinstance(e[0], int) else 0)
     kinds = [t.rsplit(".", 1)[-1] for _, t, _ in entries]
-    supported = (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"])
-    if kinds not in supported:
-        known = ("Transformer", "Pooling", "Normalize")
+    n_dense = 0
+    while 2 + n_dense < len(kinds) and kinds[2 + n_dense] == "Dense":
+        n_dense += 1
+    tail = kinds[2 + n_dense:]
+    if kinds[:2] != ["Transformer", "Pooling"] or tail not in ([], ["Normalize"]):
+        known = ("Transformer", "Pooling", "Dense", "Normalize")
         odd = next((t for (_, t, _), k in zip(entries, kinds) if k not in known), None)
         raise ValueError(
             f"{modules_path} lists the modules {[t for _, t, _ in entries]}"
             + (f"; module type {odd!r} is not supported" if odd else "")
-            + "; supported: Transformer, Pooling, then optionally Normalize")
-    transformer_dir, pooling, normalize = entries[0][2], entries[1][2], len(entries) == 3
-    return transformer_dir, pooling, normalize
+            + "; supported: Transformer, Pooling, then optionally Dense modules, then "
+              "optionally Normalize")
+    dense = [e[2] for e in entries[2:2 + n_dense]]
+    return entries[0][2], entries[1][2], bool(tail), dense
+
+
+# sentence-transformers' Dense activations (torch class paths) -> NumPy
+_DENSE_ACTIVATIONS = {
+    "torch.nn.modules.activation.Tanh": np.tanh,
+    "torch.nn.modules.linear.Identity": None,
+    "torch.nn.modules.activation.ReLU": lambda x: np.maximum(x, 0),
+    "torch.nn.modules.activation.Sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+}
+
+
+def _read_dense(folder, in_features, dtype):
+    """A sentence-transformers Dense module: (Linear, activation or None)."""
+    cfg = _read_json(os.path.join(folder, "config.json"), "sentence-transformers Dense config",
+                     dict)
+    where = os.path.join(folder, "config.json")
+    n_in, n_out = cfg.get("in_features"), cfg.get("out_features")
+    for name, v in (("in_features", n_in), ("out_features", n_out)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"Dense config field {name}={v!r} in {where} must be a positive "
+                             "integer")
+    if n_in != in_features:
+        raise ValueError(f"Dense config field in_features={n_in} in {where} does not match the "
+                         f"{in_features} features that reach it")
+    act = cfg.get("activation_function", "torch.nn.modules.activation.Tanh")
+    if act not in _DENSE_ACTIVATIONS:
+        raise ValueError(f"Dense config field activation_function={act!r} in {where} is not "
+                         f"supported; supported: {', '.join(_DENSE_ACTIVATIONS)}")
+    bias = cfg.get("bias", True)
+    if not isinstance(bias, bool):
+        raise ValueError(f"Dense config field bias={bias!r} in {where} must be true or false")
+    tensors = read_safetensors(checkpoint_files(folder))
+    lin = Linear(n_in, n_out, bias, dtype=dtype, _init=_Init.empty(dtype))
+    for ours, theirs in (("weight", "linear.weight"), ("bias", "linear.bias"))[:1 + bias]:
+        t = tensors.get(theirs)
+        dst = lin._params[ours]
+        if t is None or t.shape != dst.shape or t.dtype.kind != "f":
+            raise ValueError(f"{folder}: tensor {theirs!r} is missing or not a float array of "
+                             f"shape {dst.shape}")
+        dst[...] = t
+    lin._prepack()
+    return lin, _DENSE_ACTIVATIONS[act]
 
 
 class EncoderModel:
@@ -143,19 +196,30 @@ class EncoderModel:
         self.pooling = _check_pooling(pooling)
         self.normalize = bool(normalize)
         self.max_seq_length = None
+        self.dense = []          # sentence-transformers Dense modules: (Linear, activation)
         init = _Init.empty(self.dtype)
-        eps = config.layer_norm_eps
-        self.embeddings = Embedding(config.vocab_size, config.hidden_size, positions="learned",
-                                    max_positions=config.max_position_embeddings,
-                                    type_vocab_size=config.type_vocab_size, layer_norm_eps=eps,
-                                    dtype=self.dtype, _init=init)
-        # post-norm blocks: q/k/v one GEMM, the activation fused into the first FFN GEMM's
-        # epilogue, each residual and LayerNorm into the second GEMM of its sublayer
-        self.layers = [TransformerEncoderLayer(config.hidden_size, config.num_heads,
-                                               config.intermediate_size,
-                                               activation=config.activation,
-                                               layer_norm_eps=eps, dtype=self.dtype, _init=init)
-                       for _ in range(config.num_layers)]
+        c = config
+        eps = c.layer_norm_eps
+        self.embeddings = Embedding(c.vocab_size, c.hidden_size,
+                                    positions="learned" if c.learned_positions else None,
+                                    max_positions=c.max_position_embeddings,
+                                    type_vocab_size=c.type_vocab_size, layer_norm_eps=eps,
+                                    norm_bias=c.bias, dtype=self.dtype, _init=init)
+        # BERT's post-norm blocks: q/k/v one GEMM, the activation fused into the first FFN
+        # GEMM's epilogue, each residual and LayerNorm into the second GEMM of its sublayer;
+        # ModernBERT's pre-norm ones (the first without a norm before its attention)
+        self.layers = [TransformerEncoderLayer(c.hidden_size, c.num_heads, c.intermediate_size,
+                                               activation=c.activation, layer_norm_eps=eps,
+                                               norm_first=c.norm_first, bias=c.bias,
+                                               gated=c.gated,
+                                               attn_norm=i > 0 or c.first_attn_norm,
+                                               dtype=self.dtype, _init=init)
+                       for i in range(c.num_layers)]
+        self.final_norm = LayerNorm(c.hidden_size, eps, bias=c.bias, dtype=self.dtype,
+                                    _init=init) if c.final_norm else None
+        self.position_bias = RelativePositionBias(
+            c.relative_attention_num_buckets, _MPNET_MAX_DISTANCE, c.num_heads, True,
+            dtype=self.dtype, _init=init) if c.relative_attention_num_buckets else None
 
     def state_dict(self):
         """The parameters by fastattn.nn name (``embeddings.weight``, ``layers.0.self_attn.
@@ -181,6 +245,9 @@ class EncoderModel:
         out = {f"embeddings.{n}": a for n, a, _, _ in self.embeddings._named_params()}
         for i, layer in enumerate(self.layers):
             out.update((f"layers.{i}.{n}", a) for n, a, _, _ in layer._named_params())
+        for name, module in (("final_norm", self.final_norm), ("position_bias", self.position_bias)):
+            if module is not None:
+                out.update((f"{name}.{n}", a) for n, a, _, _ in module._named_params())
         return out
 
     def __repr__(self):
@@ -214,7 +281,7 @@ class EncoderModel:
             dt = check_dtype(dtype)
         except TypeError as exc:
             raise ValueError(str(exc)) from None
-        model_dir, pooling_cfg, normalize = _read_folder(path)
+        model_dir, pooling_cfg, normalize, dense = _read_folder(path)
         config = load_config(model_dir)
         pooling = pooling_cfg if isinstance(pooling_cfg, tuple) else \
             _pooling_from_config(os.path.join(pooling_cfg, "config.json"), config.hidden_size)
@@ -222,6 +289,11 @@ class EncoderModel:
         load_weights(model_dir, config, model._arrays())
         for layer in model.layers:
             layer._prepack()
+        width = config.hidden_size * len(pooling)
+        for folder in dense:                     # sentence-transformers Dense modules
+            lin, act = _read_dense(folder, width, dt)
+            model.dense.append((lin, act))
+            width = lin.out_features
         model.max_seq_length = _st_max_seq_length(os.fspath(path), model_dir, config)
         return model
 
@@ -275,8 +347,9 @@ class EncoderModel:
         if not cfg.positions_after_padding:
             return np.arange(S)[None, :]
         # RoBERTa: pad + cumulative count of non-padding ids; padding tokens get pad itself
+        # (MPNet counts from its fixed padding_idx 1 but looks for the pad id)
         not_pad = ids != cfg.pad_token_id
-        return np.cumsum(not_pad, axis=1) * not_pad + cfg.pad_token_id
+        return np.cumsum(not_pad, axis=1) * not_pad + cfg.padding_idx
 
     def _embeddings(self, ids, tt, keep):
         """LN(word + token type + position) for the flat token positions `keep` (all: None);
@@ -284,6 +357,19 @@ class EncoderModel:
         (the same bits as gathering, adding and normalising array by array)."""
         return self.embeddings._forward(ids, position_ids=self._position_ids(ids),
                                         token_type_ids=tt, keep=keep)
+
+    def _layer_kinds(self, S, kmask):
+        """ModernBERT: per layer kind ("full", "sliding") the attention mask (sliding: only the
+        keys within local_attention // 2 positions) and the rotary tables (cos, sin) of its base."""
+        cfg = self.config
+        if not cfg.layer_types:
+            return {}, {}
+        pos = np.arange(S)
+        ropes = {kind: rotary_tables(pos, cfg.head_dim, theta, self.dtype)
+                 for kind, theta in zip(("full", "sliding"), cfg.rope_theta)}
+        band = np.abs(pos[:, None] - pos[None, :]) <= cfg.local_attention // 2      # (S, S)
+        local = band[None, None] if kmask.mask is None else np.logical_and(band, kmask.mask)
+        return {"full": kmask, "sliding": _KernelMask(local, False)}, ropes
 
     def _forward(self, ids, mask, tt, packed=False):
         """(B, S, H) last hidden state. packed=True computes the real tokens only (the dense
@@ -295,14 +381,25 @@ class EncoderModel:
             return np.zeros((B, S, H), dtype=self.dtype)
         padded = mask is not None and not mask.all()
         # key padding as an SDPA bool mask, True = may attend; none when nothing is padded
-        kmask = _KernelMask(mask[:, None, None, :] if padded else None, False)
+        pad_mask = mask[:, None, None, :] if padded else None
+        kmask = _KernelMask(pad_mask, False)
+        if self.position_bias is not None:       # MPNet: + the bias (1, H, S, S) of every layer
+            bias = self.position_bias._forward(S, S)
+            if padded:
+                bias = bias + np.where(pad_mask, 0.0, -np.inf).astype(bias.dtype)
+            kmask = _KernelMask(bias, False)
         keep = RowSubset(np.flatnonzero(mask), B * S) if padded and packed else None
         x = self._embeddings(ids, tt, None if keep is None else keep.index)
         # tiny problems (a short query) run attention on one thread: waking a second OpenMP
         # thread costs more than the whole call (~0.1 ms for 1 x 16 tokens x 12 heads)
         attn_threads = 1 if B * cfg.num_heads * S * S * cfg.head_dim < _ATTN_ONE_THREAD else None
-        for layer in self.layers:
-            x = layer._forward(x, B, S, kmask, keep=keep, attn_threads=attn_threads)
+        masks, ropes = self._layer_kinds(S, kmask)
+        for i, layer in enumerate(self.layers):
+            kind = cfg.layer_types[i] if cfg.layer_types else None
+            x = layer._forward(x, B, S, masks.get(kind, kmask), keep=keep,
+                               attn_threads=attn_threads, rope=ropes.get(kind))
+        if self.final_norm is not None:
+            x = self.final_norm._forward(x)
         if keep is None:
             return x.reshape(B, S, H)
         out = np.zeros((B * S, H), dtype=self.dtype)
@@ -362,7 +459,14 @@ class EncoderModel:
         # "cls" reads position 0, which must then be a real token
         packed = "cls" not in modes or mask is None or bool(mask[:, 0].all())
         hidden = self._forward(ids, mask, tt, packed=packed)
-        return pool(hidden, mask, modes, norm)
+        if not self.dense:
+            return pool(hidden, mask, modes, norm)
+        x = pool(hidden, mask, modes, False)
+        for lin, act in self.dense:           # act(x W^T + b) of each Dense module, in order
+            x = lin._forward(x)
+            if act is not None:
+                x = act(x)
+        return _l2_normalize(x) if norm else x
 
 
 def _st_max_seq_length(root, model_dir, config):
@@ -422,7 +526,11 @@ def pool(hidden, mask, modes, normalize):
         v[empty] = 0
         parts.append(v)
     out = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
-    if normalize:
-        norms = np.sqrt(np.square(out).sum(axis=1, keepdims=True))
-        out /= np.maximum(norms, np.finfo(out.dtype).tiny)
+    return _l2_normalize(out) if normalize else out
+
+
+def _l2_normalize(out):
+    """Each row over its L2 norm (in place); zero rows stay zero."""
+    norms = np.sqrt(np.square(out).sum(axis=1, keepdims=True))
+    out /= np.maximum(norms, np.finfo(out.dtype).tiny)
     return out

@@ -17,6 +17,7 @@ from .._ops import _new_output
 from ..functional import scaled_dot_product_attention
 from ._masks import _kernel_mask
 from ._module import _init_for, _Module
+from .positional import apply_rotary
 from .linear import Linear
 
 __all__ = ["MultiHeadAttention", "RowSubset"]
@@ -184,18 +185,23 @@ class MultiHeadAttention(_Module):
         return out, (res[1] if need_weights else None)
 
     def _forward(self, xq, xk, xv, B, L, S, kmask, need_weights=False, average=True, residual=None,
-                 norm=None, keep=None, n_threads=None, attn_threads=None):
+                 norm=None, keep=None, n_threads=None, attn_threads=None, rope=None):
         """xq (B*L, E), xk (B*S, kdim), xv (B*S, vdim) C-contiguous -> (B*L, E) [+ residual,
         then the LayerNorm `norm`, both inside the output projection's GEMM], weights or None.
 
         keep (a RowSubset; self-attention only): xq holds only the rows keep.index (flat indices
         into B*L) of the sequences (padding skipped); the other rows' keys and values are zeros,
-        masked by kmask, and the result holds the rows keep.index alone."""
+        masked by kmask, and the result holds the rows keep.index alone. rope (self-attention
+        only): (cos, sin) tables (L, head_dim) rotating q and k (rotary positions)."""
         E = self.inner_dim
         if self.packed and xq is xk and xk is xv:           # self-attention: one GEMM for q, k, v
             qkv = self._proj(None)(xq, n_threads=n_threads)
             if keep is not None:                           # the real rows among zero rows
                 qkv = keep.scatter(qkv)
+            if rope is not None:
+                H, Dh = self.num_heads, self.head_dim
+                for col in (0, E):
+                    apply_rotary(qkv[:, col:col + E].reshape(B, L, H, Dh), *rope)
             q, k, v = self._heads(qkv, B, L, 0), self._heads(qkv, B, S, E), self._heads(qkv, B, S, 2 * E)
         elif self.packed and xk is xv:                      # cross-attention: one GEMM for k, v
             q = self._heads(self._proj(0)(xq, n_threads=n_threads), B, L, 0)

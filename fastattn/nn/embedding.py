@@ -37,8 +37,8 @@ class Embedding(_Module):
     """
 
     def __init__(self, num_embeddings, embedding_dim, *, positions=None, max_positions=None,
-                 type_vocab_size=0, scale=1.0, layer_norm_eps=None, dtype=np.float32,
-                 seed=None, _init=None):
+                 type_vocab_size=0, scale=1.0, layer_norm_eps=None, norm_bias=True,
+                 dtype=np.float32, seed=None, _init=None):
         V = check_positive_int(num_embeddings, "num_embeddings")
         d = check_positive_int(embedding_dim, "embedding_dim")
         dtype = check_dtype(dtype)
@@ -62,8 +62,8 @@ class Embedding(_Module):
         self._children = {}
         self.norm = None
         if layer_norm_eps is not None:
-            self.norm = LayerNorm(d, check_eps(layer_norm_eps, "layer_norm_eps"), dtype=dtype,
-                                  _init=init)
+            self.norm = LayerNorm(d, check_eps(layer_norm_eps, "layer_norm_eps"),
+                                  bias=norm_bias, dtype=dtype, _init=init)
             self._children["norm"] = self.norm
         self._config = {"num_embeddings": V, "embedding_dim": d,
                         "positions": "learned" if "position_weight" in self._params else None,
@@ -91,7 +91,7 @@ class Embedding(_Module):
         d = self.embedding_dim
         table = self._positions()
         types = self._params.get("token_type_weight")
-        if self.norm is not None and self.scale == 1:
+        if self.norm is not None and self.scale == 1 and table is not None:
             # one C pass: gather, sum in a fixed order, normalise (needs flat position ids)
             pos = np.broadcast_to(np.arange(start, start + T)[None, :] if position_ids is None
                                   else position_ids, (B, T)).reshape(-1)

@@ -5,7 +5,7 @@ from .._validation import check_dtype, check_eps, check_last_dim, check_option, 
 from .._ops import _layer_norm_rows, layer_norm
 from ._module import _init_for, _Module
 
-__all__ = ["LayerNorm", "RMSNorm"]
+__all__ = ["LayerNorm", "RMSNorm", "Identity"]
 
 
 class LayerNorm(_Module):
@@ -82,3 +82,15 @@ class RMSNorm(_Module):
         arr = check_last_dim(x, self.normalized_shape)
         flat = np.ascontiguousarray(arr, dtype=self.dtype).reshape(-1, self.normalized_shape)
         return self._forward(flat).reshape(arr.shape)
+
+
+class Identity(_Module):
+    """No normalisation (ModernBERT's first layer has no attention norm): x (+ residual)."""
+
+    def __init__(self, *, dtype=np.float32):
+        self._config = {"dtype": check_dtype(dtype).name}
+        self._params = {}
+        self._children = {}
+
+    def _forward(self, x2d, residual=None, n_threads=None):
+        return x2d if residual is None else x2d + residual

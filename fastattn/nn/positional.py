@@ -8,7 +8,8 @@ from .._validation import (check_dtype, check_positive_int, check_real, check_re
 from ._module import _init_for, _Module
 
 __all__ = ["sinusoidal_positions", "PositionalEncoding", "positions_table",
-           "fairseq_positions_table", "RelativePositionBias", "t5_position_buckets"]
+           "fairseq_positions_table", "RelativePositionBias", "t5_position_buckets",
+           "rotary_tables", "apply_rotary"]
 
 POSITION_LAYOUTS = ("marian", "interleaved")
 
@@ -158,3 +159,28 @@ class RelativePositionBias(_Module):
         rel = np.arange(k_len)[None, :] - np.arange(offset, offset + q_len)[:, None]
         b = t5_position_buckets(rel, self.bidirectional, self.num_buckets, self.max_distance)
         return np.ascontiguousarray(self._params["weight"][b].transpose(2, 0, 1))[None]
+
+
+def rotary_tables(positions, head_dim, theta, dtype=np.float32):
+    """Rotary position embedding tables (cos, sin), each (T, head_dim) for the positions (T,):
+    angle p * theta ** (-2 i / head_dim) for i < head_dim / 2, the halves repeated
+    (transformers' default RoPE, computed in float32, then cast to `dtype`)."""
+    if head_dim % 2:
+        raise ValueError(f"rotary positions need an even head_dim, got {head_dim}")
+    inv_freq = (1.0 / (np.float32(theta) ** (np.arange(0, head_dim, 2, dtype=np.float32)
+                                            / np.float32(head_dim)))).astype(np.float32)
+    freqs = np.asarray(positions, dtype=np.float32)[:, None] * inv_freq[None, :]
+    emb = np.concatenate([freqs, freqs], axis=1)
+    return np.cos(emb).astype(dtype), np.sin(emb).astype(dtype)
+
+
+def apply_rotary(x, cos, sin):
+    """x (B, T, H, Dh) (a view, e.g. of a q/k/v projection) rotated in place:
+    x * cos + rotate_half(x) * sin, with cos, sin (T, Dh) and rotate_half(x) = (-x2, x1)."""
+    half = x.shape[-1] // 2
+    c = cos[None, :, None, :half]
+    s = sin[None, :, None, :half]
+    x1 = x[..., :half].copy()
+    x2 = x[..., half:].copy()
+    x[..., :half] = x1 * c - x2 * s
+    x[..., half:] = x2 * c + x1 * s

@@ -17,7 +17,7 @@ from ._masks import _kernel_mask, _KernelMask
 from ._module import _init_for, _Module
 from .attention import MultiHeadAttention
 from .feedforward import FeedForward
-from .norm import LayerNorm, RMSNorm
+from .norm import Identity, LayerNorm, RMSNorm
 from .positional import RelativePositionBias
 
 __all__ = ["TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
@@ -45,6 +45,7 @@ class _Layer(_Module):
         head_dim, attn_scale = variant.pop("head_dim", None), variant.pop("attn_scale", None)
         norm = check_choice(variant.pop("norm", "layer"), "norm", ("layer", "rms"))
         gated = check_option(variant.pop("gated", False), "gated")
+        attn_norm = check_option(variant.pop("attn_norm", True), "attn_norm")
         if variant:
             raise TypeError(f"unexpected keyword argument {next(iter(variant))!r}")
         attn = dict(bias=bias, dtype=dtype, head_dim=head_dim, scale=attn_scale, _init=init)
@@ -55,7 +56,8 @@ class _Layer(_Module):
         self.ff = FeedForward(d_model, dim_feedforward, activation, bias=bias, gated=gated,
                               dtype=dtype, _init=init)
         for i in range(1, n_norms + 1):
-            setattr(self, f"norm{i}", _make_norm(norm, d_model, layer_norm_eps, bias, dtype, init))
+            setattr(self, f"norm{i}", _make_norm(norm, d_model, layer_norm_eps, bias, dtype, init)
+                    if i > 1 or attn_norm else Identity(dtype=dtype))
         norm_first = check_option(norm_first, "norm_first")
         if norm == "rms" and not norm_first:
             raise ValueError("norm='rms' needs norm_first=True (a post-norm RMS norm is not "
@@ -65,8 +67,11 @@ class _Layer(_Module):
                         "dim_feedforward": int(dim_feedforward), "activation": activation,
                         "layer_norm_eps": check_eps(layer_norm_eps, "layer_norm_eps"),
                         "norm_first": norm_first, "bias": bool(bias), "dtype": dtype.name}
+        if not attn_norm and not norm_first:
+            raise ValueError("attn_norm=False (no norm before the attention) needs norm_first=True")
         for key, value, default in (("head_dim", head_dim, None), ("attn_scale", attn_scale, None),
-                                    ("norm", norm, "layer"), ("gated", gated, False)):
+                                    ("norm", norm, "layer"), ("gated", gated, False),
+                                    ("attn_norm", attn_norm, True)):
             if value != default:
                 self._config[key] = value
         self._params = {}
@@ -125,15 +130,18 @@ class TransformerEncoderLayer(_Layer):
                      bias, dtype, seed, _init, cross=False, variant=variant)
         self._children = {"self_attn": self.self_attn, **self._ffn_children(),
                           "norm1": self.norm1, "norm2": self.norm2}
+        if isinstance(self.norm1, Identity):
+            del self._children["norm1"]
 
-    def _forward(self, x, B, T, kmask, keep=None, n_threads=None, attn_threads=None):
+    def _forward(self, x, B, T, kmask, keep=None, n_threads=None, attn_threads=None, rope=None):
         """x: (B*T, d_model) C-contiguous, owned (may be overwritten) -> (B*T, d_model); with
         `keep` (a RowSubset) x holds only those rows (the real tokens), and so does the result.
-        attn_threads: the attention's thread count, when it differs from the GEMMs'."""
+        attn_threads: the attention's thread count, when it differs from the GEMMs'; rope:
+        (cos, sin) rotary tables (T, head_dim) for q and k."""
         return self._sublayers(x, (
             (self.norm1, lambda h, r, n: self.self_attn._forward(
                 h, h, h, B, T, T, kmask, residual=r, norm=n, keep=keep, n_threads=n_threads,
-                attn_threads=attn_threads)[0]),
+                attn_threads=attn_threads, rope=rope)[0]),
             (self.norm2, lambda h, r, n: self.ff._forward(h, r, n, n_threads))), n_threads)
 
     def __call__(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):

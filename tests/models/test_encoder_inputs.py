@@ -288,8 +288,8 @@ def test_bad_dtype_and_path(bert_dir):
     ("modules", {"modules": [
         {"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"},
         {"idx": 1, "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "path": "2_Dense", "type": "sentence_transformers.models.Dense"}]},
-     "module type 'sentence_transformers.models.Dense' is not supported"),
+        {"idx": 2, "path": "2_WW", "type": "sentence_transformers.models.WordWeights"}]},
+     "module type 'sentence_transformers.models.WordWeights' is not supported"),
     ("modules", {"modules": [
         {"idx": 0, "path": "", "type": "sentence_transformers.models.Transformer"}]},
      "supported: Transformer, Pooling"),
