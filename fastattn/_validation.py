@@ -435,7 +435,8 @@ def check_token_ids(ids, name, vocab, ndim=2, what="(batch, length)", one_row=Tr
 
 # generation settings: name -> the rule its value must meet (transformers' meaning)
 _INT_SETTINGS = {"max_length": 1, "max_new_tokens": 0, "min_length": 0, "min_new_tokens": 0,
-                 "num_beams": 1, "top_k": 0, "seed": 0}
+                 "num_beams": 1, "top_k": 0, "seed": 0, "num_return_sequences": 1,
+                 "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0}
 
 
 def check_generation_setting(key, value, where=None):
@@ -464,7 +465,7 @@ def check_generation_setting(key, value, where=None):
         if not (is_bool or (isinstance(value, str) and value == "never")):
             bad("True, False or 'never'")
         return value if isinstance(value, str) else bool(value)
-    if key == "temperature":
+    if key in ("temperature", "repetition_penalty"):
         if not is_num or not 0 < value < math.inf:
             bad("a positive float")
         return float(value)

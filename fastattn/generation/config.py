@@ -12,6 +12,8 @@ what it needs from the model here: ``generation_config`` (the checked checkpoint
 """
 import os
 
+import numpy as np
+
 from .._validation import check_generation_setting
 from ..io.huggingface import read_json
 
@@ -26,11 +28,12 @@ GENERATION_DEFAULTS = {
     "do_sample": False, "early_stopping": False, "num_beams": 1, "temperature": 1.0,
     "top_k": 50, "top_p": 1.0, "length_penalty": 1.0, "bad_words_ids": None,
     "forced_eos_token_id": None, "suppress_tokens": None, "renormalize_logits": False,
-    "num_return_sequences": 1,
+    "num_return_sequences": 1, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0, "forced_bos_token_id": None,
 }
 # generation fields we read (special ids are read too); any other field must keep its neutral value
 _SPECIAL_IDS = ("eos_token_id", "pad_token_id", "decoder_start_token_id", "bos_token_id",
-                "forced_eos_token_id")
+                "forced_eos_token_id", "forced_bos_token_id")
 _GEN_READ = set(GENERATION_DEFAULTS) | set(_SPECIAL_IDS)
 # fields with no effect on the tokens generated
 GEN_IGNORED = {
@@ -45,8 +48,6 @@ GEN_IGNORED = {
 }
 # fields that change the tokens and are not implemented: only their neutral values are accepted
 GEN_NEUTRAL = {
-    "repetition_penalty": (1.0, None), "no_repeat_ngram_size": (0, None),
-    "encoder_no_repeat_ngram_size": (0, None), "forced_bos_token_id": (None,),
     "remove_invalid_values": (False, None), "exponential_decay_length_penalty": (None,),
     "begin_suppress_tokens": (None,), "typical_p": (1.0, None), "epsilon_cutoff": (0.0, None),
     "eta_cutoff": (0.0, None), "diversity_penalty": (0.0, None), "num_beam_groups": (1, None),
@@ -87,8 +88,6 @@ def check_generation_config(gen, where):
             raise ValueError(f"{where}: unknown generation field {key!r}")
         if key in _SPECIAL_IDS:
             value = single_id(value, key, where)
-        elif key == "num_return_sequences" and value not in (None, 1):
-            raise ValueError(f"{where}: num_return_sequences={value!r} is not supported (only 1)")
         elif key in ("bad_words_ids", "suppress_tokens"):
             pass                    # lists of ids: checked against the vocabulary when used
         else:
@@ -116,9 +115,12 @@ def read_generation_config(path, legacy):
     return check_generation_config(legacy, os.path.join(path, "config.json"))
 
 
-def resolve_settings(model, user):
+def resolve_settings(model, user, prefix_len=1):
     """Merge the arguments of generate (`user`), the checkpoint's generation config and
-    transformers' defaults into one checked dict (max_length counts the start token)."""
+    transformers' defaults into one checked dict. max_length and min_length count the decoder
+    prefix (`prefix_len` tokens: the start token, then any forced ones), as transformers does:
+    max_new_tokens / min_new_tokens and the default 20 new tokens are added to it, a
+    checkpoint's max_length / min_length are taken as they are."""
     ckpt = model.generation_config
     p = {}
     for k, default in GENERATION_DEFAULTS.items():
@@ -134,11 +136,11 @@ def resolve_settings(model, user):
     if mnt is None:
         mnt = ckpt.get("max_new_tokens")
     if mnt is not None:
-        p["max_length"] = check_generation_setting("max_new_tokens", mnt) + 1
+        p["max_length"] = check_generation_setting("max_new_tokens", mnt) + prefix_len
     elif ckpt.get("max_length") is not None:
         p["max_length"] = check_generation_setting("max_length", ckpt["max_length"])
     else:
-        p["max_length"] = min(GENERATION_DEFAULTS["max_length"] + 1, limit)
+        p["max_length"] = min(GENERATION_DEFAULTS["max_length"] + prefix_len, limit)
     if p["max_length"] > limit:
         raise ValueError(f"max_new_tokens / max_length ask for {p['max_length']} decoder "
                          f"positions, more than max_position_embeddings={limit}")
@@ -146,12 +148,24 @@ def resolve_settings(model, user):
     if mn is None:
         mn = ckpt.get("min_new_tokens")
     if mn is not None:
-        p["min_length"] = check_generation_setting("min_new_tokens", mn) + 1
+        p["min_length"] = check_generation_setting("min_new_tokens", mn) + prefix_len
     else:
         p["min_length"] = check_generation_setting("min_length", p["min_length"])
     for key in ("num_beams", "renormalize_logits", "early_stopping", "length_penalty",
-                "do_sample", "temperature", "top_p", "top_k"):
+                "do_sample", "temperature", "top_p", "top_k", "num_return_sequences",
+                "repetition_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size"):
         p[key] = check_generation_setting(key, p[key])
+    fb = p["forced_bos_token_id"]
+    if fb is not None and (isinstance(fb, (bool, np.bool_)) or not isinstance(fb, (int, np.integer))
+                           or not 0 <= fb < model.vocab_size):
+        raise ValueError(f"forced_bos_token_id must be a token id in [0, {model.vocab_size}), "
+                         f"got {fb!r}")
+    K, R = p["num_beams"], p["num_return_sequences"]
+    if R > 1 and K == 1 and not p["do_sample"]:
+        raise ValueError(f"num_return_sequences={R} needs num_beams >= {R} or do_sample=True "
+                         "(greedy search returns one sequence per source, as in transformers)")
+    if K > 1 and R > K:
+        raise ValueError(f"num_return_sequences={R} must be <= num_beams={K}")
     if p["num_beams"] > 1 and model.vocab_size < 2:
         raise ValueError(f"num_beams={p['num_beams']} needs a target vocabulary of at least 2 "
                          f"tokens, this model has {model.vocab_size}")

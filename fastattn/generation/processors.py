@@ -5,14 +5,17 @@ Each processor is called as ``scores = proc(sequences, scores)`` with
     sequences  (n, cur_len) int64   the decoder tokens so far (start token first), one per row
     scores     (n, V) float32       next-token scores of those rows (modified in place or replaced)
 
-Only :class:`NoBadWords` with multi-token entries reads the tokens (``needs_history``); for
-the others the search passes a zero-stride stand-in of the right shape, so that no per-step
-copy of the history is made.
+The processors that read the tokens say so (``needs_history``: the repetition penalty, the
+n-gram rules, :class:`NoBadWords` with multi-token entries); for the others the search passes a
+zero-stride stand-in of the right shape, so that no per-step copy of the history is made.
+:class:`EncoderNoRepeatNGram` also needs each row's source (``needs_sources``): the search then
+calls it as ``proc(sequences, scores, sources)``.
 
 The order (``build_processors``) is transformers' ``_get_logits_processor`` restricted to the
-rules implemented here: bad words, minimum length (``min_length`` / ``min_new_tokens``), forced
-EOS at the length limit, suppressed tokens; when sampling then temperature, top-k, top-p; and
-``renormalize_logits`` (a log-softmax) last.
+rules implemented here: repetition penalty, n-gram blocking (decoder, then encoder), bad words,
+minimum length (``min_length`` / ``min_new_tokens``), forced BOS, forced EOS at the length limit,
+suppressed tokens; when sampling then temperature, top-k, top-p; and ``renormalize_logits`` (a
+log-softmax) last.
 """
 import numpy as np
 
@@ -20,8 +23,9 @@ from .._validation import check_generation_setting
 from ..functional import log_softmax
 
 __all__ = [
-    "NoBadWords", "MinLength", "ForcedEOS", "SuppressTokens", "Temperature", "TopK", "TopP",
-    "Renormalize", "build_processors", "history",
+    "RepetitionPenalty", "NoRepeatNGram", "EncoderNoRepeatNGram", "NoBadWords", "MinLength",
+    "ForcedBOS", "ForcedEOS", "SuppressTokens", "Temperature", "TopK", "TopP", "Renormalize",
+    "build_processors", "history",
 ]
 
 _NEG_INF = -np.inf
@@ -38,6 +42,81 @@ def _token_list(ids, name, vocab):
             raise ValueError(f"{name} holds token id {int(t)} outside [0, {vocab})")
         out.append(int(t))
     return out
+
+
+class RepetitionPenalty:
+    """Tokens already in the row's sequence (start token included) get their score divided by
+    `penalty` when positive, multiplied by it when negative (CTRL's rule, transformers'
+    ``repetition_penalty``), in float32."""
+
+    needs_history = True
+
+    def __init__(self, penalty):
+        self.penalty = check_generation_setting("repetition_penalty", penalty)
+
+    def __call__(self, seqs, scores):
+        p = scores.dtype.type(self.penalty)
+        for r in range(scores.shape[0]):
+            ids = np.unique(seqs[r])
+            ids = ids[ids < scores.shape[1]]
+            v = scores[r, ids]
+            scores[r, ids] = np.where(v < 0, v * p, v / p)
+        return scores
+
+
+def _banned_by_ngrams(tokens, prefix, n):
+    """The tokens that complete an n-gram of `tokens` (1-D) whose first n - 1 tokens are
+    `prefix` (n - 1 tokens)."""
+    if len(tokens) < n:
+        return np.empty(0, np.int64)
+    windows = np.lib.stride_tricks.sliding_window_view(tokens, n)
+    return windows[np.all(windows[:, :-1] == prefix, axis=1), -1]
+
+
+class NoRepeatNGram:
+    """No n-gram of `ngram_size` tokens occurs twice in a row's sequence (start token included):
+    a token that would complete an n-gram already present gets -inf."""
+
+    needs_history = True
+
+    def __init__(self, ngram_size):
+        self.n = check_generation_setting("no_repeat_ngram_size", ngram_size)
+        if self.n < 1:
+            raise ValueError(f"no_repeat_ngram_size must be >= 1 here, got {ngram_size!r}")
+
+    def __call__(self, seqs, scores):
+        cur = seqs.shape[1]
+        if cur < self.n:
+            return scores
+        for r in range(scores.shape[0]):
+            banned = _banned_by_ngrams(seqs[r], seqs[r, cur + 1 - self.n:], self.n)
+            scores[r, banned[banned < scores.shape[1]]] = _NEG_INF
+        return scores
+
+
+class EncoderNoRepeatNGram:
+    """No n-gram of `ngram_size` tokens of the row's source (its input ids, padding included as
+    transformers has it) is completed in the output: a token that would complete one after the
+    row's last n - 1 tokens gets -inf."""
+
+    needs_history = True
+    needs_sources = True
+
+    def __init__(self, ngram_size, source_ids):
+        self.n = check_generation_setting("encoder_no_repeat_ngram_size", ngram_size)
+        if self.n < 1:
+            raise ValueError(f"encoder_no_repeat_ngram_size must be >= 1 here, got {ngram_size!r}")
+        self.sources = np.asarray(source_ids, dtype=np.int64)
+
+    def __call__(self, seqs, scores, sources):
+        cur = seqs.shape[1]
+        if cur + 1 < self.n:
+            return scores
+        for r in range(scores.shape[0]):
+            prefix = seqs[r, cur + 1 - self.n:] if self.n > 1 else seqs[r, :0]
+            banned = _banned_by_ngrams(self.sources[sources[r]], prefix, self.n)
+            scores[r, banned[banned < scores.shape[1]]] = _NEG_INF
+        return scores
 
 
 class NoBadWords:
@@ -93,6 +172,22 @@ class MinLength:
     def __call__(self, seqs, scores):
         if seqs.shape[1] < self.min_length:
             scores[:, self.eos_id] = _NEG_INF
+        return scores
+
+
+class ForcedBOS:
+    """The first generated token is `token_id` (mBART-50, M2M100, NLLB: the target language):
+    every other token gets -inf while only the start token is in the sequence."""
+
+    needs_history = False
+
+    def __init__(self, token_id):
+        self.token_id = token_id
+
+    def __call__(self, seqs, scores):
+        if seqs.shape[1] == 1:
+            scores[...] = _NEG_INF
+            scores[:, self.token_id] = 0.0
         return scores
 
 
@@ -199,13 +294,22 @@ def history(seqs, rows, cur, procs):
     return np.broadcast_to(np.int64(0), (len(rows), cur))
 
 
-def build_processors(p, vocab, eos_id, sampling_min_keep=1):
-    """The processor list for resolved generation settings `p` (a dict), in transformers' order."""
+def build_processors(p, vocab, eos_id, sampling_min_keep=1, source_ids=None):
+    """The processor list for resolved generation settings `p` (a dict), in transformers' order.
+    source_ids (B, S): the encoder's input ids, for encoder_no_repeat_ngram_size."""
     procs = []
+    if p["repetition_penalty"] is not None and p["repetition_penalty"] != 1.0:
+        procs.append(RepetitionPenalty(p["repetition_penalty"]))
+    if p["no_repeat_ngram_size"]:
+        procs.append(NoRepeatNGram(p["no_repeat_ngram_size"]))
+    if p["encoder_no_repeat_ngram_size"]:
+        procs.append(EncoderNoRepeatNGram(p["encoder_no_repeat_ngram_size"], source_ids))
     if p["bad_words_ids"] is not None:
         procs.append(NoBadWords(p["bad_words_ids"], eos_id, vocab))
     if eos_id is not None and p["min_length"] > 0:
         procs.append(MinLength(p["min_length"], eos_id))
+    if p["forced_bos_token_id"] is not None:
+        procs.append(ForcedBOS(p["forced_bos_token_id"]))
     if p["forced_eos_token_id"] is not None:
         procs.append(ForcedEOS(p["max_length"], p["forced_eos_token_id"]))
     if p["suppress_tokens"] is not None:

@@ -27,12 +27,12 @@ import numpy as np
 from .._kernels import _search
 from .._memory import check_plan
 from .._threads import _effective_n_threads
-from .._validation import check_generation_setting
+from .._validation import check_generation_setting, check_option, check_token_ids, to_numpy
 from ..functional import log_softmax
 from .config import resolve_settings
 from .processors import build_processors, history
 
-__all__ = ["Decoder", "DecoderState", "generate", "greedy_search", "beam_search"]
+__all__ = ["Decoder", "DecoderState", "generate", "greedy_search", "beam_search", "score"]
 
 _F32 = np.float32
 _BIG = _F32(-1.0e9)
@@ -50,6 +50,8 @@ class Decoder:
     -------
     check_sources(input_ids, attention_mask) -> (ids (B, S) int64, mask (B, S) bool)
         The checked source batch (a ValueError / TypeError naming the argument).
+    logits(input_ids, decoder_input_ids, attention_mask=None, n_threads=None) -> (B, T, vocab)
+        Teacher-forced logits (for :func:`score`).
     plan_bytes(n_sources, src_len, num_beams, max_length) -> int
         An upper bound of the bytes the model holds at once while decoding that (encoder,
         cache, a step's activations and logits), for the memory check before anything runs.
@@ -111,40 +113,112 @@ class DecoderState:
         raise NotImplementedError
 
 
-# the settings generate takes as keywords (transformers' names), besides seed and n_threads
+# the settings generate takes as keywords (transformers' names), besides seed, n_threads,
+# decoder_input_ids, return_scores and streamer
 GENERATE_KWARGS = ("max_new_tokens", "min_new_tokens", "num_beams", "length_penalty",
                    "early_stopping", "suppress_tokens", "bad_words_ids", "do_sample",
-                   "temperature", "top_k", "top_p")
+                   "temperature", "top_k", "top_p", "repetition_penalty", "no_repeat_ngram_size",
+                   "encoder_no_repeat_ngram_size", "num_return_sequences", "forced_bos_token_id")
 
 
-def generate(model, input_ids, attention_mask=None, *, seed=None, n_threads=None, **user):
-    """transformers' ``generate`` over a :class:`Decoder` (see ``Seq2SeqTransformer.generate``)."""
+def _check_prefix(decoder_input_ids, B, start, vocab):
+    """The forced decoder prefix (B, P): the start token, then decoder_input_ids (transformers
+    prepends the start token unless every row already begins with it)."""
+    if decoder_input_ids is None:
+        return np.full((B, 1), start, np.int64)
+    pre = check_token_ids(decoder_input_ids, "decoder_input_ids", vocab)
+    if pre.shape[0] != B:
+        raise ValueError(f"decoder_input_ids has {pre.shape[0]} rows, input_ids {B}")
+    if pre.shape[1] == 0 or not np.all(pre[:, 0] == start):
+        pre = np.concatenate([np.full((B, 1), start, np.int64), pre], axis=1)
+    return pre
+
+
+def generate(model, input_ids, attention_mask=None, *, seed=None, n_threads=None,
+             decoder_input_ids=None, return_scores=False, streamer=None, **user):
+    """transformers' ``generate`` over a :class:`Decoder` (see ``Seq2SeqTransformer.generate``).
+
+    Returns int64 (B * num_return_sequences, P + T): the decoder prefix (the start token, then
+    ``decoder_input_ids`` when given), the generated tokens, ``pad`` after a row's EOS; with
+    ``return_scores`` also float (B * num_return_sequences,): beam search's length-penalised
+    final scores (transformers' ``sequences_scores``), else the sum of the log-probabilities
+    (log-softmax of the processed scores) of each row's generated tokens up to its EOS.
+    ``streamer`` (batch 1, one beam): ``put`` with the prefix (1, P), then each new token (1,),
+    then ``end()`` (transformers' streamer protocol).
+    """
     for key in user:
         if key not in GENERATE_KWARGS:
             raise TypeError(f"generate() got an unexpected keyword argument {key!r}")
-    p = resolve_settings(model, user)
     ids, mask = model.check_sources(input_ids, attention_mask)
     B = ids.shape[0]
-    start = p["decoder_start_token_id"]
-    if p["max_length"] <= 1:                                  # max_new_tokens=0
-        return np.full((B, 1), start, np.int64)
     V = model.vocab_size
-    K = p["num_beams"]
+    start = model.decoder_start_id
+    prefix = _check_prefix(decoder_input_ids, B, start, V)
+    P = prefix.shape[1]
+    p = resolve_settings(model, user, prefix_len=P)
+    return_scores = check_option(return_scores, "return_scores")
+    K, R = p["num_beams"], p["num_return_sequences"]
+    if K == 1 and R > 1:                     # sampling: every source R times, source-major
+        ids, mask, prefix = (np.repeat(a, R, axis=0) for a in (ids, mask, prefix))
+    n_src = ids.shape[0]
+    if streamer is not None:
+        if K > 1 or n_src > 1:
+            raise ValueError("streamer works with one source and one beam (batch 1, "
+                             "num_beams=1, num_return_sequences=1), as in transformers")
+        for name in ("put", "end"):
+            if not callable(getattr(streamer, name, None)):
+                raise TypeError(f"streamer must have put() and end() methods (transformers' "
+                                f"streamer protocol), got {type(streamer).__name__}")
+    if p["max_length"] <= P:                                  # nothing to generate
+        if streamer is not None:
+            streamer.put(prefix.copy())
+            streamer.end()
+        out = prefix if K == 1 else np.repeat(prefix, R, axis=0)
+        return (out, np.zeros(len(out))) if return_scores else out
     min_keep = 2 if K > 1 else 1
-    procs = build_processors(p, V, p["eos_token_id"], min_keep)
+    procs = build_processors(p, V, p["eos_token_id"], min_keep, source_ids=ids)
     if p["do_sample"]:
         check_generation_setting("seed", seed)
         rng = np.random.SeedSequence(seed)
     else:
         rng = None
-    check_plan(model.plan_bytes(B, ids.shape[1], K, p["max_length"])
-               + _search_bytes(B, K, p["max_length"], V),
-               f"generate(input_ids {ids.shape}, num_beams={K}, "
-               f"max_new_tokens={p['max_length'] - 1})")
+    check_plan(model.plan_bytes(n_src, ids.shape[1], K, p["max_length"], chunk=P)
+               + _search_bytes(n_src, K, p["max_length"], V),
+               f"generate(input_ids {np.shape(input_ids)}, num_beams={K}, "
+               f"num_return_sequences={R}, max_new_tokens={p['max_length'] - P})")
     state = model.start(ids, mask, num_beams=K, max_length=p["max_length"], n_threads=n_threads)
     if K == 1:
-        return greedy_search(state, procs, p, B, rng)
-    return beam_search(state, procs, p, B, K, rng, n_threads)
+        seqs, scores = greedy_search(state, procs, p, n_src, rng, prefix, return_scores,
+                                     streamer)
+    else:
+        seqs, scores = beam_search(state, procs, p, n_src, K, rng, n_threads, prefix, R)
+    return (seqs, scores) if return_scores else seqs
+
+
+def score(model, input_ids, labels, attention_mask=None, *, n_threads=None):
+    """Per-token log-probabilities (B, T) float64 of `labels` (B, T) under forced decoding
+    (CTranslate2's ``score_batch``): the decoder is fed the start token then labels[:, :-1],
+    and position t gets log softmax(logits_t)[labels[t]], computed in float64. A label of -100
+    (transformers' ignore index) gives 0 there and feeds the pad id."""
+    ids, mask = model.check_sources(input_ids, attention_mask)
+    lab = np.asarray(to_numpy(labels))
+    if lab.dtype.kind not in "iu":
+        raise TypeError(f"labels must hold integer token ids, got dtype {lab.dtype}")
+    if lab.ndim == 1 and ids.shape[0] == 1:
+        lab = lab[None]
+    if lab.ndim != 2 or lab.shape[0] != ids.shape[0] or lab.shape[1] == 0:
+        raise ValueError(f"labels must be (batch {ids.shape[0]}, length >= 1), got shape "
+                         f"{lab.shape}")
+    ignore = lab == -100
+    real = np.where(ignore, model.pad_id, lab)
+    check_token_ids(real, "labels", model.vocab_size)       # -100 or a token id
+    dec = np.concatenate([np.full((lab.shape[0], 1), model.decoder_start_id, np.int64),
+                          real[:, :-1]], axis=1)
+    logits = model.logits(ids, dec, mask, n_threads=n_threads)           # (B, T, V)
+    lp = log_softmax(logits.astype(np.float64), n_threads=n_threads)
+    out = np.take_along_axis(lp, real[:, :, None].astype(np.int64), axis=2)[:, :, 0]
+    out[ignore] = 0.0
+    return out
 
 
 def _scores_f32(logits):
@@ -152,28 +226,46 @@ def _scores_f32(logits):
     return logits if logits.dtype == _F32 else logits.astype(_F32)
 
 
-def greedy_search(state, procs, p, B, rng):
-    """Greedy (or, with `rng`, multinomial) decoding -> int64 (B, 1 + T)."""
+def _process(procs, hist, scores, sources):
+    for proc in procs:
+        scores = proc(hist, scores, sources) if getattr(proc, "needs_sources", False) \
+            else proc(hist, scores)
+    return scores
+
+
+def greedy_search(state, procs, p, B, rng, prefix=None, return_scores=False, streamer=None):
+    """Greedy (or, with `rng`, multinomial) decoding -> (int64 (B, P + T), scores or None):
+    the prefix (default the start token), then the tokens."""
     max_len, eos, pad = p["max_length"], p["eos_token_id"], p["pad_token_id"]
-    seqs = np.full((B, max_len), pad, np.int64)               # every row's tokens, start first
-    seqs[:, 0] = p["decoder_start_token_id"]
+    if prefix is None:
+        prefix = np.full((B, 1), p["decoder_start_token_id"], np.int64)
+    P = prefix.shape[1]
+    seqs = np.full((B, max_len), pad, np.int64)               # every row's tokens, prefix first
+    seqs[:, :P] = prefix
     active = np.arange(B)                                      # source row of each cache row
     streams = None
     if rng is not None:
         # one generator per source row: a row's draws do not depend on the rest of the batch
         streams = [np.random.default_rng(s) for s in rng.spawn(B)]
-    cur = 1
-    tokens = seqs[:, 0].copy()
+    totals = np.zeros(B) if return_scores else None
+    if streamer is not None:
+        streamer.put(prefix.copy())
+    cur = P
+    tokens = prefix if P > 1 else prefix[:, 0].copy()
     while True:
         scores = _scores_f32(state.step(tokens))               # (n, V)
         hist = history(seqs, active, cur, procs)
-        for proc in procs:
-            scores = proc(hist, scores)
+        scores = _process(procs, hist, scores, active)
         if streams is None:
             nxt = np.argmax(scores, axis=1)
         else:
             nxt = _draw(scores, [streams[r] for r in active])
+        if totals is not None:
+            lsm = log_softmax(scores)
+            totals[active] += lsm[np.arange(len(nxt)), nxt]
         seqs[active, cur] = nxt
+        if streamer is not None:
+            streamer.put(nxt.copy())
         cur += 1
         if cur >= max_len:
             break
@@ -186,7 +278,9 @@ def greedy_search(state, procs, p, B, rng):
             active = active[keep]
             nxt = nxt[keep]
         tokens = nxt
-    return seqs[:, :cur]
+    if streamer is not None:
+        streamer.end()
+    return seqs[:, :cur], totals
 
 
 def _check_sampling_scores(scores):
@@ -250,8 +344,9 @@ def _sample_desc(acc, k, gens):
     return out
 
 
-def beam_search(state, procs, p, B, K, rng=None, n_threads=None):
-    """Beam search with transformers' semantics -> int64 (B, 1 + T).
+def beam_search(state, procs, p, B, K, rng=None, n_threads=None, prefix=None, n_return=1):
+    """Beam search with transformers' semantics -> (int64 (B * n_return, P + T), float32
+    (B * n_return,) scores): each source's n_return best finished hypotheses, best first.
 
     With `rng` (a SeedSequence; do_sample=True), the 2 * num_beams candidates of each source are
     sampled instead of taken best-first (beam sampling), source b drawing from stream b."""
@@ -259,10 +354,12 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None):
     max_len, eos, pad = p["max_length"], p["eos_token_id"], p["pad_token_id"]
     lp, es = p["length_penalty"], p["early_stopping"]
     K2 = 2 * K
-    start = p["decoder_start_token_id"]
+    if prefix is None:
+        prefix = np.full((B, 1), p["decoder_start_token_id"], np.int64)
+    P = prefix.shape[1]
     # per source (all B kept; `active` lists those still searching)
     run_seq = np.full((B, K, max_len), pad, np.int64)       # running beams' tokens
-    run_seq[:, :, 0] = start
+    run_seq[:, :, :P] = prefix[:, None, :]
     run_score = np.zeros((B, K), _F32)                        # accumulated log-probs
     run_score[:, 1:] = _BIG
     fin_seq = run_seq.copy()                                  # finished hypotheses
@@ -271,8 +368,10 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None):
     fin_done = np.zeros((B, K), bool)                         # slot holds a finished hypothesis
     open_ = np.ones(B, bool)                                  # early-stop heuristic unsatisfied
     active = np.arange(B)
-    tokens = np.full(B * K, start, np.int64)
-    cur = 1
+    tokens = np.repeat(prefix, K, axis=0)                     # (B*K, P): every beam's prefix
+    if P == 1:
+        tokens = tokens[:, 0]
+    cur = P
     top_mask = np.zeros(K2, bool)
     top_mask[:K] = True
     nthr = _effective_n_threads(n_threads)
@@ -282,10 +381,9 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None):
         V = logits.shape[1]
         lprobs = log_softmax(logits, out=logits if logits.flags.writeable else None,
                              n_threads=nthr)
-        hist = history(run_seq.reshape(B * K, max_len),
-                       (active[:, None] * K + np.arange(K)).reshape(-1), cur, procs)
-        for proc in procs:
-            lprobs = proc(hist, lprobs)
+        rows = (active[:, None] * K + np.arange(K)).reshape(-1)
+        hist = history(run_seq.reshape(B * K, max_len), rows, cur, procs)
+        lprobs = _process(procs, hist, lprobs, rows // K)
         if streams is None:
             # acc = lprobs + running score (float32, one rounding), read by the selection
             # without being stored: the top 2K of each source over its K * V candidates
@@ -314,14 +412,14 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None):
         src_beam = np.take_along_axis(top_beam, nxt, axis=1)             # (n, K)
         # -- the finished set: merge the new finished candidates (top K positions only)
         just = hits & top_mask[None, :]
-        cand = top_lp / _F32((cur + 1 - 1) ** lp)
+        cand = top_lp / _F32((cur + 1 - P) ** lp)
         full = fin_done[active].all(axis=1, keepdims=True) & (es is True)
         cand = cand + full.astype(_F32) * _BIG
         cand = cand + (~open_[active])[:, None].astype(_F32) * _BIG
         cand = cand + (~just).astype(_F32) * _BIG
         m_score = np.concatenate([fin_score[active], cand], axis=1)          # (n, 3K)
         m_seq = np.concatenate([fin_seq[active], cand_seq], axis=1)
-        m_len = np.concatenate([fin_len[active], np.full((n, K2), cur, np.int64)], axis=1)
+        m_len = np.concatenate([fin_len[active], np.full((n, K2), cur + 1 - P, np.int64)], axis=1)
         m_done = np.concatenate([fin_done[active], just], axis=1)
         sel = _topk_desc(m_score, K)
         fin_score[active] = np.take_along_axis(m_score, sel, axis=1)
@@ -333,9 +431,9 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None):
         cur += 1
         # -- can a running beam still improve the finished set?
         if es == "never" and lp > 0.0:
-            best_len = max_len - 1
+            best_len = max_len - P
         else:
-            best_len = cur - 1
+            best_len = cur - P
         best = run_score[active][:, :1] / _F32(best_len ** lp)
         worst = np.where(fin_done[active], fin_score[active].min(axis=1, keepdims=True), _BIG)
         open_[active] &= np.any(best > worst, axis=1)
@@ -355,5 +453,6 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None):
             state.select_sources(keep)
             active = active[keep]
         tokens = run_seq[active, :, cur - 1].reshape(-1)
-    T = int(fin_len[:, 0].max())
-    return fin_seq[:, 0, :1 + T].copy()
+    T = int(fin_len[:, :n_return].max())
+    seqs = fin_seq[:, :n_return, :P + T].reshape(B * n_return, P + T).copy()
+    return seqs, fin_score[:, :n_return].reshape(-1).copy()

@@ -28,7 +28,7 @@ from .._validation import (check_choice, check_eps, check_option, check_real,
 from ..generation.config import (check_generation_config, check_generation_ids,
                                  read_generation_config)
 from ..generation.kv_cache import KVCache
-from ..generation.search import DecoderState, generate
+from ..generation.search import DecoderState, generate, score
 from ..io.huggingface import canonical_activation
 from ..nn._masks import _KernelMask
 from ..nn._module import _Init
@@ -652,6 +652,12 @@ class Seq2SeqTransformer:
         cache = self._start_cache(memory, mask, int(num_beams), int(max_length), n_threads)
         return _Seq2SeqState(self, cache, int(num_beams), n_threads)
 
+    def score(self, input_ids, labels, attention_mask=None, *, n_threads=None):
+        """Per-token log-probabilities (B, T) float64 of `labels` (B, T) given the sources
+        (forced decoding, CTranslate2's ``score_batch``): see
+        :func:`fastattn.generation.search.score` (a label of -100 is ignored and scores 0)."""
+        return score(self, input_ids, labels, attention_mask, n_threads=n_threads)
+
     def generate(self, input_ids, attention_mask=None, *, do_sample=False, **kwargs):
         """Generate target token ids (transformers' ``generate`` semantics).
 
@@ -673,12 +679,31 @@ class Seq2SeqTransformer:
         do_sample, temperature, top_k, top_p, seed : multinomial sampling (top_k defaults to 50
             as in transformers; ``seed`` makes it reproducible; row b draws from stream b of the
             seed, so rows that finish early or come later in the batch do not change it).
+        repetition_penalty, no_repeat_ngram_size, encoder_no_repeat_ngram_size : transformers'
+            repetition controls (defaults: the checkpoint's).
+        forced_bos_token_id : the first generated token (mBART-50, M2M100, NLLB: the target
+            language; default: the checkpoint's).
+        num_return_sequences : rows per source (beam search: the best finished hypotheses,
+            <= num_beams; sampling: independent samples), source-major as transformers.
+        decoder_input_ids : int array (B, P), optional
+            A forced prefix (CTranslate2's target_prefix): decoding continues after it; the
+            start token is prepended unless every row begins with it. max_new_tokens counts
+            after the prefix.
+        return_scores : bool
+            Also return the scores (see below).
+        streamer : object with put() and end(), optional
+            transformers' streamer protocol (batch 1, one beam): put(prefix (1, P)), then
+            put(token (1,)) for each new token, then end().
         n_threads : int, optional
 
         Returns
         -------
-        ndarray int64 (B, 1 + T): the start token, then the generated tokens, ``pad_id`` after a
-        row's EOS; T is the longest row's length.
+        ndarray int64 (B * num_return_sequences, P + T): the prefix (the start token, then any
+        decoder_input_ids), then the generated tokens, ``pad_id`` after a row's EOS; T is the
+        longest row's length. With ``return_scores=True``, ``(ids, scores)``: beam search's
+        ``sequences_scores`` (the length-penalised score of each hypothesis, float32), or for
+        greedy search and sampling the sum of the generated tokens' log-probabilities (the
+        log-softmax of the processed scores, up to and including EOS; float64).
         """
         return generate(self, input_ids, attention_mask, do_sample=do_sample, **kwargs)
 
@@ -703,11 +728,19 @@ class _Seq2SeqState(DecoderState):
         return self.cache.n_src
 
     def step(self, tokens):
-        t = check_token_ids(np.reshape(to_numpy(tokens), -1), "tokens", self.model.vocab_size,
-                            ndim=1, what="(rows,)")
-        if t.size != self.cache.n_rows:
-            raise ValueError(f"tokens must hold one id per row ({self.cache.n_rows}), got {t.size}")
-        h = self.model._decode(self.cache, t[:, None], self.n_threads)
+        """tokens (n,): one position per row, or (n, T): T positions from an empty cache (a
+        forced prefix) -> the last position's logits (n, vocab)."""
+        t = np.asarray(to_numpy(tokens))
+        t = check_token_ids(t if t.ndim == 2 else np.reshape(t, (-1, 1)), "tokens",
+                            self.model.vocab_size, what="(rows, positions)", one_row=False)
+        n, T = t.shape
+        if n != self.cache.n_rows:
+            raise ValueError(f"tokens must hold one id per row ({self.cache.n_rows}), got {n}")
+        if T > 1 and self.cache.length:
+            raise ValueError("several positions a step only from an empty cache (a prefix)")
+        h = self.model._decode(self.cache, t, self.n_threads)
+        if T > 1:
+            h = np.ascontiguousarray(h.reshape(n, T, -1)[:, -1])
         return self.model._project(h, self.n_threads)
 
     def reorder(self, beam_idx):

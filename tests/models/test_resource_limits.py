@@ -242,9 +242,12 @@ else:
         plan = m.plan_bytes(cfg["B"], cfg["S"], 1, T, chunk=T) + cfg["B"] * T * cfg["V"] * 4
         call = lambda: m.logits(x, y)
     else:
-        plan = m.plan_bytes(cfg["B"], cfg["S"], K, T) + _search_bytes(cfg["B"], K, T, cfg["V"])
+        R = cfg.get("returns", 1)
+        n = cfg["B"] * (R if K == 1 else 1)
+        plan = m.plan_bytes(n, cfg["S"], K, T) + _search_bytes(n, K, T, cfg["V"])
         call = lambda: m.generate(x, max_new_tokens=cfg["new"], min_new_tokens=cfg["new"],
-                                  num_beams=K, do_sample=cfg.get("sample", False), seed=0)
+                                  num_beams=K, do_sample=cfg.get("sample", False), seed=0,
+                                  num_return_sequences=R)
 before = rss("VmRSS")
 open("/proc/self/clear_refs", "w").write("5")     # the peak := now
 out = call()
@@ -261,6 +264,8 @@ PLAN_CASES = [
      "sample": True},
     {"kind": "generate", "V": 4000, "d": 256, "B": 8, "S": 200, "beams": 6, "new": 120},
     {"kind": "logits", "V": 16000, "d": 128, "B": 16, "S": 120, "beams": 1, "new": 100},
+    {"kind": "generate", "V": 12000, "d": 64, "B": 12, "S": 40, "beams": 1, "new": 30,
+     "sample": True, "returns": 4},
 ]
 SLACK = 24 << 20       # the interpreter's own: NumPy temporaries, OpenMP thread stacks
 
