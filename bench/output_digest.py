@@ -18,7 +18,12 @@ import tempfile
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "models"))
+_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, os.path.join(_ROOT, "tests", "models"))
+# the checkout's fastattn (built in place), not an installed copy: `python bench/...` puts only
+# bench/ on sys.path; FASTATTN_DIGEST_INSTALLED=1 measures the installed one instead
+if not os.environ.get("FASTATTN_DIGEST_INSTALLED"):
+    sys.path.insert(0, _ROOT)
 
 
 def h(a):
@@ -159,6 +164,7 @@ def main(argv=None):
     ap.add_argument("--json", help="write the per-call hashes here")
     args = ap.parse_args(argv)
     import fastattn as fa
+    print(f"# fastattn from {os.path.dirname(fa.__file__)}")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for part in (kernel_calls(fa, args.threads), transformer_calls(fa, args.threads),
