@@ -17,7 +17,8 @@ import threading
 
 import numpy as np
 
-from fastattn._kernels._openmp cimport (FASTATTN_OPENMP_ENABLED, omp_get_max_threads)
+from fastattn._kernels._openmp cimport (FASTATTN_OPENMP_ENABLED, fa_team_size,
+                                        omp_get_max_threads)
 
 cnp.import_array()
 
@@ -225,7 +226,7 @@ def plan(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, tuple lead, int n_threads)
     cdef fa_problem p
     cdef fa_work w
     _problem(&p, q, k, v, None, lead, False, 1.0, 1)
-    n_threads = max(1, min(n_threads, fa_parallel_items(&p)))
+    n_threads = fa_team_size(n_threads, fa_parallel_items(&p))
     fa_plan(&p, n_threads, &w)
     return {"threads": n_threads, "total": w.total, "key_splits": p.n_sp, "query_block": p.bq,
             "fused_pack": bool(p.fused_pack), "own_pack_bytes": fa_fused_pack_bytes(&p),
@@ -250,7 +251,7 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
     _problem(&p, q, k, v, m_arr, lead, causal, scale, head_group)
     _lead_strides(out, p.nd, p.o_lead, NULL)
     p.o_rs = _estride(out, out.ndim - 2)
-    cdef int nthr = <int>max(1, min(n_threads, fa_parallel_items(&p)))
+    cdef int nthr = fa_team_size(n_threads, fa_parallel_items(&p))   # the team fa_sdpa_run opens
     fa_plan(&p, nthr, &w)
     cdef _Workspace ws = _workspace(w.total)       # held until the kernel returns
     w.base = ws.data

@@ -240,12 +240,7 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
     cdef Py_ssize_t n_mb = _cdiv(M, _MC)
     cdef Py_ssize_t n_items = n_mb * n_nb
     cdef Py_ssize_t item, i0, q, u, l, r0, r1, nb, n_sh
-    cdef int nthr = n_threads
-    if nthr > n_items:
-        nthr = <int>n_items
-    if nthr < 1:
-        nthr = 1
-    cdef fa_team_t team_at = fa_team_open(nthr)
+    cdef fa_team_t team = fa_team_open(n_threads, n_items)
     q = u = l = r0 = r1 = nb = i0 = 0               # (thread-private copies of these)
     if M > _MC:
         # several row blocks (compute-bound): thread q owns the q-th of n_sh contiguous shares
@@ -257,9 +252,9 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
         # least _MC rows: with more threads than that, the extra ones start on a share with
         # its owner (a thread per share that small would each stream all of the weights).
         # Which thread computes an element never changes its bits.
-        n_sh = nthr if M // _MC > nthr else M // _MC
-        with parallel(num_threads=nthr):
-            fa_team_place(&team_at)
+        n_sh = team.n if M // _MC > team.n else M // _MC
+        with parallel(num_threads=team.n):
+            fa_team_place(&team)
             for u in range(n_sh):
                 q = (omp_get_thread_num() + u) % n_sh
                 r0 = _row_split(q, n_sh, M)
@@ -278,8 +273,8 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
     else:
         # one row block (a decode step: reading the weights is the work): each thread streams
         # one contiguous slice of them
-        with parallel(num_threads=nthr):
-            fa_team_place(&team_at)
+        with parallel(num_threads=team.n):
+            fa_team_place(&team)
             for item in prange(n_items, schedule='static'):
                 _gemm_item(0, M, item * nc, x, x_rs, K, wp, npad, N, nc, n_nb, bias, act, res,
                            res_rs, y, y_rs, isz, norm, (item + 1) * nc if item + 1 < n_items else -1)
@@ -343,14 +338,9 @@ def activation(cnp.ndarray x, cnp.ndarray y, int act, int n_threads):
     cdef int isz = <int>cnp.PyArray_ITEMSIZE(x)
     cdef char *xp = <char *> cnp.PyArray_DATA(x)
     cdef char *yp = <char *> cnp.PyArray_DATA(y)
-    cdef int nthr = n_threads
-    if nthr > n_chunks:
-        nthr = <int>n_chunks
-    if nthr < 1:
-        nthr = 1
-    cdef fa_team_t team_at = fa_team_open(nthr)
-    with nogil, parallel(num_threads=nthr):
-        fa_team_place(&team_at)
+    cdef fa_team_t team = fa_team_open(n_threads, n_chunks)
+    with nogil, parallel(num_threads=team.n):
+        fa_team_place(&team)
         for c in prange(n_chunks, schedule='static'):
             c0 = c * _ACT_CHUNK
             w = _ACT_CHUNK if n - c0 > _ACT_CHUNK else n - c0
@@ -381,14 +371,9 @@ def layer_norm(cnp.ndarray x, object res, object gamma, object beta, double eps,
         gp = <char *> cnp.PyArray_DATA(<cnp.ndarray> gamma)
     if beta is not None:
         bp = <char *> cnp.PyArray_DATA(<cnp.ndarray> beta)
-    cdef int nthr = n_threads
-    if nthr > rows:
-        nthr = <int>rows
-    if nthr < 1:
-        nthr = 1
-    cdef fa_team_t team_at = fa_team_open(nthr)
-    with nogil, parallel(num_threads=nthr):
-        fa_team_place(&team_at)
+    cdef fa_team_t team = fa_team_open(n_threads, rows)
+    with nogil, parallel(num_threads=team.n):
+        fa_team_place(&team)
         for r in prange(rows, schedule='static'):
             _ln_row(isz, xp + r * n * isz, rp + r * n * isz if rp != NULL else NULL, n, gp, bp,
                     eps, yp + r * n * isz)
@@ -461,16 +446,11 @@ def embed_layer_norm(cnp.ndarray word, cnp.ndarray ids, object types, object tt,
     cdef const char *bp = <const char *> cnp.PyArray_DATA(<cnp.ndarray> beta) if beta is not None else NULL
     cdef char *yp = <char *> cnp.PyArray_DATA(y)
     cdef Py_ssize_t r, row_bytes = n * isz, trow
-    cdef int nthr = n_threads
-    if nthr > rows:
-        nthr = <int>rows
-    if nthr < 1:
-        nthr = 1
     if rows == 0 or n == 0:
         return
-    cdef fa_team_t team_at = fa_team_open(nthr)
-    with nogil, parallel(num_threads=nthr):
-        fa_team_place(&team_at)
+    cdef fa_team_t team = fa_team_open(n_threads, rows)
+    with nogil, parallel(num_threads=team.n):
+        fa_team_place(&team)
         for r in prange(rows, schedule='static'):
             trow = ttp[r] if ttp != NULL else 0
             if isz == 4:

@@ -69,14 +69,10 @@ def set_log_softmax_isa(name):
     return log_softmax_isa()
 
 
-cdef int _threads(Py_ssize_t rows, Py_ssize_t cols, int n_threads):
+cdef inline Py_ssize_t _items(Py_ssize_t rows, Py_ssize_t cols) noexcept:
+    # a thread per row, each with _MIN_WORK elements at least
     cdef Py_ssize_t by_work = (rows * cols) // _MIN_WORK
-    cdef Py_ssize_t nthr = n_threads
-    if nthr > rows:
-        nthr = rows
-    if nthr > by_work:
-        nthr = by_work
-    return <int>nthr if nthr >= 1 else 1
+    return rows if rows < by_work else by_work
 
 
 def _float_2d(x, name):
@@ -121,11 +117,10 @@ def log_softmax_rows(x, out=None, n_threads=1):
     cdef int isz = <int>cnp.PyArray_ITEMSIZE(xa)
     cdef char *xp = <char *> cnp.PyArray_DATA(xa)
     cdef char *yp = <char *> cnp.PyArray_DATA(oa)
-    cdef int nthr = _threads(N, V, nthr0)
     cdef Py_ssize_t r
-    cdef fa_team_t team_at = fa_team_open(nthr)
-    with nogil, parallel(num_threads=nthr):
-        fa_team_place(&team_at)
+    cdef fa_team_t team = fa_team_open(nthr0, _items(N, V))
+    with nogil, parallel(num_threads=team.n):
+        fa_team_place(&team)
         for r in prange(N, schedule='static'):
             if isz == 4:
                 sk_ops_now.log_softmax_row_f32(<const float *>xp + r * V, V,
@@ -188,11 +183,10 @@ def topk_desc(x, k, out_idx=None, *, add=None, out_val=None, n_threads=1):
     cdef char *vp = <char *> cnp.PyArray_DATA(va)
     cdef Py_ssize_t seglen = m // nseg
     cdef Py_ssize_t kk = k
-    cdef int nthr = _threads(n, m, nthr0)
     cdef Py_ssize_t r
-    cdef fa_team_t team_at = fa_team_open(nthr)
-    with nogil, parallel(num_threads=nthr):
-        fa_team_place(&team_at)
+    cdef fa_team_t team = fa_team_open(nthr0, _items(n, m))
+    with nogil, parallel(num_threads=team.n):
+        fa_team_place(&team)
         for r in prange(n, schedule='static'):
             if isz == 4:
                 sk_ops_now.topk_row_f32(<const float *>xp + r * m, nseg, seglen, seglen,
@@ -264,12 +258,9 @@ def copy_cache_rows(list bufs, list alts, cnp.ndarray saves, cnp.ndarray dst,
     cdef char *buf
     cdef char *alt
     cdef char *s
-    cdef int nthr = n_threads if n_threads < nb else <int>nb
-    if nthr < 1:
-        nthr = 1
-    cdef fa_team_t team_at = fa_team_open(nthr)
-    with nogil, parallel(num_threads=nthr):
-        fa_team_place(&team_at)
+    cdef fa_team_t team = fa_team_open(n_threads, nb)
+    with nogil, parallel(num_threads=team.n):
+        fa_team_place(&team)
         for b in prange(nb, schedule='static'):
             buf = <char *>pv[2 * b]
             alt = <char *>pv[2 * b + 1]

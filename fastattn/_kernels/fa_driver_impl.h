@@ -287,10 +287,10 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
 
     /* one parallel region for all passes (each `omp for` ends with a barrier): the threads are
      * woken once per call, not once per pass */
-    const fa_team_t team_at = fa_team_open(n_threads);
+    const fa_team_t team_at = fa_team_open(n_threads, fa_parallel_items(p));
     ptrdiff_t qnext[FA_QMAX * FA_QSTRIDE];               /* pass 2's work queues */
     memset(qnext, 0, sizeof qnext);
-#pragma omp parallel num_threads(n_threads)
+#pragma omp parallel num_threads(team_at.n)
     {
         fa_team_place(&team_at);
         char *mine = scratch + omp_get_thread_num() * sstride;
@@ -444,8 +444,8 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
 
 void FA_SFX(fa_softmax_rows)(const FA_T *x, FA_T *y, ptrdiff_t rows, int n, int n_threads)
 {
-    const fa_team_t team_at = fa_team_open(n_threads);
-#pragma omp parallel num_threads(n_threads)
+    const fa_team_t team_at = fa_team_open(n_threads, rows);
+#pragma omp parallel num_threads(team_at.n)
     {
         fa_team_place(&team_at);
 #pragma omp for schedule(static)
