@@ -151,7 +151,7 @@ def _extensions():
                  "fastattn/_kernels/fa_driver.c", "fastattn/_kernels/dispatch.c"],
         depends=["fastattn/_kernels/fa_tile.h", "fastattn/_kernels/fa_kernels.h",
                  "fastattn/_kernels/fa_workspace.h", "fastattn/_kernels/fa_driver.h",
-                 "fastattn/_kernels/fa_driver_impl.h", "fastattn/_kernels/dispatch.h",
+                 "fastattn/_kernels/fa_driver_impl.h", "fastattn/_kernels/simd.h",
                  "fastattn/_kernels/fa_team.h",
                  "fastattn/_kernels/_openmp.pxd"],
         **common,
@@ -162,7 +162,7 @@ def _extensions():
         sources=["fastattn/_kernels/_gemm.pyx", "fastattn/_kernels/gemm_kernels.c",
                  "fastattn/_kernels/dispatch.c"],
         depends=["fastattn/_kernels/gemm_tile.h", "fastattn/_kernels/gemm_kernels.h",
-                 "fastattn/_kernels/dispatch.h", "fastattn/_kernels/_openmp.pxd",
+                 "fastattn/_kernels/simd.h", "fastattn/_kernels/_openmp.pxd",
                  "fastattn/_kernels/fa_team.h"],
         **common,
     )
@@ -171,7 +171,7 @@ def _extensions():
         "fastattn._kernels._search",
         sources=["fastattn/_kernels/_search.pyx", "fastattn/_kernels/search_kernels.c",
                  "fastattn/_kernels/dispatch.c"],
-        depends=["fastattn/_kernels/search_kernels.h", "fastattn/_kernels/dispatch.h",
+        depends=["fastattn/_kernels/search_kernels.h", "fastattn/_kernels/simd.h",
                  "fastattn/_kernels/_openmp.pxd", "fastattn/_kernels/fa_team.h"],
         **common,
     )

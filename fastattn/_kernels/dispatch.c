@@ -1,7 +1,7 @@
-/* dispatch.c -- run-time CPU feature detection shared by every kernel family (see dispatch.h).
+/* dispatch.c -- run-time CPU feature detection shared by every kernel family (see simd.h).
  * The extensions are built for the baseline ISA; the AVX2 / AVX-512 kernels are compiled with
  * function-level target attributes and chosen from fa_cpu_level() at import. */
-#include "dispatch.h"
+#include "simd.h"
 
 int fa_cpu_level(void)
 {

@@ -9,15 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dispatch.h"
-#include "fa_kernels.h"
-
-#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
-/* intrinsics are usable inside functions whose target attribute enables their ISA */
-#include <immintrin.h>
-#endif
-
-/* FA_X86, FA_GNU_VECTORS and fa_cpu_level() come from dispatch.h / dispatch.c */
+#include "fa_kernels.h"    /* and simd.h: FA_X86, FA_GNU_VECTORS, the targets, <immintrin.h> */
 
 /* Each instance below defines the template's parameters (FA_IS_DOUBLE selects the dtype) and
  * includes fa_tile.h, which undefines them again at its end. */
@@ -66,7 +58,7 @@
 #define FA_NV 2
 #define FA_NAME(x) x##_f32_avx2
 #define FA_VMAX _mm256_max_ps
-#define FA_TARGET __attribute__((target("avx2,fma")))
+#define FA_TARGET FA_TARGET_AVX2
 #include "fa_tile.h"
 
 #define FA_IS_DOUBLE 1
@@ -75,7 +67,7 @@
 #define FA_NV 2
 #define FA_NAME(x) x##_f64_avx2
 #define FA_VMAX _mm256_max_pd
-#define FA_TARGET __attribute__((target("avx2,fma")))
+#define FA_TARGET FA_TARGET_AVX2
 #include "fa_tile.h"
 
 /* ---- test-only: the AVX-512 shapes (16 floats / 8 doubles a vector, 6 x 4 blocks) compiled for
@@ -86,7 +78,7 @@
 #define FA_MR 6
 #define FA_NV 4
 #define FA_NAME(x) x##_f32_avx2wide
-#define FA_TARGET __attribute__((target("avx2,fma")))
+#define FA_TARGET FA_TARGET_AVX2
 #include "fa_tile.h"
 
 #define FA_IS_DOUBLE 1
@@ -94,7 +86,7 @@
 #define FA_MR 6
 #define FA_NV 4
 #define FA_NAME(x) x##_f64_avx2wide
-#define FA_TARGET __attribute__((target("avx2,fma")))
+#define FA_TARGET FA_TARGET_AVX2
 #include "fa_tile.h"
 
 /* ---- AVX-512F: 32 zmm registers; a 6 x 4-vector block keeps 24 accumulators live */
@@ -104,7 +96,7 @@
 #define FA_NV 4
 #define FA_NAME(x) x##_f32_avx512
 #define FA_VMAX _mm512_max_ps
-#define FA_TARGET __attribute__((target("avx512f,avx2,fma")))
+#define FA_TARGET FA_TARGET_AVX512
 #include "fa_tile.h"
 
 #define FA_IS_DOUBLE 1
@@ -113,7 +105,7 @@
 #define FA_NV 4
 #define FA_NAME(x) x##_f64_avx512
 #define FA_VMAX _mm512_max_pd
-#define FA_TARGET __attribute__((target("avx512f,avx2,fma")))
+#define FA_TARGET FA_TARGET_AVX512
 #include "fa_tile.h"
 #endif
 

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "dispatch.h"   /* FA_ISA_* levels and fa_cpu_level() */
+#include "simd.h"   /* FA_ISA_* levels and fa_cpu_level() */
 
 /* pack_v's flags */
 #define FA_V_NONFINITE 1

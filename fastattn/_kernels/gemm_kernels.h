@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-#include "dispatch.h"
+#include "simd.h"
 
 enum {
     GM_ACT_NONE = 0,

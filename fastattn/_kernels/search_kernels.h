@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dispatch.h"
+#include "simd.h"
 
 /* The row kernels of the build sk_init() selected, per dtype:
  *   log_softmax_row(x, n, y)   y = log(softmax(x)) over one row of n >= 1 (y may be x)
