@@ -19,18 +19,13 @@ import numpy as np
 
 from fastattn._kernels._openmp cimport (FASTATTN_OPENMP_ENABLED, fa_team_size,
                                         omp_get_max_threads)
+from fastattn._kernels._simd cimport isa_now
 
 cnp.import_array()
 
 cdef extern from "fa_workspace.h" nogil:
     void *fa_ws_alloc(size_t nbytes)
     void fa_ws_free(void *p)
-
-cdef extern from "fa_kernels.h" nogil:
-    int FA_ISA_SCALAR, FA_ISA_BASE, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX2_WIDE
-    int fa_cpu_level()
-    int fa_init(int level)
-    int fa_current_level()
 
 cdef extern from "fa_driver.h" nogil:
     enum:
@@ -51,6 +46,7 @@ cdef extern from "fa_driver.h" nogil:
         int L, S, E, Ev, causal
         double scale
         int head_group
+        int isa
         int bq
         int n_sp
         int fused_pack
@@ -73,15 +69,13 @@ cdef extern from "fa_driver.h" nogil:
     void fa_sdpa_run_f64(const fa_problem *p, const fa_work *w, const double *q, const double *k,
                          const double *v, const unsigned char *bm, const double *fm, double *out,
                          double *weights, double *stats, int n_threads)
-    void fa_softmax_rows_f32(const float *x, float *y, Py_ssize_t rows, int n, int n_threads)
-    void fa_softmax_rows_f64(const double *x, double *y, Py_ssize_t rows, int n, int n_threads)
-    void fa_exp_f32(const float *x, Py_ssize_t n, float *y)
-    void fa_exp_f64(const double *x, Py_ssize_t n, double *y)
+    void fa_softmax_rows_f32(int isa, const float *x, float *y, Py_ssize_t rows, int n,
+                             int n_threads)
+    void fa_softmax_rows_f64(int isa, const double *x, double *y, Py_ssize_t rows, int n,
+                             int n_threads)
+    void fa_exp_f32(int isa, const float *x, Py_ssize_t n, float *y)
+    void fa_exp_f64(int isa, const double *x, Py_ssize_t n, double *y)
 
-
-ISA_NAMES = {FA_ISA_SCALAR: "scalar", FA_ISA_BASE: "baseline", FA_ISA_AVX2: "avx2",
-             FA_ISA_AVX512: "avx512", FA_ISA_AVX2_WIDE: "avx2-wide"}
-fa_init(-1)
 
 BQ = FA_BQ                          # query rows per work item (see query_block)
 BQ_ONE = FA_BQ_ONE                  # up to this many query rows, one block per leading index
@@ -166,6 +160,7 @@ cdef _problem(fa_problem *p, cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.nd
     p.causal = causal
     p.scale = scale
     p.head_group = head_group
+    p.isa = isa_now()
     fa_problem_tiling(p, cnp.PyArray_ITEMSIZE(q))
 
 
@@ -287,21 +282,23 @@ def softmax_rows(cnp.ndarray x, cnp.ndarray y, int n_threads):
     cdef int n = <int>cnp.PyArray_DIMS(x)[1]
     cdef char *xp = <char *> cnp.PyArray_DATA(x)
     cdef char *yp = <char *> cnp.PyArray_DATA(y)
+    cdef int level = isa_now()
     if cnp.PyArray_ITEMSIZE(x) == 4:
         with nogil:
-            fa_softmax_rows_f32(<const float *>xp, <float *>yp, rows, n, n_threads)
+            fa_softmax_rows_f32(level, <const float *>xp, <float *>yp, rows, n, n_threads)
     else:
         with nogil:
-            fa_softmax_rows_f64(<const double *>xp, <double *>yp, rows, n, n_threads)
+            fa_softmax_rows_f64(level, <const double *>xp, <double *>yp, rows, n, n_threads)
 
 
 def kernel_exp(cnp.ndarray x, cnp.ndarray y):
     """y = exp(x) with the kernel's vectorised exp (for the accuracy tests)."""
     cdef Py_ssize_t n = cnp.PyArray_SIZE(x)
     if cnp.PyArray_ITEMSIZE(x) == 4:
-        fa_exp_f32(<const float *>cnp.PyArray_DATA(x), n, <float *>cnp.PyArray_DATA(y))
+        fa_exp_f32(isa_now(), <const float *>cnp.PyArray_DATA(x), n, <float *>cnp.PyArray_DATA(y))
     else:
-        fa_exp_f64(<const double *>cnp.PyArray_DATA(x), n, <double *>cnp.PyArray_DATA(y))
+        fa_exp_f64(isa_now(), <const double *>cnp.PyArray_DATA(x), n,
+                   <double *>cnp.PyArray_DATA(y))
 
 
 # ---------------------------------------------------------------- build and run-time facts
@@ -316,20 +313,6 @@ def omp_max_threads():
     return omp_get_max_threads()
 
 
-def isa():
-    """Name of the micro-kernel set in use ('avx512', 'avx2', 'baseline' or 'scalar')."""
-    return ISA_NAMES[fa_current_level()]
-
-
-def cpu_isa():
-    """Best micro-kernel set the running CPU supports."""
-    return ISA_NAMES[fa_cpu_level()]
-
-
-def set_isa(name):
-    """Select a micro-kernel set by name (testing aid: clamped to what the CPU supports).
-    Returns the name actually selected. Not thread-safe against running kernels."""
-    levels = {v: k for k, v in ISA_NAMES.items()}
-    if name not in levels:
-        raise ValueError(f"isa must be one of {sorted(levels)}, got {name!r}")
-    return ISA_NAMES[fa_init(levels[name])]
+# the kernel set in use, for bench/bench_decode.py: fastattn._kernels._simd has the ISA state
+# and its functions (isa, cpu_isa, set_isa), for every kernel family
+from fastattn._kernels._simd import isa  # noqa: E402

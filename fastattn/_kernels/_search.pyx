@@ -6,10 +6,10 @@
 #                        `add` (n, K) the row is read as K segments each shifted by add[:, s]
 #                        (beam search's acc = lprobs + running score, never materialised)
 #   A row is one work item computed by one thread in a fixed order, so results are identical
-#   for any thread count (tests/generation/test_search_kernels.py checks 1/2/3/8). Rows go to
-#   threads by `prange(schedule='static')` inside `with nogil, parallel(num_threads=n)`, the
-#   GEMM's pattern; small calls (the (n, 2K) and (n, 3K) selections) run on one thread: a
-#   thread gets at least _MIN_WORK elements.
+#   for any thread count (tests/generation/test_search_kernels.py checks 1/2/3/8). The loops
+#   over rows are C's (search_kernels.c: a static schedule on a fa_team_open team); small
+#   calls (the (n, 2K) and (n, 3K) selections) run on one thread: a thread gets at least
+#   16384 elements. The kernel build is the ISA state's (fastattn._kernels._simd).
 #
 #   These entry points check their arguments themselves (they are called from the search loop
 #   directly, with no _ops layer): x must be float32 or float64 and 2-D (a non-contiguous x is
@@ -21,6 +21,7 @@ cimport numpy as cnp
 from libc.stdint cimport int64_t
 
 from fastattn._kernels._openmp cimport fa_team_open, fa_team_place, fa_team_t
+from fastattn._kernels._simd cimport isa_now
 
 import operator
 
@@ -31,48 +32,13 @@ from .._validation import check_out
 cnp.import_array()
 
 cdef extern from "search_kernels.h" nogil:
-    ctypedef struct sk_ops:
-        void (*log_softmax_row_f32)(const float *x, Py_ssize_t n, float *y) noexcept nogil
-        void (*log_softmax_row_f64)(const double *x, Py_ssize_t n, double *y) noexcept nogil
-        void (*topk_row_f32)(const float *x, Py_ssize_t nseg, Py_ssize_t seglen,
-                             Py_ssize_t seg_stride, const float *add, Py_ssize_t k, int64_t *idx,
-                             float *val) noexcept nogil
-        void (*topk_row_f64)(const double *x, Py_ssize_t nseg, Py_ssize_t seglen,
-                             Py_ssize_t seg_stride, const double *add, Py_ssize_t k,
-                             int64_t *idx, double *val) noexcept nogil
-    sk_ops sk_ops_now
-    int sk_init(int level)
-
-_ISA_NAMES = ("baseline", "avx2", "avx512")
-_LEVEL = sk_init(2)
-
-cdef enum:
-    _MIN_WORK = 16384      # elements per thread at least (a 32000-token row is one item)
+    void sk_log_softmax_rows(int level, int isz, const void *x, Py_ssize_t rows, Py_ssize_t n,
+                             void *y, int n_threads)
+    void sk_topk_rows(int level, int isz, const void *x, Py_ssize_t rows, Py_ssize_t m,
+                      Py_ssize_t nseg, const void *add, Py_ssize_t k, int64_t *idx, void *val,
+                      int n_threads)
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def log_softmax_isa():
-    """'avx512', 'avx2' or 'baseline': the build of the row kernels (log-softmax and top-k) in
-    use; every build gives the same bits."""
-    return _ISA_NAMES[_LEVEL]
-
-
-def set_log_softmax_isa(name):
-    """Select the build of the row kernels by name (testing aid: a build the CPU lacks falls
-    back to the best one below it). Returns the name selected. Not thread-safe against running
-    kernels."""
-    global _LEVEL
-    if name not in _ISA_NAMES:
-        raise ValueError(f"isa must be one of {_ISA_NAMES}, got {name!r}")
-    _LEVEL = sk_init(_ISA_NAMES.index(name))
-    return log_softmax_isa()
-
-
-cdef inline Py_ssize_t _items(Py_ssize_t rows, Py_ssize_t cols) noexcept:
-    # a thread per row, each with _MIN_WORK elements at least
-    cdef Py_ssize_t by_work = (rows * cols) // _MIN_WORK
-    return rows if rows < by_work else by_work
 
 
 def _float_2d(x, name):
@@ -115,19 +81,11 @@ def log_softmax_rows(x, out=None, n_threads=1):
     if N == 0 or V == 0:
         return out
     cdef int isz = <int>cnp.PyArray_ITEMSIZE(xa)
-    cdef char *xp = <char *> cnp.PyArray_DATA(xa)
-    cdef char *yp = <char *> cnp.PyArray_DATA(oa)
-    cdef Py_ssize_t r
-    cdef fa_team_t team = fa_team_open(nthr0, _items(N, V))
-    with nogil, parallel(num_threads=team.n):
-        fa_team_place(&team)
-        for r in prange(N, schedule='static'):
-            if isz == 4:
-                sk_ops_now.log_softmax_row_f32(<const float *>xp + r * V, V,
-                                               <float *>yp + r * V)
-            else:
-                sk_ops_now.log_softmax_row_f64(<const double *>xp + r * V, V,
-                                               <double *>yp + r * V)
+    cdef const void *xp = cnp.PyArray_DATA(xa)
+    cdef void *yp = cnp.PyArray_DATA(oa)
+    cdef int level = isa_now()
+    with nogil:
+        sk_log_softmax_rows(level, isz, xp, N, V, yp, nthr0)
     return out
 
 
@@ -175,27 +133,14 @@ def topk_desc(x, k, out_idx=None, *, add=None, out_val=None, n_threads=1):
     cdef cnp.ndarray ia = out_idx
     cdef cnp.ndarray va = out_val
     cdef int isz = <int>cnp.PyArray_ITEMSIZE(xa)
-    cdef char *xp = <char *> cnp.PyArray_DATA(xa)
-    cdef char *ap = NULL
-    if add is not None:
-        ap = <char *> cnp.PyArray_DATA(<cnp.ndarray> add)
+    cdef const void *xp = cnp.PyArray_DATA(xa)
+    cdef const void *ap = cnp.PyArray_DATA(<cnp.ndarray> add) if add is not None else NULL
     cdef int64_t *ip = <int64_t *> cnp.PyArray_DATA(ia)
-    cdef char *vp = <char *> cnp.PyArray_DATA(va)
-    cdef Py_ssize_t seglen = m // nseg
+    cdef void *vp = cnp.PyArray_DATA(va)
     cdef Py_ssize_t kk = k
-    cdef Py_ssize_t r
-    cdef fa_team_t team = fa_team_open(nthr0, _items(n, m))
-    with nogil, parallel(num_threads=team.n):
-        fa_team_place(&team)
-        for r in prange(n, schedule='static'):
-            if isz == 4:
-                sk_ops_now.topk_row_f32(<const float *>xp + r * m, nseg, seglen, seglen,
-                                        (<const float *>ap + r * nseg) if ap != NULL else NULL,
-                                        kk, ip + r * kk, <float *>vp + r * kk)
-            else:
-                sk_ops_now.topk_row_f64(<const double *>xp + r * m, nseg, seglen, seglen,
-                                        (<const double *>ap + r * nseg) if ap != NULL else NULL,
-                                        kk, ip + r * kk, <double *>vp + r * kk)
+    cdef int level = isa_now()
+    with nogil:
+        sk_topk_rows(level, isz, xp, n, m, nseg, ap, kk, ip, vp, nthr0)
     return out_idx
 
 

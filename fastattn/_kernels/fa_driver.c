@@ -255,10 +255,10 @@ static char *piece_end(const fa_work *w, int i) { return w->base + w->off[i] + w
 
 #define FA_T float
 #define FA_SFX(x) x##_f32
-#define FA_OPS fa_f32
+#define FA_DT f32
 #include "fa_driver_impl.h"
 
 #define FA_T double
 #define FA_SFX(x) x##_f64
-#define FA_OPS fa_f64
+#define FA_DT f64
 #include "fa_driver_impl.h"

@@ -3,9 +3,14 @@
  * The includer defines:
  *   FA_T       element type (float or double)
  *   FA_SFX(x)  name mangling, x##_f32 or x##_f64
- *   FA_OPS     the micro-kernel table of that dtype (fa_f32 or fa_f64, fa_kernels.h)
- * and includes this file once per dtype; it undefines them at its end.
+ *   FA_DT      the dtype's member of fa_kernels (f32 or f64, fa_kernels.h)
+ * and includes this file once per dtype; it undefines them at its end. Each function takes the
+ * micro-kernels of the call's kernel set (p->isa, or its isa argument) once, into `ops`.
  */
+
+/* the micro-kernel table of this dtype in the kernel set `isa` */
+#define FA_OPS (*ops)
+#define FA_OPS_DECL(isa) const FA_SFX(fa_ops) *const ops = &fa_kernels_for(isa)->FA_DT
 
 /* Whether the mask tile (rows of this block, keys of this tile) allows any key. */
 static int FA_SFX(tile_allows_any)(const unsigned char *bm, const FA_T *fm, ptrdiff_t m_rs,
@@ -78,6 +83,7 @@ static void FA_SFX(sdpa_item)(
     const FA_T *pf_v,                       /*     item), or NULL */
     char *scratch, char *scratch_end)       /* this thread's scratch */
 {
+    FA_OPS_DECL(p->isa);
     const int S = p->S, E = p->E, Ev = p->Ev, bk = p->bk, pad = p->pad;
     const int ncols_max = p->ncols_max, evp = p->evp, causal = p->causal;
     const ptrdiff_t q_rs = p->q_rs, k_rs = p->k_rs, v_rs = p->v_rs, m_rs = p->m_rs, m_cs = p->m_cs;
@@ -197,6 +203,7 @@ static void FA_SFX(weights_item)(
     FA_T *w, ptrdiff_t w_rs,                /* OUT (nq, S), zero-initialised */
     int q0, int nq, char *scratch, char *scratch_end)
 {
+    FA_OPS_DECL(p->isa);
     const int S = p->S, E = p->E, bk = p->bk, pad = p->pad, causal = p->causal;
     const ptrdiff_t kp_tile = (ptrdiff_t)E * p->ncols_max;
     const FA_T scale = (FA_T)p->scale;
@@ -266,6 +273,7 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
                          const FA_T *v, const unsigned char *bm, const FA_T *fm, FA_T *out,
                          FA_T *w, double *stats, int n_threads)
 {
+    FA_OPS_DECL(p->isa);
     const ptrdiff_t isz = sizeof(FA_T);      /* for the debug range checks */
     (void)isz;
     const int nd = p->nd, L = p->L, S = p->S, E = p->E, Ev = p->Ev, bk = p->bk, pad = p->pad;
@@ -442,8 +450,10 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
 
 #undef FA_PACK_OWN_K
 
-void FA_SFX(fa_softmax_rows)(const FA_T *x, FA_T *y, ptrdiff_t rows, int n, int n_threads)
+void FA_SFX(fa_softmax_rows)(int isa, const FA_T *x, FA_T *y, ptrdiff_t rows, int n,
+                             int n_threads)
 {
+    FA_OPS_DECL(isa);
     const fa_team_t team_at = fa_team_open(n_threads, rows);
 #pragma omp parallel num_threads(team_at.n)
     {
@@ -453,8 +463,14 @@ void FA_SFX(fa_softmax_rows)(const FA_T *x, FA_T *y, ptrdiff_t rows, int n, int 
     }
 }
 
-void FA_SFX(fa_exp)(const FA_T *x, ptrdiff_t n, FA_T *y) { FA_OPS.exp_array(x, n, y); }
+void FA_SFX(fa_exp)(int isa, const FA_T *x, ptrdiff_t n, FA_T *y)
+{
+    FA_OPS_DECL(isa);
+    FA_OPS.exp_array(x, n, y);
+}
 
 #undef FA_T
 #undef FA_SFX
+#undef FA_DT
 #undef FA_OPS
+#undef FA_OPS_DECL

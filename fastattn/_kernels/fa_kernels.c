@@ -1,7 +1,7 @@
-/* fa_kernels.c -- instantiates the tile micro-kernels of fa_tile.h per dtype and ISA, and picks
- * the best one the running CPU supports, once, at import (fa_init). The wheel is built for the
- * baseline x86-64 ISA; the AVX2 and AVX-512 versions are compiled with function-level target
- * attributes and selected at run time, so no -march flag is needed.
+/* fa_kernels.c -- instantiates the tile micro-kernels of fa_tile.h per dtype and ISA, one table
+ * per kernel set (fa_kernels_for: the driver takes the one of simd.h's ISA state at each call).
+ * The wheel is built for the baseline x86-64 ISA; the AVX2 and AVX-512 versions are compiled
+ * with function-level target attributes and selected at run time, so no -march flag is needed.
  */
 #include <math.h>
 #include <stddef.h>
@@ -109,60 +109,20 @@
 #include "fa_tile.h"
 #endif
 
-/* ---- dispatch tables */
-#define FA_FILL(tab, sfx)                       \
-    do {                                        \
-        (tab).qk_tile = qk_tile_##sfx;          \
-        (tab).pv_tile = pv_tile_##sfx;          \
-        (tab).row_update = row_update_##sfx;    \
-        (tab).row_weights = row_weights_##sfx;  \
-        (tab).softmax_row = softmax_row_##sfx;  \
-        (tab).exp_array = exp_array_##sfx;      \
-        (tab).pack_k = pack_k_##sfx;            \
-        (tab).pack_v = pack_v_##sfx;            \
-        (tab).scale_rows = scale_rows_##sfx;    \
-        (tab).store_rows = store_rows_##sfx;    \
-        (tab).qk_direct = qk_direct_##sfx;      \
-        (tab).pv_direct = pv_direct_##sfx;      \
-    } while (0)
+/* ---- the tables, one per kernel set */
+#define FA_OPS(sfx)                                                                         \
+    {.qk_tile = qk_tile_##sfx, .pv_tile = pv_tile_##sfx, .row_update = row_update_##sfx,     \
+     .row_weights = row_weights_##sfx, .softmax_row = softmax_row_##sfx,                    \
+     .pack_k = pack_k_##sfx, .pack_v = pack_v_##sfx, .scale_rows = scale_rows_##sfx,         \
+     .store_rows = store_rows_##sfx, .qk_direct = qk_direct_##sfx,                          \
+     .pv_direct = pv_direct_##sfx, .exp_array = exp_array_##sfx}
+#define FA_TABLE(name, isa) static const fa_kernels name = {FA_OPS(f32_##isa), FA_OPS(f64_##isa)};
 
-fa_ops_f32 fa_f32;
-fa_ops_f64 fa_f64;
-static int fa_isa_level = -1;
+FA_TABLE(fa_scalar, scalar)
+FA_IF_VECTORS(FA_TABLE(fa_base, base))
+FA_IF_X86(FA_TABLE(fa_avx2, avx2) FA_TABLE(fa_avx2wide, avx2wide) FA_TABLE(fa_avx512, avx512))
 
-/* Select the kernels for `level` (clamped to what the CPU supports). Returns the level used. */
-int fa_init(int level)
+const fa_kernels *fa_kernels_for(int level)
 {
-    level = fa_select_level(level);
-    switch (level) {
-#if FA_X86
-    case FA_ISA_AVX2_WIDE:
-        FA_FILL(fa_f32, f32_avx2wide);
-        FA_FILL(fa_f64, f64_avx2wide);
-        break;
-    case FA_ISA_AVX512:
-        FA_FILL(fa_f32, f32_avx512);
-        FA_FILL(fa_f64, f64_avx512);
-        break;
-    case FA_ISA_AVX2:
-        FA_FILL(fa_f32, f32_avx2);
-        FA_FILL(fa_f64, f64_avx2);
-        break;
-#endif
-#if FA_GNU_VECTORS
-    case FA_ISA_BASE:
-        FA_FILL(fa_f32, f32_base);
-        FA_FILL(fa_f64, f64_base);
-        break;
-#endif
-    default:
-        level = FA_ISA_SCALAR;
-        FA_FILL(fa_f32, f32_scalar);
-        FA_FILL(fa_f64, f64_scalar);
-        break;
-    }
-    fa_isa_level = level;
-    return level;
+    FA_KERNELS_FOR(level, fa_scalar, fa_base, fa_avx2, fa_avx2wide, fa_avx512)
 }
-
-int fa_current_level(void) { return fa_isa_level; }

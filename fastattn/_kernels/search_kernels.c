@@ -30,11 +30,15 @@
  * threads: 0.39 ms as the compiler's scalar loop, 0.11 ms in AVX-512 intrinsics). Values
  * v = x + add are formed in T with one rounding, exactly NumPy's float32 acc += run_score, so
  * the fused selection picks the same candidates as the former materialised acc. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1    /* sched_getcpu and the CPU_* macros in fa_team.h */
+#endif
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "fa_team.h"
 #include "search_kernels.h"  /* and simd.h: FA_X86, FA_GNU_VECTORS, the targets, <immintrin.h> */
 
 /* Nothing here may be fused (the promise of the same bits from every build): setup.py compiles
@@ -400,25 +404,75 @@ SK_TOPK(float, f32_avx512, SK_AVX512, sk_hit_f32_avx512)
 SK_TOPK(double, f64_avx512, SK_AVX512, sk_hit_f64_avx512)
 #endif
 
-sk_ops sk_ops_now = {sk_lsm_f32_base, sk_lsm_f64_base, sk_topk_f32_base, sk_topk_f64_base};
+/* ---------------------------------------------------------------------------- dispatch */
 
-int sk_init(int level)
-{
-    int cpu = fa_cpu_level();
-    sk_ops_now = (sk_ops){sk_lsm_f32_base, sk_lsm_f64_base, sk_topk_f32_base, sk_topk_f64_base};
+#define SK_TABLE(name, sfx)                                                                    \
+    static const sk_ops name = {sk_lsm_f32_##sfx, sk_lsm_f64_##sfx, sk_topk_f32_##sfx,         \
+                                sk_topk_f64_##sfx};
+SK_TABLE(sk_base, base)
 #if FA_X86 && FA_GNU_VECTORS
-    if (level >= 2 && cpu >= FA_ISA_AVX512) {
-        sk_ops_now = (sk_ops){sk_lsm_f32_avx512, sk_lsm_f64_avx512, sk_topk_f32_avx512,
-                              sk_topk_f64_avx512};
-        return 2;
-    }
-    if (level >= 1 && cpu >= FA_ISA_AVX2) {
-        sk_ops_now = (sk_ops){sk_lsm_f32_avx2, sk_lsm_f64_avx2, sk_topk_f32_avx2, sk_topk_f64_avx2};
-        return 1;
-    }
+SK_TABLE(sk_avx2, avx2)
+SK_TABLE(sk_avx512, avx512)
+#else
+#define sk_avx2 sk_base        /* never named: FA_KERNELS_FOR leaves them out without x86 */
+#define sk_avx512 sk_base
 #endif
-    (void)level;
-    (void)cpu;
-    return 0;
+
+const sk_ops *sk_ops_for(int level)
+{
+    /* no scalar build (the baseline one is plain C without vectors) and no avx2-wide one: their
+     * levels run the baseline and the AVX2 build */
+    FA_KERNELS_FOR(level, sk_base, sk_base, sk_avx2, sk_avx2, sk_avx512)
 }
 
+/* ---------------------------------------------------------------------------- the row loops */
+
+#define SK_MIN_WORK 16384      /* elements per thread at least (a 32000-token row is one item) */
+
+/* the work items of a rows x cols call: a thread per row, each with SK_MIN_WORK elements */
+static ptrdiff_t sk_items(ptrdiff_t rows, ptrdiff_t cols)
+{
+    ptrdiff_t by_work = rows * cols / SK_MIN_WORK;
+    return rows < by_work ? rows : by_work;
+}
+
+void sk_log_softmax_rows(int level, int isz, const void *x, ptrdiff_t rows, ptrdiff_t n, void *y,
+                         int n_threads)
+{
+    const sk_ops *ops = sk_ops_for(level);
+    const fa_team_t team = fa_team_open(n_threads, sk_items(rows, n));
+#pragma omp parallel num_threads(team.n)
+    {
+        fa_team_place(&team);
+#pragma omp for schedule(static)
+        for (ptrdiff_t r = 0; r < rows; r++) {
+            if (isz == 4)
+                ops->log_softmax_row_f32((const float *)x + r * n, n, (float *)y + r * n);
+            else
+                ops->log_softmax_row_f64((const double *)x + r * n, n, (double *)y + r * n);
+        }
+    }
+}
+
+void sk_topk_rows(int level, int isz, const void *x, ptrdiff_t rows, ptrdiff_t m, ptrdiff_t nseg,
+                  const void *add, ptrdiff_t k, int64_t *idx, void *val, int n_threads)
+{
+    const sk_ops *ops = sk_ops_for(level);
+    const ptrdiff_t seglen = m / nseg;
+    const fa_team_t team = fa_team_open(n_threads, sk_items(rows, m));
+#pragma omp parallel num_threads(team.n)
+    {
+        fa_team_place(&team);
+#pragma omp for schedule(static)
+        for (ptrdiff_t r = 0; r < rows; r++) {
+            if (isz == 4)
+                ops->topk_row_f32((const float *)x + r * m, nseg, seglen, seglen,
+                                  add ? (const float *)add + r * nseg : NULL, k, idx + r * k,
+                                  (float *)val + r * k);
+            else
+                ops->topk_row_f64((const double *)x + r * m, nseg, seglen, seglen,
+                                  add ? (const double *)add + r * nseg : NULL, k, idx + r * k,
+                                  (double *)val + r * k);
+        }
+    }
+}

@@ -7,6 +7,8 @@
  *   FA_TARGET_*              the function attributes of the ISA builds
  *   FA_ISA_*                 the kernel sets, detection (fa_cpu_level) and the clamp of a request
  *                            to what the CPU has (fa_select_level); dispatch.c
+ *   fa_isa_now, fa_isa_select   the one ISA state: the kernel set every family runs
+ *   FA_KERNELS_FOR           a family's table for a level (the body of <family>_for(level))
  *
  * Part 2 (again for each kernel instance): the vector toolkit of one (dtype, ISA). The
  * includer defines
@@ -94,6 +96,40 @@ int fa_cpu_level(void);
 /* The kernel set a request for `level` gets: the level itself when the CPU has it (the test-only
  * FA_ISA_AVX2_WIDE needs AVX2), else the CPU's best (a negative level asks for the best). */
 int fa_select_level(int level);
+
+/* The one ISA state: the kernel set (FA_ISA_*) that attention, GEMM, LayerNorm and search all
+ * run, the CPU's best unless a test forced another. It lives in dispatch.c, which only the
+ * fastattn._kernels._simd extension compiles: the other extensions read it through _simd's
+ * isa_now() (_simd.pxd, a Cython C-API import) at each call and hand it to their kernels
+ * (<family>_for(level) below), so there is no other copy to keep in step.
+ *   fa_isa_now()            the level in force
+ *   fa_isa_select(level)    force a level (clamped by fa_select_level; negative: the CPU's
+ *                           best); returns the level in force. Not thread-safe against
+ *                           running kernels (the callers hold the GIL). */
+int fa_isa_now(void);
+int fa_isa_select(int level);
+
+/* A family's kernel table for `level`, given its tables per kernel set (those the build lacks
+ * are never named: FA_X86 / FA_GNU_VECTORS leave their cases out). A family without a set
+ * names the one it runs instead (search has no scalar and no avx2-wide build). */
+#if FA_X86
+#define FA_IF_X86(...) __VA_ARGS__
+#else
+#define FA_IF_X86(...)
+#endif
+#if FA_GNU_VECTORS
+#define FA_IF_VECTORS(...) __VA_ARGS__
+#else
+#define FA_IF_VECTORS(...)
+#endif
+#define FA_KERNELS_FOR(level, scalar, base, avx2, avx2wide, avx512)                        \
+    switch (level) {                                                                       \
+    FA_IF_X86(case FA_ISA_AVX2_WIDE: return &(avx2wide);                                   \
+              case FA_ISA_AVX512: return &(avx512);                                        \
+              case FA_ISA_AVX2: return &(avx2);)                                           \
+    FA_IF_VECTORS(case FA_ISA_BASE: return &(base);)                                       \
+    default: return &(scalar);                                                             \
+    }
 
 #endif /* FASTATTN_SIMD_H */
 
