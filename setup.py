@@ -162,9 +162,13 @@ def _extensions():
                 ["fa_tile.h", "fa_kernels.h", "fa_workspace.h", "fa_driver.h",
                  "fa_driver_impl.h"]),
         # the linear layers: packed-weight GEMM with fused epilogues, activations, LayerNorm
-        kernels("_gemm", ["gemm_kernels.c"], ["gemm_tile.h", "gemm_kernels.h"]),
+        kernels("_gemm", ["gemm_kernels.c"], ["gemm_tile.h", "gemm_kernels.h", "_gemm.pxd"]),
+        # the encoders' embedding layer: gather, sums and the GEMM module's LayerNorm rows
+        kernels("_embedding", [], ["gemm_kernels.h", "_gemm.pxd"]),
         # beam search's row kernels: log-softmax of the logits, top-k over a source's beams
         kernels("_search", ["search_kernels.c"], ["search_kernels.h"]),
+        # the decoder's KV cache: beam search's reorder of its rows
+        kernels("_kv_cache", []),
     ]
     return cythonize(
         exts,
