@@ -250,6 +250,23 @@ static ptrdiff_t lead_offset(ptrdiff_t n, int nd, const ptrdiff_t *shape, const 
     return off;
 }
 
+/* Pass 1's item `item` (a key or a value tile to pack): tile t of slab item / n_kt, keys
+ * [k0, k0 + nk) of the S. */
+typedef struct {
+    ptrdiff_t slab, t;
+    int k0, nk;
+} fa_pack_item;
+
+static inline fa_pack_item pack_item(ptrdiff_t item, ptrdiff_t n_kt, int bk, int S)
+{
+    fa_pack_item at;
+    at.slab = item / n_kt;
+    at.t = item % n_kt;
+    at.k0 = (int)(at.t * bk);
+    at.nk = S - at.k0 > bk ? bk : S - at.k0;
+    return at;
+}
+
 static char *piece(const fa_work *w, int i) { return w->size[i] > 0 ? w->base + w->off[i] : NULL; }
 static char *piece_end(const fa_work *w, int i) { return w->base + w->off[i] + w->size[i]; }
 

@@ -321,27 +321,24 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
          * n_ks = n_vs = 0 for few query rows, where the items read K and V in place */
 #pragma omp for schedule(static)
         for (ptrdiff_t item = 0; item < n_kpack; item++) {
-            ptrdiff_t slab = item / n_kt, t = item % n_kt;
-            int k0 = (int)(t * bk);
-            int nk = S - k0 > bk ? bk : S - k0;
-            FA_T *tile = kpack + slab * kp_slab + t * E * ncols_max;
-            FA_ASSERT_IN(tile, (ptrdiff_t)E * round_up(nk, pad) * isz, piece(ws, FA_W_KPACK),
+            const fa_pack_item at = pack_item(item, n_kt, bk, S);
+            FA_T *tile = kpack + at.slab * kp_slab + at.t * E * ncols_max;
+            FA_ASSERT_IN(tile, (ptrdiff_t)E * round_up(at.nk, pad) * isz, piece(ws, FA_W_KPACK),
                          piece_end(ws, FA_W_KPACK), "packed key tile");
-            ptrdiff_t ko = lead_offset(slab, nd, p->k_shape, p->k_lead, 1);
-            FA_OPS.pack_k(k + ko + k0 * p->k_rs, p->k_rs, nk, E, round_up(nk, pad), tile);
+            ptrdiff_t ko = lead_offset(at.slab, nd, p->k_shape, p->k_lead, 1);
+            FA_OPS.pack_k(k + ko + at.k0 * p->k_rs, p->k_rs, at.nk, E, round_up(at.nk, pad), tile);
         }
 #pragma omp for schedule(static)
         for (ptrdiff_t item = 0; item < n_vpack; item++) {
-            ptrdiff_t slab = item / n_kt, t = item % n_kt;
-            int k0 = (int)(t * bk);
-            int nk = S - k0 > bk ? bk : S - k0;
-            FA_T *tile = vpack + slab * vp_slab + t * bk * evp;
-            FA_ASSERT_IN(tile, (ptrdiff_t)nk * evp * isz, piece(ws, FA_W_VPACK),
+            const fa_pack_item at = pack_item(item, n_kt, bk, S);
+            FA_T *tile = vpack + at.slab * vp_slab + at.t * bk * evp;
+            FA_ASSERT_IN(tile, (ptrdiff_t)at.nk * evp * isz, piece(ws, FA_W_VPACK),
                          piece_end(ws, FA_W_VPACK), "packed value tile");
             FA_ASSERT_IN(v_bad + item, 1, piece(ws, FA_W_VBAD), piece_end(ws, FA_W_VBAD),
                          "value tile flag");
-            ptrdiff_t vo = lead_offset(slab, nd, p->v_shape, p->v_lead, 1);
-            v_bad[item] = (unsigned char)FA_OPS.pack_v(v + vo + k0 * p->v_rs, p->v_rs, nk, Ev, evp, tile);
+            ptrdiff_t vo = lead_offset(at.slab, nd, p->v_shape, p->v_lead, 1);
+            v_bad[item] = (unsigned char)FA_OPS.pack_v(v + vo + at.k0 * p->v_rs, p->v_rs, at.nk, Ev,
+                                                       evp, tile);
         }
 
         /* pass 2: one work item per (leading index, query block, key split), from the

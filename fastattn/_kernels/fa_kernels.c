@@ -15,57 +15,57 @@
  * includes fa_tile.h, which undefines them again at its end. */
 
 /* ---- plain scalar C: any compiler, and the reference the vector versions are tested against */
+#define FA_NAME(x) x##_f32_scalar
 #define FA_IS_DOUBLE 0
 #define FA_VW 1
 #define FA_MR 1
 #define FA_NV 1
-#define FA_NAME(x) x##_f32_scalar
 #define FA_TARGET
 #include "fa_tile.h"
 
+#define FA_NAME(x) x##_f64_scalar
 #define FA_IS_DOUBLE 1
 #define FA_VW 1
 #define FA_MR 1
 #define FA_NV 1
-#define FA_NAME(x) x##_f64_scalar
 #define FA_TARGET
 #include "fa_tile.h"
 
 #if FA_GNU_VECTORS
 /* ---- generic vectors at the baseline ISA (SSE2 on x86-64, NEON on arm64) */
+#define FA_NAME(x) x##_f32_base
 #define FA_IS_DOUBLE 0
 #define FA_VW 4
 #define FA_MR 4
 #define FA_NV 2
-#define FA_NAME(x) x##_f32_base
 #define FA_TARGET
 #include "fa_tile.h"
 
+#define FA_NAME(x) x##_f64_base
 #define FA_IS_DOUBLE 1
 #define FA_VW 2
 #define FA_MR 4
 #define FA_NV 2
-#define FA_NAME(x) x##_f64_base
 #define FA_TARGET
 #include "fa_tile.h"
 #endif
 
 #if FA_X86
 /* ---- AVX2 + FMA: 16 ymm registers; a 6 x 2-vector block keeps 12 accumulators live */
+#define FA_NAME(x) x##_f32_avx2
 #define FA_IS_DOUBLE 0
 #define FA_VW 8
 #define FA_MR 6
 #define FA_NV 2
-#define FA_NAME(x) x##_f32_avx2
 #define FA_VMAX _mm256_max_ps
 #define FA_TARGET FA_TARGET_AVX2
 #include "fa_tile.h"
 
+#define FA_NAME(x) x##_f64_avx2
 #define FA_IS_DOUBLE 1
 #define FA_VW 4
 #define FA_MR 6
 #define FA_NV 2
-#define FA_NAME(x) x##_f64_avx2
 #define FA_VMAX _mm256_max_pd
 #define FA_TARGET FA_TARGET_AVX2
 #include "fa_tile.h"
@@ -73,37 +73,37 @@
 /* ---- test-only: the AVX-512 shapes (16 floats / 8 doubles a vector, 6 x 4 blocks) compiled for
  * AVX2, so that the exact template instance the AVX-512 build uses is exercised by the test suite
  * on machines without AVX-512. Never selected automatically. */
+#define FA_NAME(x) x##_f32_avx2wide
 #define FA_IS_DOUBLE 0
 #define FA_VW 16
 #define FA_MR 6
 #define FA_NV 4
-#define FA_NAME(x) x##_f32_avx2wide
 #define FA_TARGET FA_TARGET_AVX2
 #include "fa_tile.h"
 
+#define FA_NAME(x) x##_f64_avx2wide
 #define FA_IS_DOUBLE 1
 #define FA_VW 8
 #define FA_MR 6
 #define FA_NV 4
-#define FA_NAME(x) x##_f64_avx2wide
 #define FA_TARGET FA_TARGET_AVX2
 #include "fa_tile.h"
 
 /* ---- AVX-512F: 32 zmm registers; a 6 x 4-vector block keeps 24 accumulators live */
+#define FA_NAME(x) x##_f32_avx512
 #define FA_IS_DOUBLE 0
 #define FA_VW 16
 #define FA_MR 6
 #define FA_NV 4
-#define FA_NAME(x) x##_f32_avx512
 #define FA_VMAX _mm512_max_ps
 #define FA_TARGET FA_TARGET_AVX512
 #include "fa_tile.h"
 
+#define FA_NAME(x) x##_f64_avx512
 #define FA_IS_DOUBLE 1
 #define FA_VW 8
 #define FA_MR 6
 #define FA_NV 4
-#define FA_NAME(x) x##_f64_avx512
 #define FA_VMAX _mm512_max_pd
 #define FA_TARGET FA_TARGET_AVX512
 #include "fa_tile.h"

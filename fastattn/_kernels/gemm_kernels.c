@@ -35,109 +35,109 @@
 #include "gemm_kernels.h"  /* and simd.h: FA_X86, FA_GNU_VECTORS, the targets, <immintrin.h> */
 
 /* ---- plain scalar C */
+#define FA_NAME(x) gm_##x##_f32_scalar
 #define FA_IS_DOUBLE 0
 #define FA_VW 1
 #define GM_MR 4
 #define GM_NV 4
 #define GM_KC 256
-#define FA_NAME(x) gm_##x##_f32_scalar
 #define FA_TARGET
 #include "gemm_tile.h"
 
+#define FA_NAME(x) gm_##x##_f64_scalar
 #define FA_IS_DOUBLE 1
 #define FA_VW 1
 #define GM_MR 4
 #define GM_NV 4
 #define GM_KC 256
-#define FA_NAME(x) gm_##x##_f64_scalar
 #define FA_TARGET
 #include "gemm_tile.h"
 
 #if FA_GNU_VECTORS
 /* ---- generic vectors at the baseline ISA (SSE2 on x86-64, NEON on arm64) */
+#define FA_NAME(x) gm_##x##_f32_base
 #define FA_IS_DOUBLE 0
 #define FA_VW 4
 #define GM_MR 4
 #define GM_NV 2
 #define GM_KC 256
-#define FA_NAME(x) gm_##x##_f32_base
 #define FA_TARGET
 #if FA_X86
 #define FA_ANY(m) _mm_movemask_ps((__m128)(m))
 #endif
 #include "gemm_tile.h"
 
+#define FA_NAME(x) gm_##x##_f64_base
 #define FA_IS_DOUBLE 1
 #define FA_VW 2
 #define GM_MR 4
 #define GM_NV 2
 #define GM_KC 256
-#define FA_NAME(x) gm_##x##_f64_base
 #define FA_TARGET
 #include "gemm_tile.h"
 #endif
 
 #if FA_X86
 /* ---- AVX2 + FMA */
+#define FA_NAME(x) gm_##x##_f32_avx2
 #define FA_IS_DOUBLE 0
 #define FA_VW 8
 #define GM_MR 6
 #define GM_NV 2
 #define GM_KC 512
-#define FA_NAME(x) gm_##x##_f32_avx2
 #define GM_WIDEN(v) _mm256_cvtps_pd((__m128)(v))
 #define FA_TARGET FA_TARGET_AVX2
 #define FA_ANY(m) _mm256_movemask_ps((__m256)(m))
 #include "gemm_tile.h"
 
+#define FA_NAME(x) gm_##x##_f64_avx2
 #define FA_IS_DOUBLE 1
 #define FA_VW 4
 #define GM_MR 6
 #define GM_NV 2
 #define GM_KC 256
-#define FA_NAME(x) gm_##x##_f64_avx2
 #define FA_TARGET FA_TARGET_AVX2
 #include "gemm_tile.h"
 
 /* ---- test-only: the AVX-512 shapes compiled for AVX2 (never selected automatically) */
+#define FA_NAME(x) gm_##x##_f32_avx2wide
 #define FA_IS_DOUBLE 0
 #define FA_VW 16
 #define GM_MR 6
 #define GM_NV 4
 #define GM_KC 512
-#define FA_NAME(x) gm_##x##_f32_avx2wide
 #define GM_L2_NEXT 1
 #define FA_TARGET FA_TARGET_AVX2
 #include "gemm_tile.h"
 
+#define FA_NAME(x) gm_##x##_f64_avx2wide
 #define FA_IS_DOUBLE 1
 #define FA_VW 8
 #define GM_MR 6
 #define GM_NV 4
 #define GM_KC 128
-#define FA_NAME(x) gm_##x##_f64_avx2wide
 #define FA_TARGET FA_TARGET_AVX2
 #include "gemm_tile.h"
 
 /* ---- AVX-512F */
+#define FA_NAME(x) gm_##x##_f32_avx512
 #define FA_IS_DOUBLE 0
 #define FA_VW 16
 #define GM_MR 6
 #define GM_NV 4
 #define GM_KC 512
-#define FA_NAME(x) gm_##x##_f32_avx512
 #define GM_WIDEN(v) _mm512_cvtps_pd((__m256)(v))
 #define GM_L2_NEXT 1
 #define FA_TARGET FA_TARGET_AVX512
 #define FA_ANY(m) (_mm512_test_epi32_mask((__m512i)(m), (__m512i)(m)) != 0)
 #include "gemm_tile.h"
 
+#define FA_NAME(x) gm_##x##_f64_avx512
 #define FA_IS_DOUBLE 1
 #define FA_VW 8
 #define GM_MR 6
 #define GM_NV 4
 #define GM_KC 128
-#define FA_NAME(x) gm_##x##_f64_avx512
 #define FA_TARGET FA_TARGET_AVX512
 #include "gemm_tile.h"
 #endif

@@ -436,43 +436,57 @@ static ptrdiff_t sk_items(ptrdiff_t rows, ptrdiff_t cols)
     return rows < by_work ? rows : by_work;
 }
 
-void sk_log_softmax_rows(int level, int isz, const void *x, ptrdiff_t rows, ptrdiff_t n, void *y,
-                         int n_threads)
+/* One call's rows: the arguments of sk_log_softmax_rows (topk 0) or of sk_topk_rows. */
+typedef struct {
+    int topk, isz;
+    const void *x;
+    ptrdiff_t cols, nseg, k;
+    const void *add;
+    int64_t *idx;
+    void *out;                 /* log-softmax: y; top-k: val */
+} sk_call;
+
+static void sk_row(const sk_ops *ops, const sk_call *c, ptrdiff_t r)
+{
+    const ptrdiff_t n = c->cols, seglen = n / c->nseg, k = c->k;
+    const char *x = (const char *)c->x + r * n * c->isz;
+    const char *add = c->add ? (const char *)c->add + r * c->nseg * c->isz : NULL;
+    char *out = (char *)c->out + r * (c->topk ? k : n) * c->isz;
+    if (!c->topk && c->isz == 4)
+        ops->log_softmax_row_f32((const float *)x, n, (float *)out);
+    else if (!c->topk)
+        ops->log_softmax_row_f64((const double *)x, n, (double *)out);
+    else if (c->isz == 4)
+        ops->topk_row_f32((const float *)x, c->nseg, seglen, seglen, (const float *)add, k,
+                          c->idx + r * k, (float *)out);
+    else
+        ops->topk_row_f64((const double *)x, c->nseg, seglen, seglen, (const double *)add, k,
+                          c->idx + r * k, (double *)out);
+}
+
+/* the rows of a call in parallel, each on one thread */
+static void sk_rows(int level, ptrdiff_t rows, const sk_call *c, int n_threads)
 {
     const sk_ops *ops = sk_ops_for(level);
-    const fa_team_t team = fa_team_open(n_threads, sk_items(rows, n));
+    const fa_team_t team = fa_team_open(n_threads, sk_items(rows, c->cols));
 #pragma omp parallel num_threads(team.n)
     {
         fa_team_place(&team);
 #pragma omp for schedule(static)
-        for (ptrdiff_t r = 0; r < rows; r++) {
-            if (isz == 4)
-                ops->log_softmax_row_f32((const float *)x + r * n, n, (float *)y + r * n);
-            else
-                ops->log_softmax_row_f64((const double *)x + r * n, n, (double *)y + r * n);
-        }
+        for (ptrdiff_t r = 0; r < rows; r++) sk_row(ops, c, r);
     }
+}
+
+void sk_log_softmax_rows(int level, int isz, const void *x, ptrdiff_t rows, ptrdiff_t n, void *y,
+                         int n_threads)
+{
+    const sk_call c = {0, isz, x, n, 1, 0, NULL, NULL, y};
+    sk_rows(level, rows, &c, n_threads);
 }
 
 void sk_topk_rows(int level, int isz, const void *x, ptrdiff_t rows, ptrdiff_t m, ptrdiff_t nseg,
                   const void *add, ptrdiff_t k, int64_t *idx, void *val, int n_threads)
 {
-    const sk_ops *ops = sk_ops_for(level);
-    const ptrdiff_t seglen = m / nseg;
-    const fa_team_t team = fa_team_open(n_threads, sk_items(rows, m));
-#pragma omp parallel num_threads(team.n)
-    {
-        fa_team_place(&team);
-#pragma omp for schedule(static)
-        for (ptrdiff_t r = 0; r < rows; r++) {
-            if (isz == 4)
-                ops->topk_row_f32((const float *)x + r * m, nseg, seglen, seglen,
-                                  add ? (const float *)add + r * nseg : NULL, k, idx + r * k,
-                                  (float *)val + r * k);
-            else
-                ops->topk_row_f64((const double *)x + r * m, nseg, seglen, seglen,
-                                  add ? (const double *)add + r * nseg : NULL, k, idx + r * k,
-                                  (double *)val + r * k);
-        }
-    }
+    const sk_call c = {1, isz, x, m, nseg, k, add, idx, val};
+    sk_rows(level, rows, &c, n_threads);
 }
