@@ -28,7 +28,7 @@
  *   skipped. Extra memory: the packed K and V (the size of K + V) plus O(bq * bk) per thread.
  *
  *   Numerics: the scores and P @ V run in the input precision; the running max m and sum l are
- *   doubles. exp is a vectorised polynomial (fa_tile.h). Masked scores are set to -inf by
+ *   doubles. exp is a vectorised polynomial (simd.h). Masked scores are set to -inf by
  *   selection, not addition, so NaN/inf in a masked-out key never reaches the output; a value
  *   block holding inf/NaN makes P @ V skip zero probabilities for the same reason.
  *
