@@ -49,7 +49,6 @@ from cython.parallel cimport parallel, prange
 from libc.stdlib cimport calloc, free
 cimport numpy as cnp
 
-
 from fastattn._kernels._openmp cimport (FASTATTN_OPENMP_ENABLED, fa_team_open,
                                         fa_team_place, fa_team_t, omp_get_thread_num)
 from fastattn._kernels._simd cimport isa_now
@@ -144,9 +143,8 @@ cdef struct _Norm:
 
 
 cdef inline void _gemm_item(const gm_kernels *kern, Py_ssize_t i0, Py_ssize_t m, Py_ssize_t n0,
-                            const char *x,
-                            Py_ssize_t x_rs, Py_ssize_t K, const char *wp, Py_ssize_t npad,
-                            Py_ssize_t N, Py_ssize_t nc, Py_ssize_t n_nb,
+                            const char *x, Py_ssize_t x_rs, Py_ssize_t K, const char *wp,
+                            Py_ssize_t npad, Py_ssize_t N, Py_ssize_t nc, Py_ssize_t n_nb,
                             const char *bias, int act, const char *res, Py_ssize_t res_rs,
                             char *y, Py_ssize_t y_rs, int isz, const _Norm *norm,
                             Py_ssize_t pf_n0) noexcept nogil:

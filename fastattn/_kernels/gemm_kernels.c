@@ -181,4 +181,5 @@ void gm_setup(void)
 #endif
 }
 
+/* (a level the build lacks never comes: simd.h's state holds only levels the CPU has) */
 const gm_kernels *gm_kernels_for(int level) { return &gm_tables[level]; }

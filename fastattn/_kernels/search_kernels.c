@@ -410,13 +410,7 @@ SK_TOPK(double, f64_avx512, SK_AVX512, sk_hit_f64_avx512)
     static const sk_ops name = {sk_lsm_f32_##sfx, sk_lsm_f64_##sfx, sk_topk_f32_##sfx,         \
                                 sk_topk_f64_##sfx};
 SK_TABLE(sk_base, base)
-#if FA_X86 && FA_GNU_VECTORS
-SK_TABLE(sk_avx2, avx2)
-SK_TABLE(sk_avx512, avx512)
-#else
-#define sk_avx2 sk_base        /* never named: FA_KERNELS_FOR leaves them out without x86 */
-#define sk_avx512 sk_base
-#endif
+FA_IF_X86(SK_TABLE(sk_avx2, avx2) SK_TABLE(sk_avx512, avx512))
 
 const sk_ops *sk_ops_for(int level)
 {
