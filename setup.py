@@ -145,38 +145,33 @@ def _extensions():
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
         + ([("FASTATTN_DEBUG", "1")] if debug else []),
     )
-    ext = Extension(
-        "fastattn._kernels._attention",
-        sources=["fastattn/_kernels/_attention.pyx", "fastattn/_kernels/fa_kernels.c",
-                 "fastattn/_kernels/fa_driver.c", "fastattn/_kernels/dispatch.c"],
-        depends=["fastattn/_kernels/fa_tile.h", "fastattn/_kernels/fa_kernels.h",
-                 "fastattn/_kernels/fa_workspace.h", "fastattn/_kernels/fa_driver.h",
-                 "fastattn/_kernels/fa_driver_impl.h", "fastattn/_kernels/dispatch.h",
-                 "fastattn/_kernels/fa_team.h",
-                 "fastattn/_kernels/_openmp.pxd"],
-        **common,
-    )
-    # the linear layers: packed-weight GEMM with fused epilogues, activations, LayerNorm
-    gemm = Extension(
-        "fastattn._kernels._gemm",
-        sources=["fastattn/_kernels/_gemm.pyx", "fastattn/_kernels/gemm_kernels.c",
-                 "fastattn/_kernels/dispatch.c"],
-        depends=["fastattn/_kernels/gemm_tile.h", "fastattn/_kernels/gemm_kernels.h",
-                 "fastattn/_kernels/dispatch.h", "fastattn/_kernels/_openmp.pxd",
-                 "fastattn/_kernels/fa_team.h"],
-        **common,
-    )
-    # beam search's row kernels: log-softmax of the logits, top-k over a source's beams
-    search = Extension(
-        "fastattn._kernels._search",
-        sources=["fastattn/_kernels/_search.pyx", "fastattn/_kernels/search_kernels.c",
-                 "fastattn/_kernels/dispatch.c"],
-        depends=["fastattn/_kernels/search_kernels.h", "fastattn/_kernels/dispatch.h",
-                 "fastattn/_kernels/_openmp.pxd", "fastattn/_kernels/fa_team.h"],
-        **common,
-    )
+    K = "fastattn/_kernels/"
+    # every kernel module reads the one ISA state of _simd and launches teams with fa_team.h
+    shared = [K + "simd.h", K + "fa_team.h", K + "_simd.pxd", K + "_openmp.pxd"]
+
+    def kernels(name, sources, depends=()):
+        return Extension("fastattn._kernels." + name, sources=[K + name + ".pyx"]
+                         + [K + f for f in sources], depends=shared + [K + f for f in depends],
+                         **common)
+
+    exts = [
+        # the ISA state (dispatch.c is compiled here only) and its Python functions
+        kernels("_simd", ["dispatch.c"]),
+        # the fused attention
+        kernels("_attention", ["fa_kernels.c", "fa_driver.c"],
+                ["fa_tile.h", "fa_kernels.h", "fa_workspace.h", "fa_driver.h",
+                 "fa_driver_impl.h"]),
+        # the linear layers: packed-weight GEMM with fused epilogues, activations, LayerNorm
+        kernels("_gemm", ["gemm_kernels.c"], ["gemm_tile.h", "gemm_kernels.h", "_gemm.pxd"]),
+        # the encoders' embedding layer: gather, sums and the GEMM module's LayerNorm rows
+        kernels("_embedding", [], ["gemm_kernels.h", "_gemm.pxd"]),
+        # beam search's row kernels: log-softmax of the logits, top-k over a source's beams
+        kernels("_search", ["search_kernels.c"], ["search_kernels.h"]),
+        # the decoder's KV cache: beam search's reorder of its rows
+        kernels("_kv_cache", []),
+    ]
     return cythonize(
-        [ext, gemm, search],
+        exts,
         compiler_directives={
             "language_level": 3,
             "boundscheck": debug,

@@ -3,6 +3,7 @@ import platform
 import sys
 
 from ._kernels import _attention as _k
+from ._kernels import _simd
 from ._threads import _cpu_count, get_num_threads
 
 __all__ = ["config", "show_config"]
@@ -39,8 +40,8 @@ def config():
         "openmp": _k.openmp_enabled(),
         "threads": get_num_threads(),
         "cpus": _cpu_count(),
-        "simd": _k.isa(),
-        "cpu_simd": _k.cpu_isa(),
+        "simd": _simd.isa(),
+        "cpu_simd": _simd.cpu_isa(),
         "blas": _blas_info(),
     }
 

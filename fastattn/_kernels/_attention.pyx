@@ -17,19 +17,15 @@ import threading
 
 import numpy as np
 
-from fastattn._kernels._openmp cimport (FASTATTN_OPENMP_ENABLED, omp_get_max_threads)
+from fastattn._kernels._openmp cimport (FASTATTN_OPENMP_ENABLED, fa_team_size,
+                                        omp_get_max_threads)
+from fastattn._kernels._simd cimport isa_now
 
 cnp.import_array()
 
 cdef extern from "fa_workspace.h" nogil:
     void *fa_ws_alloc(size_t nbytes)
     void fa_ws_free(void *p)
-
-cdef extern from "fa_kernels.h" nogil:
-    int FA_ISA_SCALAR, FA_ISA_BASE, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX2_WIDE
-    int fa_cpu_level()
-    int fa_init(int level)
-    int fa_current_level()
 
 cdef extern from "fa_driver.h" nogil:
     enum:
@@ -50,6 +46,7 @@ cdef extern from "fa_driver.h" nogil:
         int L, S, E, Ev, causal
         double scale
         int head_group
+        int isa
         int bq
         int n_sp
         int fused_pack
@@ -72,15 +69,13 @@ cdef extern from "fa_driver.h" nogil:
     void fa_sdpa_run_f64(const fa_problem *p, const fa_work *w, const double *q, const double *k,
                          const double *v, const unsigned char *bm, const double *fm, double *out,
                          double *weights, double *stats, int n_threads)
-    void fa_softmax_rows_f32(const float *x, float *y, Py_ssize_t rows, int n, int n_threads)
-    void fa_softmax_rows_f64(const double *x, double *y, Py_ssize_t rows, int n, int n_threads)
-    void fa_exp_f32(const float *x, Py_ssize_t n, float *y)
-    void fa_exp_f64(const double *x, Py_ssize_t n, double *y)
+    void fa_softmax_rows_f32(int isa, const float *x, float *y, Py_ssize_t rows, int n,
+                             int n_threads)
+    void fa_softmax_rows_f64(int isa, const double *x, double *y, Py_ssize_t rows, int n,
+                             int n_threads)
+    void fa_exp_f32(int isa, const float *x, Py_ssize_t n, float *y)
+    void fa_exp_f64(int isa, const double *x, Py_ssize_t n, double *y)
 
-
-ISA_NAMES = {FA_ISA_SCALAR: "scalar", FA_ISA_BASE: "baseline", FA_ISA_AVX2: "avx2",
-             FA_ISA_AVX512: "avx512", FA_ISA_AVX2_WIDE: "avx2-wide"}
-fa_init(-1)
 
 BQ = FA_BQ                          # query rows per work item (see query_block)
 BQ_ONE = FA_BQ_ONE                  # up to this many query rows, one block per leading index
@@ -165,6 +160,7 @@ cdef _problem(fa_problem *p, cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.nd
     p.causal = causal
     p.scale = scale
     p.head_group = head_group
+    p.isa = isa_now()
     fa_problem_tiling(p, cnp.PyArray_ITEMSIZE(q))
 
 
@@ -225,7 +221,7 @@ def plan(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, tuple lead, int n_threads)
     cdef fa_problem p
     cdef fa_work w
     _problem(&p, q, k, v, None, lead, False, 1.0, 1)
-    n_threads = max(1, min(n_threads, fa_parallel_items(&p)))
+    n_threads = fa_team_size(n_threads, fa_parallel_items(&p))
     fa_plan(&p, n_threads, &w)
     return {"threads": n_threads, "total": w.total, "key_splits": p.n_sp, "query_block": p.bq,
             "fused_pack": bool(p.fused_pack), "own_pack_bytes": fa_fused_pack_bytes(&p),
@@ -250,7 +246,7 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
     _problem(&p, q, k, v, m_arr, lead, causal, scale, head_group)
     _lead_strides(out, p.nd, p.o_lead, NULL)
     p.o_rs = _estride(out, out.ndim - 2)
-    cdef int nthr = <int>max(1, min(n_threads, fa_parallel_items(&p)))
+    cdef int nthr = fa_team_size(n_threads, fa_parallel_items(&p))   # the team fa_sdpa_run opens
     fa_plan(&p, nthr, &w)
     cdef _Workspace ws = _workspace(w.total)       # held until the kernel returns
     w.base = ws.data
@@ -286,21 +282,23 @@ def softmax_rows(cnp.ndarray x, cnp.ndarray y, int n_threads):
     cdef int n = <int>cnp.PyArray_DIMS(x)[1]
     cdef char *xp = <char *> cnp.PyArray_DATA(x)
     cdef char *yp = <char *> cnp.PyArray_DATA(y)
+    cdef int level = isa_now()
     if cnp.PyArray_ITEMSIZE(x) == 4:
         with nogil:
-            fa_softmax_rows_f32(<const float *>xp, <float *>yp, rows, n, n_threads)
+            fa_softmax_rows_f32(level, <const float *>xp, <float *>yp, rows, n, n_threads)
     else:
         with nogil:
-            fa_softmax_rows_f64(<const double *>xp, <double *>yp, rows, n, n_threads)
+            fa_softmax_rows_f64(level, <const double *>xp, <double *>yp, rows, n, n_threads)
 
 
 def kernel_exp(cnp.ndarray x, cnp.ndarray y):
     """y = exp(x) with the kernel's vectorised exp (for the accuracy tests)."""
     cdef Py_ssize_t n = cnp.PyArray_SIZE(x)
     if cnp.PyArray_ITEMSIZE(x) == 4:
-        fa_exp_f32(<const float *>cnp.PyArray_DATA(x), n, <float *>cnp.PyArray_DATA(y))
+        fa_exp_f32(isa_now(), <const float *>cnp.PyArray_DATA(x), n, <float *>cnp.PyArray_DATA(y))
     else:
-        fa_exp_f64(<const double *>cnp.PyArray_DATA(x), n, <double *>cnp.PyArray_DATA(y))
+        fa_exp_f64(isa_now(), <const double *>cnp.PyArray_DATA(x), n,
+                   <double *>cnp.PyArray_DATA(y))
 
 
 # ---------------------------------------------------------------- build and run-time facts
@@ -315,20 +313,6 @@ def omp_max_threads():
     return omp_get_max_threads()
 
 
-def isa():
-    """Name of the micro-kernel set in use ('avx512', 'avx2', 'baseline' or 'scalar')."""
-    return ISA_NAMES[fa_current_level()]
-
-
-def cpu_isa():
-    """Best micro-kernel set the running CPU supports."""
-    return ISA_NAMES[fa_cpu_level()]
-
-
-def set_isa(name):
-    """Select a micro-kernel set by name (testing aid: clamped to what the CPU supports).
-    Returns the name actually selected. Not thread-safe against running kernels."""
-    levels = {v: k for k, v in ISA_NAMES.items()}
-    if name not in levels:
-        raise ValueError(f"isa must be one of {sorted(levels)}, got {name!r}")
-    return ISA_NAMES[fa_init(levels[name])]
+# the kernel set in use, for bench/bench_decode.py: fastattn._kernels._simd has the ISA state
+# and its functions (isa, cpu_isa, set_isa), for every kernel family
+from fastattn._kernels._simd import isa  # noqa: E402

@@ -49,54 +49,23 @@ from cython.parallel cimport parallel, prange
 from libc.stdlib cimport calloc, free
 cimport numpy as cnp
 
-import numpy as np
-
 from fastattn._kernels._openmp cimport (FASTATTN_OPENMP_ENABLED, fa_team_open,
                                         fa_team_place, fa_team_t, omp_get_thread_num)
+from fastattn._kernels._simd cimport isa_now
 
 cnp.import_array()
 
-cdef extern from "gemm_kernels.h" nogil:
-    int FA_ISA_SCALAR, FA_ISA_BASE, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX2_WIDE
-    int GM_ACT_NONE, GM_ACT_RELU, GM_ACT_GELU, GM_ACT_GELU_TANH, GM_ACT_SILU, GM_ACT_ERF
-    int GM_NR_MAX
-    ctypedef struct gm_ops_f32:
-        int mr, nr, kc
-        void (*pack)(const float *w, Py_ssize_t w_rs, Py_ssize_t N, Py_ssize_t K,
-                     float *wp) noexcept nogil
-        void (*item)(const float *x, Py_ssize_t x_rs, Py_ssize_t m, Py_ssize_t K,
-                     const float *wp, Py_ssize_t npad, Py_ssize_t n0, Py_ssize_t nc,
-                     const float *bias, int act, const float *res, Py_ssize_t res_rs,
-                     float *y, Py_ssize_t y_rs, Py_ssize_t pf_n0) noexcept nogil
-        void (*act)(const float *x, Py_ssize_t n, float *y, int act) noexcept nogil
-        void (*ln)(const float *x, const float *res, Py_ssize_t n, const float *gamma,
-                   const float *beta, double eps, float *y) noexcept nogil
-    ctypedef struct gm_ops_f64:
-        int mr, nr, kc
-        void (*pack)(const double *w, Py_ssize_t w_rs, Py_ssize_t N, Py_ssize_t K,
-                     double *wp) noexcept nogil
-        void (*item)(const double *x, Py_ssize_t x_rs, Py_ssize_t m, Py_ssize_t K,
-                     const double *wp, Py_ssize_t npad, Py_ssize_t n0, Py_ssize_t nc,
-                     const double *bias, int act, const double *res, Py_ssize_t res_rs,
-                     double *y, Py_ssize_t y_rs, Py_ssize_t pf_n0) noexcept nogil
-        void (*act)(const double *x, Py_ssize_t n, double *y, int act) noexcept nogil
-        void (*ln)(const double *x, const double *res, Py_ssize_t n, const double *gamma,
-                   const double *beta, double eps, double *y) noexcept nogil
-    gm_ops_f32 gm_f32
-    gm_ops_f64 gm_f64
-    int gm_block_done(int *count, int n)
-    Py_ssize_t gm_claim(Py_ssize_t *next)
-    int fa_cpu_level()
-    int gm_init(int level)
-    int gm_current_level()
+# (the C declarations are in _gemm.pxd, which the embedding module cimports for LayerNorm)
 
 
-ISA_NAMES = {FA_ISA_SCALAR: "scalar", FA_ISA_BASE: "baseline", FA_ISA_AVX2: "avx2",
-             FA_ISA_AVX512: "avx512", FA_ISA_AVX2_WIDE: "avx2-wide"}
+cdef const gm_kernels *gemm_kernels(int level) noexcept nogil:
+    return gm_kernels_for(level)
+
+
 ACTIVATIONS = {None: GM_ACT_NONE, "relu": GM_ACT_RELU, "gelu": GM_ACT_GELU,
                "gelu_tanh": GM_ACT_GELU_TANH, "silu": GM_ACT_SILU}
 ACT_ERF = GM_ACT_ERF      # erf itself, for the accuracy tests (activation(x, y, ACT_ERF, n))
-gm_init(-1)
+gm_setup()
 
 cdef enum:
     _MC = 96               # rows per work item: a multiple of every ISA's MR (4 or 6)
@@ -130,14 +99,21 @@ def col_block(Py_ssize_t M, Py_ssize_t N):
 
 # ---------------------------------------------------------------- packing
 
+def blocking(int itemsize):
+    """(MR, NR, KC) of the kernel set now selected for this item size."""
+    cdef int mr, nr, kc
+    gm_blocking(gm_kernels_for(isa_now()), itemsize, &mr, &nr, &kc)
+    return (mr, nr, kc)
+
+
 def panel_width(int itemsize):
     """NR, the panel width of the ISA now selected, for float32 (4) or float64 (8)."""
-    return gm_f32.nr if itemsize == 4 else gm_f64.nr
+    return blocking(itemsize)[1]
 
 
 def packed_size(Py_ssize_t N, Py_ssize_t K, int itemsize):
     """Elements of the packed buffer for an (N, K) weight with the ISA now selected."""
-    cdef Py_ssize_t nr = gm_f32.nr if itemsize == 4 else gm_f64.nr
+    cdef Py_ssize_t nr = panel_width(itemsize)
     return K * _cdiv(N, nr) * nr
 
 
@@ -147,30 +123,16 @@ def pack_weight(cnp.ndarray w, cnp.ndarray wp):
     # IN   w   (N, K)       row stride w_rs
     # OUT  wp  (K * Npad,)  the layout in gemm_tile.h
     cdef Py_ssize_t N = cnp.PyArray_DIMS(w)[0], K = cnp.PyArray_DIMS(w)[1]
-    cdef Py_ssize_t isz = cnp.PyArray_ITEMSIZE(w)
+    cdef int isz = <int>cnp.PyArray_ITEMSIZE(w)
     cdef Py_ssize_t w_rs = cnp.PyArray_STRIDES(w)[0] // isz
-    cdef char *src = <char *> cnp.PyArray_DATA(w)
+    cdef const char *src = <const char *> cnp.PyArray_DATA(w)
     cdef char *dst = <char *> cnp.PyArray_DATA(wp)
-    if isz == 4:
-        with nogil:
-            gm_f32.pack(<const float *>src, w_rs, N, K, <float *>dst)
-    else:
-        with nogil:
-            gm_f64.pack(<const double *>src, w_rs, N, K, <double *>dst)
+    cdef const gm_kernels *kern = gm_kernels_for(isa_now())
+    with nogil:
+        gm_pack(kern, isz, src, w_rs, N, K, dst)
 
 
 # ---------------------------------------------------------------- the GEMM driver
-
-cdef inline void _ln_row(int isz, const char *x, const char *res, Py_ssize_t n,
-                         const char *gamma, const char *beta, double eps, char *y) noexcept nogil:
-    """One row of LayerNorm(x + res) * gamma + beta, the kernel of the dtype isz (4 or 8) picks."""
-    if isz == 4:
-        gm_f32.ln(<const float *>x, <const float *>res, n, <const float *>gamma,
-                  <const float *>beta, eps, <float *>y)
-    else:
-        gm_f64.ln(<const double *>x, <const double *>res, n, <const double *>gamma,
-                  <const double *>beta, eps, <double *>y)
-
 
 cdef struct _Norm:
     # a LayerNorm over each finished row of y, in place (the fused post-norm)
@@ -180,9 +142,9 @@ cdef struct _Norm:
     int *done                  # (row blocks,) column items finished, zero at the start
 
 
-cdef inline void _gemm_item(Py_ssize_t i0, Py_ssize_t m, Py_ssize_t n0, const char *x,
-                            Py_ssize_t x_rs, Py_ssize_t K, const char *wp, Py_ssize_t npad,
-                            Py_ssize_t N, Py_ssize_t nc, Py_ssize_t n_nb,
+cdef inline void _gemm_item(const gm_kernels *kern, Py_ssize_t i0, Py_ssize_t m, Py_ssize_t n0,
+                            const char *x, Py_ssize_t x_rs, Py_ssize_t K, const char *wp,
+                            Py_ssize_t npad, Py_ssize_t N, Py_ssize_t nc, Py_ssize_t n_nb,
                             const char *bias, int act, const char *res, Py_ssize_t res_rs,
                             char *y, Py_ssize_t y_rs, int isz, const _Norm *norm,
                             Py_ssize_t pf_n0) noexcept nogil:
@@ -191,16 +153,9 @@ cdef inline void _gemm_item(Py_ssize_t i0, Py_ssize_t m, Py_ssize_t n0, const ch
     # (its weights are fetched into L2 during the last K block), else -1
     cdef Py_ssize_t w = nc if N - n0 > nc else N - n0
     cdef Py_ssize_t r
-    if isz == 4:
-        gm_f32.item(<const float *>x + i0 * x_rs, x_rs, m, K, <const float *>wp,
-                    npad, n0, w, <const float *>bias, act,
-                    (<const float *>res + i0 * res_rs) if res != NULL else NULL,
-                    res_rs, <float *>y + i0 * y_rs, y_rs, pf_n0)
-    else:
-        gm_f64.item(<const double *>x + i0 * x_rs, x_rs, m, K, <const double *>wp,
-                    npad, n0, w, <const double *>bias, act,
-                    (<const double *>res + i0 * res_rs) if res != NULL else NULL,
-                    res_rs, <double *>y + i0 * y_rs, y_rs, pf_n0)
+    gm_item(kern, isz, x + i0 * x_rs * isz, x_rs, m, K, wp, npad, n0, w, bias, act,
+            (res + i0 * res_rs * isz) if res != NULL else NULL, res_rs, y + i0 * y_rs * isz, y_rs,
+            pf_n0)
     # the thread that finishes a row block's last column item normalises its rows while they
     # are still in cache: the LayerNorm kernel on the same values, so the same bits as a
     # separate pass
@@ -208,8 +163,8 @@ cdef inline void _gemm_item(Py_ssize_t i0, Py_ssize_t m, Py_ssize_t n0, const ch
     if norm == NULL or not gm_block_done(norm.done + i0 // _RQ, <int>n_nb):
         return
     for r in range(i0, i0 + m):
-        _ln_row(isz, y + r * y_rs * isz, NULL, N, norm.gamma, norm.beta, norm.eps,
-                y + r * y_rs * isz)
+        gm_ln(kern, isz, y + r * y_rs * isz, NULL, N, norm.gamma, norm.beta, norm.eps,
+              y + r * y_rs * isz)
 
 
 cdef inline Py_ssize_t _row_split(Py_ssize_t q, Py_ssize_t n_q, Py_ssize_t M) noexcept nogil:
@@ -219,7 +174,8 @@ cdef inline Py_ssize_t _row_split(Py_ssize_t q, Py_ssize_t n_q, Py_ssize_t M) no
     return (q * M // n_q) // _RQ * _RQ
 
 
-cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
+cdef void _gemm_run(const gm_kernels *kern, const char *x, Py_ssize_t x_rs, Py_ssize_t M,
+                    Py_ssize_t K,
                     const char *wp, Py_ssize_t N, const char *bias, int act,
                     const char *res, Py_ssize_t res_rs, char *y, Py_ssize_t y_rs,
                     int isz, int n_threads, const _Norm *norm,
@@ -232,20 +188,16 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
     # IN   norm    a LayerNorm for every finished row, or NULL; norm.done has cdiv(M, _RQ)
     #              zeroed counters, one for each row block at its first row // _RQ
     # IN   queues  n_threads * _QSTRIDE zeroed counters (M > _MC; one per share), else unused
-    # strides in elements; pointers untyped, isz (4 or 8) picks the dtype
-    cdef Py_ssize_t nr = gm_f32.nr if isz == 4 else gm_f64.nr
+    # strides in elements; pointers untyped, isz (4 or 8) picks the dtype; kern: the kernel set
+    cdef int mr, nr, kc
+    gm_blocking(kern, isz, &mr, &nr, &kc)
     cdef Py_ssize_t npad = _cdiv(N, nr) * nr
     cdef Py_ssize_t nc = _col_block(M, N)
     cdef Py_ssize_t n_nb = _cdiv(N, nc)
     cdef Py_ssize_t n_mb = _cdiv(M, _MC)
     cdef Py_ssize_t n_items = n_mb * n_nb
     cdef Py_ssize_t item, i0, q, u, l, r0, r1, nb, n_sh
-    cdef int nthr = n_threads
-    if nthr > n_items:
-        nthr = <int>n_items
-    if nthr < 1:
-        nthr = 1
-    cdef fa_team_t team_at = fa_team_open(nthr)
+    cdef fa_team_t team = fa_team_open(n_threads, n_items)
     q = u = l = r0 = r1 = nb = i0 = 0               # (thread-private copies of these)
     if M > _MC:
         # several row blocks (compute-bound): thread q owns the q-th of n_sh contiguous shares
@@ -257,9 +209,9 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
         # least _MC rows: with more threads than that, the extra ones start on a share with
         # its owner (a thread per share that small would each stream all of the weights).
         # Which thread computes an element never changes its bits.
-        n_sh = nthr if M // _MC > nthr else M // _MC
-        with parallel(num_threads=nthr):
-            fa_team_place(&team_at)
+        n_sh = team.n if M // _MC > team.n else M // _MC
+        with parallel(num_threads=team.n):
+            fa_team_place(&team)
             for u in range(n_sh):
                 q = (omp_get_thread_num() + u) % n_sh
                 r0 = _row_split(q, n_sh, M)
@@ -270,19 +222,20 @@ cdef void _gemm_run(const char *x, Py_ssize_t x_rs, Py_ssize_t M, Py_ssize_t K,
                     if l >= nb * n_nb:
                         break
                     i0 = r0 + (l % nb) * _MC
-                    _gemm_item(i0, _MC if r1 - i0 > _MC else r1 - i0, (l // nb) * nc, x, x_rs,
-                               K, wp, npad, N, nc, n_nb, bias, act, res, res_rs, y, y_rs, isz,
-                               norm,
+                    _gemm_item(kern, i0, _MC if r1 - i0 > _MC else r1 - i0, (l // nb) * nc, x,
+                               x_rs, K, wp, npad, N, nc, n_nb, bias, act, res, res_rs, y, y_rs,
+                               isz, norm,
                                ((l + 1) // nb) * nc if (l + 1) % nb == 0 and l + 1 < nb * n_nb
                                else -1)
     else:
         # one row block (a decode step: reading the weights is the work): each thread streams
         # one contiguous slice of them
-        with parallel(num_threads=nthr):
-            fa_team_place(&team_at)
+        with parallel(num_threads=team.n):
+            fa_team_place(&team)
             for item in prange(n_items, schedule='static'):
-                _gemm_item(0, M, item * nc, x, x_rs, K, wp, npad, N, nc, n_nb, bias, act, res,
-                           res_rs, y, y_rs, isz, norm, (item + 1) * nc if item + 1 < n_items else -1)
+                _gemm_item(kern, 0, M, item * nc, x, x_rs, K, wp, npad, N, nc, n_nb, bias, act,
+                           res, res_rs, y, y_rs, isz, norm,
+                           (item + 1) * nc if item + 1 < n_items else -1)
 
 
 def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, object res,
@@ -306,6 +259,7 @@ def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, obje
     cdef const char *xp = <const char *> cnp.PyArray_DATA(x)
     cdef const char *wpp = <const char *> cnp.PyArray_DATA(wp)
     cdef char *yp = <char *> cnp.PyArray_DATA(y)
+    cdef const gm_kernels *kern = gm_kernels_for(isa_now())
     cdef _Norm nm
     cdef const _Norm *nmp = NULL
     if norm is not None:
@@ -325,8 +279,8 @@ def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, obje
         raise MemoryError("fastattn: cannot allocate the GEMM's work queues")
     try:
         with nogil:
-            _gemm_run(xp, x_rs, M, K, wpp, N, bp, act, rp, res_rs, yp, y_rs, isz, n_threads, nmp,
-                      queues)
+            _gemm_run(kern, xp, x_rs, M, K, wpp, N, bp, act, rp, res_rs, yp, y_rs, isz, n_threads,
+                      nmp, queues)
     finally:
         free(queues)
         if nmp != NULL:
@@ -343,21 +297,14 @@ def activation(cnp.ndarray x, cnp.ndarray y, int act, int n_threads):
     cdef int isz = <int>cnp.PyArray_ITEMSIZE(x)
     cdef char *xp = <char *> cnp.PyArray_DATA(x)
     cdef char *yp = <char *> cnp.PyArray_DATA(y)
-    cdef int nthr = n_threads
-    if nthr > n_chunks:
-        nthr = <int>n_chunks
-    if nthr < 1:
-        nthr = 1
-    cdef fa_team_t team_at = fa_team_open(nthr)
-    with nogil, parallel(num_threads=nthr):
-        fa_team_place(&team_at)
+    cdef const gm_kernels *kern = gm_kernels_for(isa_now())
+    cdef fa_team_t team = fa_team_open(n_threads, n_chunks)
+    with nogil, parallel(num_threads=team.n):
+        fa_team_place(&team)
         for c in prange(n_chunks, schedule='static'):
             c0 = c * _ACT_CHUNK
             w = _ACT_CHUNK if n - c0 > _ACT_CHUNK else n - c0
-            if isz == 4:
-                gm_f32.act(<const float *>xp + c0, w, <float *>yp + c0, act)
-            else:
-                gm_f64.act(<const double *>xp + c0, w, <double *>yp + c0, act)
+            gm_act(kern, isz, xp + c0 * isz, w, yp + c0 * isz, act)
 
 
 def layer_norm(cnp.ndarray x, object res, object gamma, object beta, double eps,
@@ -381,110 +328,20 @@ def layer_norm(cnp.ndarray x, object res, object gamma, object beta, double eps,
         gp = <char *> cnp.PyArray_DATA(<cnp.ndarray> gamma)
     if beta is not None:
         bp = <char *> cnp.PyArray_DATA(<cnp.ndarray> beta)
-    cdef int nthr = n_threads
-    if nthr > rows:
-        nthr = <int>rows
-    if nthr < 1:
-        nthr = 1
-    cdef fa_team_t team_at = fa_team_open(nthr)
-    with nogil, parallel(num_threads=nthr):
-        fa_team_place(&team_at)
+    cdef const gm_kernels *kern = gm_kernels_for(isa_now())
+    cdef fa_team_t team = fa_team_open(n_threads, rows)
+    with nogil, parallel(num_threads=team.n):
+        fa_team_place(&team)
         for r in prange(rows, schedule='static'):
-            _ln_row(isz, xp + r * n * isz, rp + r * n * isz if rp != NULL else NULL, n, gp, bp,
-                    eps, yp + r * n * isz)
+            gm_ln(kern, isz, xp + r * n * isz, rp + r * n * isz if rp != NULL else NULL, n, gp,
+                  bp, eps, yp + r * n * isz)
 
 
-ctypedef fused _real:
-    float
-    double
-
-
-cdef inline void _embed_row(const _real *w, const _real *t, const _real *p, Py_ssize_t n,
-                            const _real *g, const _real *b, double eps, _real *y) noexcept nogil:
-    # y = LayerNorm((w + t) + p): the first sum into y, then the kernel's x + res
-    cdef Py_ssize_t j
-    if t != NULL:
-        for j in range(n):
-            y[j] = w[j] + t[j]
-        w = y
-    _ln_row(sizeof(_real), <const char *>w, <const char *>p, n, <const char *>g,
-            <const char *>b, eps, <char *>y)
-
-
-def _check_rows(cnp.ndarray idx, Py_ssize_t n_rows, Py_ssize_t n_table, str name):
-    if idx.dtype != np.intp or idx.ndim != 1 or idx.shape[0] != n_rows or \
-            not idx.flags.c_contiguous:
-        raise ValueError(f"{name} must be a contiguous 1-D intp array of {n_rows} indices")
-    if n_rows and (idx.min() < 0 or idx.max() >= n_table):
-        raise ValueError(f"{name} holds an index outside [0, {n_table})")
-
-
-def embed_layer_norm(cnp.ndarray word, cnp.ndarray ids, object types, object tt,
-                     cnp.ndarray pos_table, cnp.ndarray pos, object gamma, object beta,
-                     double eps, cnp.ndarray y, int n_threads):
-    """y[r] = LayerNorm((word[ids[r]] + types[tt[r]]) + pos_table[pos[r]]) * gamma + beta: a
-    BERT-style embedding layer in one pass, rows in parallel. The sums run in the tables' dtype
-    in that order, then the LayerNorm of the plain kernel (x + res with res the position row),
-    so the result is the same, bit for bit, as gathering, adding and normalising step by step.
-    types None: no token-type table; tt None: row 0 of it for every token. Tables (rows, n),
-    gamma / beta (n,) and y (len(ids), n) C-contiguous, one float dtype (the caller checks)."""
-    # IN   word (V, n), types (T, n) or None, pos_table (P, n); ids, tt, pos (rows,) intp
-    # IN   gamma, beta (n,) or None (1 and 0)
-    # OUT  y (rows, n)
-    if y.ndim != 2:
-        raise ValueError(f"the output must be a 2-D array, got shape {(<object>y).shape}")
-    cdef Py_ssize_t rows = cnp.PyArray_DIMS(y)[0], n = cnp.PyArray_DIMS(y)[1]
-    cdef cnp.ndarray tarr = types
-    cdef cnp.ndarray ttarr = tt
-    for a in (word, pos_table, y) + ((types,) if types is not None else ()):
-        if a.ndim != 2 or a.shape[1] != n or a.dtype != y.dtype or not a.flags.c_contiguous:
-            raise ValueError(f"embedding tables and output must be C-contiguous (rows, {n}) "
-                             f"arrays of {y.dtype}")
-    _check_rows(ids, rows, word.shape[0], "ids")
-    _check_rows(pos, rows, pos_table.shape[0], "pos")
-    if types is not None:
-        if tt is not None:
-            _check_rows(tt, rows, tarr.shape[0], "tt")
-        elif tarr.shape[0] < 1:
-            raise ValueError("the token-type table is empty")
-    for a in (gamma, beta):
-        if a is not None and (a.shape != (n,) or a.dtype != y.dtype or not a.flags.c_contiguous):
-            raise ValueError(f"gamma and beta must be contiguous ({n},) arrays of {y.dtype}")
-    cdef int isz = <int>cnp.PyArray_ITEMSIZE(y)
-    cdef const char *wp = <const char *> cnp.PyArray_DATA(word)
-    cdef const char *pp = <const char *> cnp.PyArray_DATA(pos_table)
-    cdef const char *tp = <const char *> cnp.PyArray_DATA(tarr) if types is not None else NULL
-    cdef const Py_ssize_t *ip = <const Py_ssize_t *> cnp.PyArray_DATA(ids)
-    cdef const Py_ssize_t *posp = <const Py_ssize_t *> cnp.PyArray_DATA(pos)
-    cdef const Py_ssize_t *ttp = <const Py_ssize_t *> cnp.PyArray_DATA(ttarr) if tt is not None else NULL
-    cdef const char *gp = <const char *> cnp.PyArray_DATA(<cnp.ndarray> gamma) if gamma is not None else NULL
-    cdef const char *bp = <const char *> cnp.PyArray_DATA(<cnp.ndarray> beta) if beta is not None else NULL
-    cdef char *yp = <char *> cnp.PyArray_DATA(y)
-    cdef Py_ssize_t r, row_bytes = n * isz, trow
-    cdef int nthr = n_threads
-    if nthr > rows:
-        nthr = <int>rows
-    if nthr < 1:
-        nthr = 1
-    if rows == 0 or n == 0:
-        return
-    cdef fa_team_t team_at = fa_team_open(nthr)
-    with nogil, parallel(num_threads=nthr):
-        fa_team_place(&team_at)
-        for r in prange(rows, schedule='static'):
-            trow = ttp[r] if ttp != NULL else 0
-            if isz == 4:
-                _embed_row(<const float *>(wp + ip[r] * row_bytes),
-                           <const float *>(tp + trow * row_bytes) if tp != NULL else NULL,
-                           <const float *>(pp + posp[r] * row_bytes), n,
-                           <const float *>gp, <const float *>bp, eps,
-                           <float *>(yp + r * row_bytes))
-            else:
-                _embed_row(<const double *>(wp + ip[r] * row_bytes),
-                           <const double *>(tp + trow * row_bytes) if tp != NULL else NULL,
-                           <const double *>(pp + posp[r] * row_bytes), n,
-                           <const double *>gp, <const double *>bp, eps,
-                           <double *>(yp + r * row_bytes))
+def embed_layer_norm(word, ids, types, tt, pos_table, pos, gamma, beta, eps, y, n_threads):
+    """Moved to fastattn._kernels._embedding.embed_layer_norm (this name stays until the models
+    call it there; imported at the call: _embedding cimports this module)."""
+    from fastattn._kernels._embedding import embed_layer_norm as moved
+    moved(word, ids, types, tt, pos_table, pos, gamma, beta, eps, y, n_threads)
 
 
 # ---------------------------------------------------------------- run-time facts, testing hook
@@ -493,33 +350,6 @@ def openmp_enabled():
     return bool(FASTATTN_OPENMP_ENABLED)
 
 
-def isa():
-    """Name of the GEMM kernel set in use ('avx512', 'avx2', 'baseline', 'scalar')."""
-    return ISA_NAMES[gm_current_level()]
-
-
-def isa_level():
-    return gm_current_level()
-
-
-def cpu_isa():
-    """Best kernel set the running CPU supports."""
-    return ISA_NAMES[fa_cpu_level()]
-
-
-def set_isa(name):
-    """Select the GEMM kernel set by name (testing aid: clamped to what the CPU supports;
-    'avx2-wide' is the AVX-512 shapes compiled for AVX2). Returns the name selected. Weights
-    packed under another set are repacked by their owner on next use. Not thread-safe against
-    running kernels."""
-    levels = {v: k for k, v in ISA_NAMES.items()}
-    if name not in levels:
-        raise ValueError(f"isa must be one of {sorted(levels)}, got {name!r}")
-    return ISA_NAMES[gm_init(levels[name])]
-
-
-def blocking(int itemsize):
-    """(MR, NR, KC) of the kernel set now selected for this item size."""
-    if itemsize == 4:
-        return (gm_f32.mr, gm_f32.nr, gm_f32.kc)
-    return (gm_f64.mr, gm_f64.nr, gm_f64.kc)
+# the ISA state's functions (fastattn._kernels._simd), for the callers that still read them
+# here: fastattn/_ops.py (isa_level), bench/bench_gemm*.py and bench/ab_gemm.py (isa, set_isa)
+from fastattn._kernels._simd import isa, isa_level, set_isa  # noqa: E402

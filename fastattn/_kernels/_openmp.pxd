@@ -16,9 +16,12 @@ cdef extern from *:
     int omp_get_thread_num() nogil
 
 cdef extern from "fa_team.h" nogil:
-    # keeps a team's workers off the master's CPU (Linux; see fa_team.h): fa_team_open before
-    # each parallel region, fa_team_place first thing in it, on every thread
+    # launching an OpenMP team (see fa_team.h), the one way every parallel region starts:
+    #     cdef fa_team_t team = fa_team_open(n_threads, items)   # team.n = clamp(n_threads, 1, items)
+    #     with nogil, parallel(num_threads=team.n):
+    #         fa_team_place(&team)                              # keeps workers off the master's CPU
     ctypedef struct fa_team_t:
-        int cpu
-    fa_team_t fa_team_open(int n_threads)
+        int n
+    int fa_team_size(Py_ssize_t n_threads, Py_ssize_t items)
+    fa_team_t fa_team_open(Py_ssize_t n_threads, Py_ssize_t items)
     void fa_team_place(const fa_team_t *t)

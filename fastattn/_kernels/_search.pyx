@@ -6,21 +6,20 @@
 #                        `add` (n, K) the row is read as K segments each shifted by add[:, s]
 #                        (beam search's acc = lprobs + running score, never materialised)
 #   A row is one work item computed by one thread in a fixed order, so results are identical
-#   for any thread count (tests/generation/test_search_kernels.py checks 1/2/3/8). Rows go to
-#   threads by `prange(schedule='static')` inside `with nogil, parallel(num_threads=n)`, the
-#   GEMM's pattern; small calls (the (n, 2K) and (n, 3K) selections) run on one thread: a
-#   thread gets at least _MIN_WORK elements.
+#   for any thread count (tests/generation/test_search_kernels.py checks 1/2/3/8). The loops
+#   over rows are C's (search_kernels.c: a static schedule on a fa_team_open team); small
+#   calls (the (n, 2K) and (n, 3K) selections) run on one thread: a thread gets at least
+#   16384 elements. The kernel build is the ISA state's (fastattn._kernels._simd).
 #
 #   These entry points check their arguments themselves (they are called from the search loop
 #   directly, with no _ops layer): x must be float32 or float64 and 2-D (a non-contiguous x is
 #   copied), outputs must be C-contiguous with the exact dtype and shape; TypeError / ValueError
 #   name the argument.
 
-from cython.parallel cimport parallel, prange
 cimport numpy as cnp
 from libc.stdint cimport int64_t
 
-from fastattn._kernels._openmp cimport fa_team_open, fa_team_place, fa_team_t
+from fastattn._kernels._simd cimport isa_now
 
 import operator
 
@@ -31,52 +30,13 @@ from .._validation import check_out
 cnp.import_array()
 
 cdef extern from "search_kernels.h" nogil:
-    ctypedef struct sk_ops:
-        void (*log_softmax_row_f32)(const float *x, Py_ssize_t n, float *y) noexcept nogil
-        void (*log_softmax_row_f64)(const double *x, Py_ssize_t n, double *y) noexcept nogil
-        void (*topk_row_f32)(const float *x, Py_ssize_t nseg, Py_ssize_t seglen,
-                             Py_ssize_t seg_stride, const float *add, Py_ssize_t k, int64_t *idx,
-                             float *val) noexcept nogil
-        void (*topk_row_f64)(const double *x, Py_ssize_t nseg, Py_ssize_t seglen,
-                             Py_ssize_t seg_stride, const double *add, Py_ssize_t k,
-                             int64_t *idx, double *val) noexcept nogil
-    sk_ops sk_ops_now
-    int sk_init(int level)
-
-_ISA_NAMES = ("baseline", "avx2", "avx512")
-_LEVEL = sk_init(2)
-
-cdef enum:
-    _MIN_WORK = 16384      # elements per thread at least (a 32000-token row is one item)
+    void sk_log_softmax_rows(int level, int isz, const void *x, Py_ssize_t rows, Py_ssize_t n,
+                             void *y, int n_threads)
+    void sk_topk_rows(int level, int isz, const void *x, Py_ssize_t rows, Py_ssize_t m,
+                      Py_ssize_t nseg, const void *add, Py_ssize_t k, int64_t *idx, void *val,
+                      int n_threads)
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def log_softmax_isa():
-    """'avx512', 'avx2' or 'baseline': the build of the row kernels (log-softmax and top-k) in
-    use; every build gives the same bits."""
-    return _ISA_NAMES[_LEVEL]
-
-
-def set_log_softmax_isa(name):
-    """Select the build of the row kernels by name (testing aid: a build the CPU lacks falls
-    back to the best one below it). Returns the name selected. Not thread-safe against running
-    kernels."""
-    global _LEVEL
-    if name not in _ISA_NAMES:
-        raise ValueError(f"isa must be one of {_ISA_NAMES}, got {name!r}")
-    _LEVEL = sk_init(_ISA_NAMES.index(name))
-    return log_softmax_isa()
-
-
-cdef int _threads(Py_ssize_t rows, Py_ssize_t cols, int n_threads):
-    cdef Py_ssize_t by_work = (rows * cols) // _MIN_WORK
-    cdef Py_ssize_t nthr = n_threads
-    if nthr > rows:
-        nthr = rows
-    if nthr > by_work:
-        nthr = by_work
-    return <int>nthr if nthr >= 1 else 1
 
 
 def _float_2d(x, name):
@@ -119,20 +79,11 @@ def log_softmax_rows(x, out=None, n_threads=1):
     if N == 0 or V == 0:
         return out
     cdef int isz = <int>cnp.PyArray_ITEMSIZE(xa)
-    cdef char *xp = <char *> cnp.PyArray_DATA(xa)
-    cdef char *yp = <char *> cnp.PyArray_DATA(oa)
-    cdef int nthr = _threads(N, V, nthr0)
-    cdef Py_ssize_t r
-    cdef fa_team_t team_at = fa_team_open(nthr)
-    with nogil, parallel(num_threads=nthr):
-        fa_team_place(&team_at)
-        for r in prange(N, schedule='static'):
-            if isz == 4:
-                sk_ops_now.log_softmax_row_f32(<const float *>xp + r * V, V,
-                                               <float *>yp + r * V)
-            else:
-                sk_ops_now.log_softmax_row_f64(<const double *>xp + r * V, V,
-                                               <double *>yp + r * V)
+    cdef const void *xp = cnp.PyArray_DATA(xa)
+    cdef void *yp = cnp.PyArray_DATA(oa)
+    cdef int level = isa_now()
+    with nogil:
+        sk_log_softmax_rows(level, isz, xp, N, V, yp, nthr0)
     return out
 
 
@@ -180,105 +131,17 @@ def topk_desc(x, k, out_idx=None, *, add=None, out_val=None, n_threads=1):
     cdef cnp.ndarray ia = out_idx
     cdef cnp.ndarray va = out_val
     cdef int isz = <int>cnp.PyArray_ITEMSIZE(xa)
-    cdef char *xp = <char *> cnp.PyArray_DATA(xa)
-    cdef char *ap = NULL
-    if add is not None:
-        ap = <char *> cnp.PyArray_DATA(<cnp.ndarray> add)
+    cdef const void *xp = cnp.PyArray_DATA(xa)
+    cdef const void *ap = cnp.PyArray_DATA(<cnp.ndarray> add) if add is not None else NULL
     cdef int64_t *ip = <int64_t *> cnp.PyArray_DATA(ia)
-    cdef char *vp = <char *> cnp.PyArray_DATA(va)
-    cdef Py_ssize_t seglen = m // nseg
+    cdef void *vp = cnp.PyArray_DATA(va)
     cdef Py_ssize_t kk = k
-    cdef int nthr = _threads(n, m, nthr0)
-    cdef Py_ssize_t r
-    cdef fa_team_t team_at = fa_team_open(nthr)
-    with nogil, parallel(num_threads=nthr):
-        fa_team_place(&team_at)
-        for r in prange(n, schedule='static'):
-            if isz == 4:
-                sk_ops_now.topk_row_f32(<const float *>xp + r * m, nseg, seglen, seglen,
-                                        (<const float *>ap + r * nseg) if ap != NULL else NULL,
-                                        kk, ip + r * kk, <float *>vp + r * kk)
-            else:
-                sk_ops_now.topk_row_f64(<const double *>xp + r * m, nseg, seglen, seglen,
-                                        (<const double *>ap + r * nseg) if ap != NULL else NULL,
-                                        kk, ip + r * kk, <double *>vp + r * kk)
+    cdef int level = isa_now()
+    with nogil:
+        sk_topk_rows(level, isz, xp, n, m, nseg, ap, kk, ip, vp, nthr0)
     return out_idx
 
 
-# ---------------------------------------------------------------- KV-cache rows (beam reorder)
-
-cdef extern from "string.h" nogil:
-    void *memcpy(void *dst, const void *src, size_t n)
-
-
-def copy_cache_rows(list bufs, list alts, cnp.ndarray saves, cnp.ndarray dst,
-                    cnp.ndarray src, cnp.ndarray from_alt, Py_ssize_t t, int n_threads):
-    """Beam reorder of the decoder's key / value buffers (fastattn/generation/kv_cache.py).
-
-    Every buffer b of `bufs` is a C-contiguous (rows, H, max_len, Dh) array of one float dtype;
-    alts[b] a twin of it (or None when `saves` is empty). For each buffer, positions [:t] only:
-      1. alt[j] = buf[j] for j in saves (rows read after they are overwritten),
-      2. buf[dst[p]] = (alt if from_alt[p] else buf)[src[p]] for p in order.
-    Buffers are independent work items (one thread each); within a buffer the order above is
-    kept, so the result is that of the Python loop it replaces."""
-    # IN   saves (n_save,) int64; dst, src (n_move,) int64; from_alt (n_move,) uint8
-    cdef Py_ssize_t nb = len(bufs), n_save = saves.shape[0], n_move = dst.shape[0]
-    if len(alts) != nb or src.shape[0] != n_move or from_alt.shape[0] != n_move:
-        raise ValueError("copy_cache_rows: mismatched argument lengths")
-    if nb == 0 or t <= 0 or (n_save == 0 and n_move == 0):
-        return
-    cdef cnp.ndarray first = bufs[0]
-    if first.ndim != 4:
-        raise ValueError("copy_cache_rows: buffers must be 4-D (rows, H, max_len, Dh)")
-    cdef Py_ssize_t rows = first.shape[0], H = first.shape[1], L = first.shape[2]
-    cdef Py_ssize_t Dh = first.shape[3], isz = first.itemsize
-    if t > L:
-        raise ValueError(f"copy_cache_rows: t={t} exceeds max_len={L}")
-    cdef cnp.ndarray ptrs = np.empty(2 * nb, np.uintp)
-    cdef cnp.ndarray a
-    cdef Py_ssize_t b
-    for b in range(nb):
-        for a, slot in ((bufs[b], 2 * b), (alts[b], 2 * b + 1)):
-            if a is None:
-                if n_save:
-                    raise ValueError("copy_cache_rows: a twin buffer is needed")
-                ptrs[slot] = 0
-                continue
-            if (a.ndim != 4 or a.shape[0] != rows or a.shape[1] != H or a.shape[2] != L
-                    or a.shape[3] != Dh or a.dtype != first.dtype
-                    or not a.flags.c_contiguous or not a.flags.writeable):
-                raise ValueError("copy_cache_rows: every buffer must be a writeable C-contiguous "
-                                 "array of the first one's shape and dtype")
-            ptrs[slot] = a.ctypes.data
-    cdef int64_t[::1] sv = np.ascontiguousarray(saves, np.int64)
-    cdef int64_t[::1] dv = np.ascontiguousarray(dst, np.int64)
-    cdef int64_t[::1] sr = np.ascontiguousarray(src, np.int64)
-    cdef unsigned char[::1] fa = np.ascontiguousarray(from_alt, np.uint8)
-    for arr in (saves, dst, src):
-        if arr.shape[0] and (arr.min() < 0 or arr.max() >= rows):
-            raise ValueError(f"copy_cache_rows: row indices must be in [0, {rows})")
-    cdef size_t[::1] pv = ptrs
-    cdef Py_ssize_t row_stride = H * L * Dh * isz, head_stride = L * Dh * isz
-    cdef size_t chunk = <size_t>(t * Dh * isz)
-    cdef Py_ssize_t p, h
-    cdef char *buf
-    cdef char *alt
-    cdef char *s
-    cdef int nthr = n_threads if n_threads < nb else <int>nb
-    if nthr < 1:
-        nthr = 1
-    cdef fa_team_t team_at = fa_team_open(nthr)
-    with nogil, parallel(num_threads=nthr):
-        fa_team_place(&team_at)
-        for b in prange(nb, schedule='static'):
-            buf = <char *>pv[2 * b]
-            alt = <char *>pv[2 * b + 1]
-            for p in range(n_save):
-                for h in range(H):
-                    memcpy(alt + sv[p] * row_stride + h * head_stride,
-                           buf + sv[p] * row_stride + h * head_stride, chunk)
-            for p in range(n_move):
-                s = alt if fa[p] else buf
-                for h in range(H):
-                    memcpy(buf + dv[p] * row_stride + h * head_stride,
-                           s + sr[p] * row_stride + h * head_stride, chunk)
+# the KV-cache row copy moved to fastattn._kernels._kv_cache; this name stays until
+# fastattn/generation/kv_cache.py calls it there
+from fastattn._kernels._kv_cache import copy_cache_rows  # noqa: E402

@@ -1,7 +1,8 @@
-/* dispatch.c -- run-time CPU feature detection shared by every kernel family (see dispatch.h).
- * The extensions are built for the baseline ISA; the AVX2 / AVX-512 kernels are compiled with
- * function-level target attributes and chosen from fa_cpu_level() at import. */
-#include "dispatch.h"
+/* dispatch.c -- run-time CPU feature detection and the one ISA state (see simd.h). Compiled
+ * into the fastattn._kernels._simd extension only: every other extension reads the state
+ * through it. The extensions are built for the baseline ISA; the AVX2 / AVX-512 kernels are
+ * compiled with function-level target attributes and chosen from the state at each call. */
+#include "simd.h"
 
 int fa_cpu_level(void)
 {
@@ -30,4 +31,15 @@ int fa_select_level(int level)
     level = FA_ISA_SCALAR;
 #endif
     return level;
+}
+
+/* the kernel set every family runs; _simd sets it to the CPU's best at import */
+static int fa_isa_state = FA_ISA_SCALAR;
+
+int fa_isa_now(void) { return fa_isa_state; }
+
+int fa_isa_select(int level)
+{
+    fa_isa_state = fa_select_level(level);
+    return fa_isa_state;
 }

@@ -28,7 +28,7 @@
  *   skipped. Extra memory: the packed K and V (the size of K + V) plus O(bq * bk) per thread.
  *
  *   Numerics: the scores and P @ V run in the input precision; the running max m and sum l are
- *   doubles. exp is a vectorised polynomial (fa_tile.h). Masked scores are set to -inf by
+ *   doubles. exp is a vectorised polynomial (simd.h). Masked scores are set to -inf by
  *   selection, not addition, so NaN/inf in a masked-out key never reaches the output; a value
  *   block holding inf/NaN makes P @ V skip zero probabilities for the same reason.
  *
@@ -250,15 +250,32 @@ static ptrdiff_t lead_offset(ptrdiff_t n, int nd, const ptrdiff_t *shape, const 
     return off;
 }
 
+/* Pass 1's item `item` (a key or a value tile to pack): tile t of slab item / n_kt, keys
+ * [k0, k0 + nk) of the S. */
+typedef struct {
+    ptrdiff_t slab, t;
+    int k0, nk;
+} fa_pack_item;
+
+static inline fa_pack_item pack_item(ptrdiff_t item, ptrdiff_t n_kt, int bk, int S)
+{
+    fa_pack_item at;
+    at.slab = item / n_kt;
+    at.t = item % n_kt;
+    at.k0 = (int)(at.t * bk);
+    at.nk = S - at.k0 > bk ? bk : S - at.k0;
+    return at;
+}
+
 static char *piece(const fa_work *w, int i) { return w->size[i] > 0 ? w->base + w->off[i] : NULL; }
 static char *piece_end(const fa_work *w, int i) { return w->base + w->off[i] + w->size[i]; }
 
 #define FA_T float
 #define FA_SFX(x) x##_f32
-#define FA_OPS fa_f32
+#define FA_DT f32
 #include "fa_driver_impl.h"
 
 #define FA_T double
 #define FA_SFX(x) x##_f64
-#define FA_OPS fa_f64
+#define FA_DT f64
 #include "fa_driver_impl.h"

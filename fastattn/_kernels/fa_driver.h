@@ -59,6 +59,7 @@ typedef struct {
     int causal;                         /* top-left: query i sees keys j <= i */
     double scale;
     int head_group;                     /* grouped-query attention: q heads per k/v head */
+    int isa;                            /* the kernel set it runs (FA_ISA_*, simd.h's state) */
     /* tiling (fa_problem_tiling fills these from the sizes above) */
     int itemsize, bk, pad, ncols_max, evp;
     ptrdiff_t n_kt;                     /* key tiles */
@@ -96,7 +97,8 @@ ptrdiff_t fa_parallel_items(const fa_problem *p);
 /* Size every piece of the workspace for n_threads threads; w->base is left to the caller. */
 void fa_plan(const fa_problem *p, int n_threads, fa_work *w);
 
-/* The fused attention, all passes, on n_threads OpenMP threads (at most). bm (bool, nonzero =
+/* The fused attention, all passes, with the kernel set p->isa on n_threads OpenMP threads (the
+ * count fa_plan was given: fa_team_size(threads wanted, fa_parallel_items(p))). bm (bool, nonzero =
  * may attend) or fm (float, added) is the mask, or both NULL. out (*lead, L, Ev) at the strides
  * o_lead / o_rs (rows of distinct items never share memory); weights (N, L, S) C-contiguous,
  * zero-filled, with stats (N, 2, L), or both NULL. */
@@ -107,10 +109,12 @@ void fa_sdpa_run_f64(const fa_problem *p, const fa_work *w, const double *q, con
                      const double *v, const unsigned char *bm, const double *fm, double *out,
                      double *weights, double *stats, int n_threads);
 
-/* y = softmax(x) row by row: x, y (rows, n) C-contiguous; exp: y = exp(x) elementwise (tests). */
-void fa_softmax_rows_f32(const float *x, float *y, ptrdiff_t rows, int n, int n_threads);
-void fa_softmax_rows_f64(const double *x, double *y, ptrdiff_t rows, int n, int n_threads);
-void fa_exp_f32(const float *x, ptrdiff_t n, float *y);
-void fa_exp_f64(const double *x, ptrdiff_t n, double *y);
+/* y = softmax(x) row by row: x, y (rows, n) C-contiguous; exp: y = exp(x) elementwise (tests);
+ * with the kernel set isa (FA_ISA_*). */
+void fa_softmax_rows_f32(int isa, const float *x, float *y, ptrdiff_t rows, int n, int n_threads);
+void fa_softmax_rows_f64(int isa, const double *x, double *y, ptrdiff_t rows, int n,
+                         int n_threads);
+void fa_exp_f32(int isa, const float *x, ptrdiff_t n, float *y);
+void fa_exp_f64(int isa, const double *x, ptrdiff_t n, double *y);
 
 #endif

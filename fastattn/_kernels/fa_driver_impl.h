@@ -3,9 +3,14 @@
  * The includer defines:
  *   FA_T       element type (float or double)
  *   FA_SFX(x)  name mangling, x##_f32 or x##_f64
- *   FA_OPS     the micro-kernel table of that dtype (fa_f32 or fa_f64, fa_kernels.h)
- * and includes this file once per dtype; it undefines them at its end.
+ *   FA_DT      the dtype's member of fa_kernels (f32 or f64, fa_kernels.h)
+ * and includes this file once per dtype; it undefines them at its end. Each function takes the
+ * micro-kernels of the call's kernel set (p->isa, or its isa argument) once, into `ops`.
  */
+
+/* the micro-kernel table of this dtype in the kernel set `isa` */
+#define FA_OPS (*ops)
+#define FA_OPS_DECL(isa) const FA_SFX(fa_ops) *const ops = &fa_kernels_for(isa)->FA_DT
 
 /* Whether the mask tile (rows of this block, keys of this tile) allows any key. */
 static int FA_SFX(tile_allows_any)(const unsigned char *bm, const FA_T *fm, ptrdiff_t m_rs,
@@ -78,6 +83,7 @@ static void FA_SFX(sdpa_item)(
     const FA_T *pf_v,                       /*     item), or NULL */
     char *scratch, char *scratch_end)       /* this thread's scratch */
 {
+    FA_OPS_DECL(p->isa);
     const int S = p->S, E = p->E, Ev = p->Ev, bk = p->bk, pad = p->pad;
     const int ncols_max = p->ncols_max, evp = p->evp, causal = p->causal;
     const ptrdiff_t q_rs = p->q_rs, k_rs = p->k_rs, v_rs = p->v_rs, m_rs = p->m_rs, m_cs = p->m_cs;
@@ -197,6 +203,7 @@ static void FA_SFX(weights_item)(
     FA_T *w, ptrdiff_t w_rs,                /* OUT (nq, S), zero-initialised */
     int q0, int nq, char *scratch, char *scratch_end)
 {
+    FA_OPS_DECL(p->isa);
     const int S = p->S, E = p->E, bk = p->bk, pad = p->pad, causal = p->causal;
     const ptrdiff_t kp_tile = (ptrdiff_t)E * p->ncols_max;
     const FA_T scale = (FA_T)p->scale;
@@ -266,6 +273,7 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
                          const FA_T *v, const unsigned char *bm, const FA_T *fm, FA_T *out,
                          FA_T *w, double *stats, int n_threads)
 {
+    FA_OPS_DECL(p->isa);
     const ptrdiff_t isz = sizeof(FA_T);      /* for the debug range checks */
     (void)isz;
     const int nd = p->nd, L = p->L, S = p->S, E = p->E, Ev = p->Ev, bk = p->bk, pad = p->pad;
@@ -287,10 +295,10 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
 
     /* one parallel region for all passes (each `omp for` ends with a barrier): the threads are
      * woken once per call, not once per pass */
-    const fa_team_t team_at = fa_team_open(n_threads);
+    const fa_team_t team_at = fa_team_open(n_threads, fa_parallel_items(p));
     ptrdiff_t qnext[FA_QMAX * FA_QSTRIDE];               /* pass 2's work queues */
     memset(qnext, 0, sizeof qnext);
-#pragma omp parallel num_threads(n_threads)
+#pragma omp parallel num_threads(team_at.n)
     {
         fa_team_place(&team_at);
         char *mine = scratch + omp_get_thread_num() * sstride;
@@ -313,27 +321,24 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
          * n_ks = n_vs = 0 for few query rows, where the items read K and V in place */
 #pragma omp for schedule(static)
         for (ptrdiff_t item = 0; item < n_kpack; item++) {
-            ptrdiff_t slab = item / n_kt, t = item % n_kt;
-            int k0 = (int)(t * bk);
-            int nk = S - k0 > bk ? bk : S - k0;
-            FA_T *tile = kpack + slab * kp_slab + t * E * ncols_max;
-            FA_ASSERT_IN(tile, (ptrdiff_t)E * round_up(nk, pad) * isz, piece(ws, FA_W_KPACK),
+            const fa_pack_item at = pack_item(item, n_kt, bk, S);
+            FA_T *tile = kpack + at.slab * kp_slab + at.t * E * ncols_max;
+            FA_ASSERT_IN(tile, (ptrdiff_t)E * round_up(at.nk, pad) * isz, piece(ws, FA_W_KPACK),
                          piece_end(ws, FA_W_KPACK), "packed key tile");
-            ptrdiff_t ko = lead_offset(slab, nd, p->k_shape, p->k_lead, 1);
-            FA_OPS.pack_k(k + ko + k0 * p->k_rs, p->k_rs, nk, E, round_up(nk, pad), tile);
+            ptrdiff_t ko = lead_offset(at.slab, nd, p->k_shape, p->k_lead, 1);
+            FA_OPS.pack_k(k + ko + at.k0 * p->k_rs, p->k_rs, at.nk, E, round_up(at.nk, pad), tile);
         }
 #pragma omp for schedule(static)
         for (ptrdiff_t item = 0; item < n_vpack; item++) {
-            ptrdiff_t slab = item / n_kt, t = item % n_kt;
-            int k0 = (int)(t * bk);
-            int nk = S - k0 > bk ? bk : S - k0;
-            FA_T *tile = vpack + slab * vp_slab + t * bk * evp;
-            FA_ASSERT_IN(tile, (ptrdiff_t)nk * evp * isz, piece(ws, FA_W_VPACK),
+            const fa_pack_item at = pack_item(item, n_kt, bk, S);
+            FA_T *tile = vpack + at.slab * vp_slab + at.t * bk * evp;
+            FA_ASSERT_IN(tile, (ptrdiff_t)at.nk * evp * isz, piece(ws, FA_W_VPACK),
                          piece_end(ws, FA_W_VPACK), "packed value tile");
             FA_ASSERT_IN(v_bad + item, 1, piece(ws, FA_W_VBAD), piece_end(ws, FA_W_VBAD),
                          "value tile flag");
-            ptrdiff_t vo = lead_offset(slab, nd, p->v_shape, p->v_lead, 1);
-            v_bad[item] = (unsigned char)FA_OPS.pack_v(v + vo + k0 * p->v_rs, p->v_rs, nk, Ev, evp, tile);
+            ptrdiff_t vo = lead_offset(at.slab, nd, p->v_shape, p->v_lead, 1);
+            v_bad[item] = (unsigned char)FA_OPS.pack_v(v + vo + at.k0 * p->v_rs, p->v_rs, at.nk, Ev,
+                                                       evp, tile);
         }
 
         /* pass 2: one work item per (leading index, query block, key split), from the
@@ -442,10 +447,12 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
 
 #undef FA_PACK_OWN_K
 
-void FA_SFX(fa_softmax_rows)(const FA_T *x, FA_T *y, ptrdiff_t rows, int n, int n_threads)
+void FA_SFX(fa_softmax_rows)(int isa, const FA_T *x, FA_T *y, ptrdiff_t rows, int n,
+                             int n_threads)
 {
-    const fa_team_t team_at = fa_team_open(n_threads);
-#pragma omp parallel num_threads(n_threads)
+    FA_OPS_DECL(isa);
+    const fa_team_t team_at = fa_team_open(n_threads, rows);
+#pragma omp parallel num_threads(team_at.n)
     {
         fa_team_place(&team_at);
 #pragma omp for schedule(static)
@@ -453,8 +460,14 @@ void FA_SFX(fa_softmax_rows)(const FA_T *x, FA_T *y, ptrdiff_t rows, int n, int 
     }
 }
 
-void FA_SFX(fa_exp)(const FA_T *x, ptrdiff_t n, FA_T *y) { FA_OPS.exp_array(x, n, y); }
+void FA_SFX(fa_exp)(int isa, const FA_T *x, ptrdiff_t n, FA_T *y)
+{
+    FA_OPS_DECL(isa);
+    FA_OPS.exp_array(x, n, y);
+}
 
 #undef FA_T
 #undef FA_SFX
+#undef FA_DT
 #undef FA_OPS
+#undef FA_OPS_DECL

@@ -1,11 +1,11 @@
-/* fa_kernels.h -- the tile micro-kernels the Cython driver (_attention.pyx) calls, per dtype,
- * through tables filled once by fa_init() with the best version for the running CPU. */
+/* fa_kernels.h -- the tile micro-kernels the attention driver (fa_driver.c) calls, per dtype,
+ * through one table per kernel set (fa_kernels_for(level), level: simd.h's ISA state). */
 #ifndef FASTATTN_FA_KERNELS_H
 #define FASTATTN_FA_KERNELS_H
 
 #include <stddef.h>
 
-#include "dispatch.h"   /* FA_ISA_* levels and fa_cpu_level() */
+#include "simd.h"   /* FA_ISA_* levels and fa_cpu_level() */
 
 /* pack_v's flags */
 #define FA_V_NONFINITE 1
@@ -48,10 +48,12 @@
 FA_DECLARE_OPS(float, f32)
 FA_DECLARE_OPS(double, f64)
 
-extern fa_ops_f32 fa_f32;
-extern fa_ops_f64 fa_f64;
+typedef struct {
+    fa_ops_f32 f32;
+    fa_ops_f64 f64;
+} fa_kernels;
 
-int fa_init(int level);
-int fa_current_level(void);
+/* The kernels of the set `level` (FA_ISA_*, one the CPU has: simd.h's state). */
+const fa_kernels *fa_kernels_for(int level);
 
 #endif

@@ -19,18 +19,34 @@
  * cached), so the three extensions that include this header agree, and so does another
  * library sharing the same OpenMP thread pool.
  *
- * Usage, around every parallel region of n_threads threads:
- *     fa_team_t team = fa_team_open(n_threads);          (master, before the region)
- *     #pragma omp parallel num_threads(n_threads)
+ * This header is the one way the kernels launch a team (C and Cython alike): fa_team_open
+ * also decides its size, the caller's thread count clamped to [1, items], items being the
+ * independent work items the region has (a thread more would only wait at its barrier).
+ *     fa_team_t team = fa_team_open(n_threads, items);    (master, before the region)
+ *     #pragma omp parallel num_threads(team.n)
  *     { fa_team_place(&team); ... }                        (every thread, first thing)
+ * In Cython (_openmp.pxd declares these):
+ *     cdef fa_team_t team = fa_team_open(n_threads, items)
+ *     with nogil, parallel(num_threads=team.n):
+ *         fa_team_place(&team)
  * Results do not depend on it: which thread runs which work item never changes an answer. */
 #ifndef FA_TEAM_H
 #define FA_TEAM_H
 
+#include <stddef.h>
+
 typedef struct {
+    int n;        /* threads to launch: num_threads(team.n) */
     int cpu;      /* the master's CPU when it opened the region; -1: no placement */
     long tid;     /* the master's thread id (its affinity mask is the workers' bound) */
 } fa_team_t;
+
+/* the team size: n_threads, at most items (a region's independent work items), at least 1 */
+static inline int fa_team_size(ptrdiff_t n_threads, ptrdiff_t items)
+{
+    ptrdiff_t n = n_threads < items ? n_threads : items;
+    return n < 1 ? 1 : (int)n;
+}
 
 #if defined(__linux__) && defined(_OPENMP)
 #ifndef _GNU_SOURCE
@@ -59,10 +75,10 @@ static int fa_team_decide(void)
     return 1;
 }
 
-static inline fa_team_t fa_team_open(int n_threads)
+static inline fa_team_t fa_team_open(ptrdiff_t n_threads, ptrdiff_t items)
 {
-    fa_team_t t = {-1, 0};
-    if (n_threads < 2)
+    fa_team_t t = {fa_team_size(n_threads, items), -1, 0};
+    if (t.n < 2)
         return t;
     int on = __atomic_load_n(&fa_team_policy, __ATOMIC_RELAXED);
     if (on < 0) {
@@ -98,10 +114,9 @@ static inline void fa_team_place(const fa_team_t *t)
 
 #else /* not Linux, or no OpenMP: nothing to place */
 
-static inline fa_team_t fa_team_open(int n_threads)
+static inline fa_team_t fa_team_open(ptrdiff_t n_threads, ptrdiff_t items)
 {
-    fa_team_t t = {-1, 0};
-    (void)n_threads;
+    fa_team_t t = {fa_team_size(n_threads, items), -1, 0};
     return t;
 }
 static inline void fa_team_place(const fa_team_t *t) { (void)t; }

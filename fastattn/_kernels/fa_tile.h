@@ -1,14 +1,9 @@
 /* fa_tile.h -- per-ISA tile micro-kernels, a template included once per (dtype, ISA).
  *
- * The includer defines:
- *   FA_IS_DOUBLE  1 for double, 0 for float; the element type FA_T and the integer type of the
- *                 same width FA_I (int64_t / int32_t) follow from it
- *   FA_VW      elements per vector (1 means "plain scalar C")
+ * The includer defines simd.h's instance parameters (FA_IS_DOUBLE, FA_VW, FA_NAME, FA_TARGET,
+ * optionally FA_VMAX; this header includes simd.h for them and ends the instance) and
  *   FA_MR      query rows per register block
  *   FA_NV      vectors per register block row; NR = FA_NV * FA_VW columns
- *   FA_NAME(x) name mangling, e.g. x##_f32_avx2
- *   FA_TARGET  function attribute selecting the ISA (may be empty)
- *   FA_VMAX    optional: the intrinsic for a lane-wise max, (a > b) ? a : b
  *
  * Everything here works on raw pointers to tiles that the Cython driver packed:
  *   q_tile  (nq, E)      query rows, row stride q_rs, last dim contiguous
@@ -17,27 +12,11 @@
  *   vp      (nk, evp)    a value tile, zero-padded to evp columns (a multiple of the widest
  *                        vector; panels of NR columns, the last one possibly narrower)
  *   acc     (nq, evp)    the un-normalised output accumulator
- * Vector code uses GCC/Clang generic vectors, so one source serves SSE2, AVX2 and AVX-512:
- * the compiler lowers the same expressions for the ISA named in FA_TARGET.
+ * Vector code uses simd.h's generic vectors, so one source serves SSE2, AVX2 and AVX-512.
  */
 
-#if FA_IS_DOUBLE
-#define FA_T double
-#define FA_I int64_t
-#else
-#define FA_T float
-#define FA_I int32_t
-#endif
+#include "simd.h"
 #define FA_NR (FA_NV * FA_VW)
-
-#if FA_VW > 1
-typedef FA_T FA_NAME(vec) __attribute__((vector_size(FA_VW * sizeof(FA_T)), aligned(sizeof(FA_T))));
-typedef FA_I FA_NAME(ivec) __attribute__((vector_size(FA_VW * sizeof(FA_T)), aligned(sizeof(FA_T))));
-#define V FA_NAME(vec)
-#define VI FA_NAME(ivec)
-#define VLOAD(p) (*(const V *)(p))
-#define VSTORE(p, x) (*(V *)(p) = (x))
-#endif
 
 /* Packing, done once per key/value tile (not once per query block):
  *   kp  panels of NR key columns: kp[(c / NR) * E * NR + e * NR + c % NR] = k[c, e], zero for c >= nk
@@ -180,14 +159,6 @@ FA_TARGET static int FA_NAME(pack_v)(const FA_T *v, ptrdiff_t v_rs, int nk, int 
 }
 
 #if FA_VW > 1
-/* (x > m) ? x : m lane-wise, so a NaN x leaves m as it was: one vmaxps where the includer names
- * the intrinsic (FA_VMAX), a compare and select otherwise */
-#ifdef FA_VMAX
-#define VMAXSKIP(x, m) ((V)FA_VMAX((x), (m)))
-#else
-#define VMAXSKIP(x, m) ((V)(((VI)(x) & (VI)((x) > (m))) | ((VI)(m) & ~(VI)((x) > (m)))))
-#endif
-
 /* One register block: `mr` (a compile-time constant after inlining) query rows against one
  * panel of NR packed key columns:
  *   scores[r, c] = scale * sum_e q[r, e] * k[c, e]   for the panel's NR columns, and
@@ -690,69 +661,6 @@ FA_TARGET static void FA_NAME(store_rows)(const FA_T *acc, int evp, int nq, int 
     }
 }
 
-/* Vectorised exp for arguments x <= 0 (the softmax always subtracts the row maximum first).
- * exp(x) = 2^n * 2^f with n = round(x log2 e) and f = x log2 e - n in [-1/2, 1/2]: the argument
- * x - n ln 2 reduced in Cody and Waite's two exact steps (so the accuracy does not depend on
- * whether the compiler fuses multiply-adds: -O0 does not), then times log2 e; 2^f by a minimax
- * polynomial (degree 6 for float: relative error 1.9e-9; degree 11 for double: 3.1e-18, both
- * well below half an ulp before rounding); 2^n built in the exponent bits by the rounding
- * constant itself (1.5 * 2^mant + bias puts n + bias in the low bits of t). x is first clamped
- * to -88 / -709, where 2^n's exponent field reaches 0, so the result is 0 below about
- * -87.9 / -708.9 (subnormal results flushed); NaN propagates (max(lo, NaN) is NaN).
- * Measured error: tests/test_softmax.py::test_kernel_exp_accuracy (<= 2 ulp). */
-#if FA_VW > 1
-FA_TARGET static inline V FA_NAME(vexp)(V x)
-{
-#if FA_IS_DOUBLE
-    const FA_T lo = -709.0;
-    const FA_T shift = 6755399441055744.0 + 1023.0;  /* 1.5 * 2^52 + exponent bias */
-    const FA_T log2e = 1.4426950408889634;
-    const int mbits = 52, bias = 1023;
-#else
-    const FA_T lo = -88.0f;
-    const FA_T shift = 12582912.0f + 127.0f;         /* 1.5 * 2^23 + exponent bias */
-    const FA_T log2e = 1.44269502f;
-    const int mbits = 23, bias = 127;
-#endif
-    x = VMAXSKIP((V){0} + lo, x);
-    V t = x * log2e + shift;                             /* n + bias in the low bits, rounded */
-    V n = t - shift;
-    /* Cody and Waite: r = x - n ln 2 in two steps that are exact whatever the compiler fuses
-     * (ln2_hi has few significant bits), then f = r log2 e with |f| <= 1/2 */
-#if FA_IS_DOUBLE
-    V r = x - n * (FA_T)6.93147180369123816490e-01;
-    r = r - n * (FA_T)1.90821492927058770002e-10;
-#else
-    V r = x - n * (FA_T)0.693359375f;
-    r = r - n * (FA_T)-2.12194440e-4f;
-#endif
-    V f = r * log2e;
-#if FA_IS_DOUBLE
-    V y = f * (FA_T)4.4352809446103363e-10 + (FA_T)7.074105626245659e-09;
-    y = y * f + (FA_T)1.0178198033328528e-07;
-    y = y * f + (FA_T)1.321543308959463e-06;
-    y = y * f + (FA_T)1.5252733489960805e-05;
-    y = y * f + (FA_T)0.00015403530462514614;
-    y = y * f + (FA_T)0.001333355814678995;
-    y = y * f + (FA_T)0.009618129107588335;
-    y = y * f + (FA_T)0.055504108664819925;
-    y = y * f + (FA_T)0.24022650695910155;
-    y = y * f + (FA_T)0.6931471805599453;
-    y = y * f + (FA_T)1.0;
-#else
-    V y = f * (FA_T)0.00015345812158740183f + (FA_T)0.001339993120947414f;
-    y = y * f + (FA_T)0.009618488956522791f;
-    y = y * f + (FA_T)0.055503287769976636f;
-    y = y * f + (FA_T)0.24022646890639573f;
-    y = y * f + (FA_T)0.6931472057372526f;
-    y = y * f + (FA_T)1.0f;
-#endif
-    /* n + bias is in [0, 2 bias]: mask it out of t's bits first, so the shift never overflows
-     * a signed lane (undefined behaviour) */
-    return y * (V)(((VI)t & (FA_I)(2 * bias + 1)) << mbits);
-}
-#endif
-
 /* Pass 1 of a row, on scores the micro-kernel already scaled: s_j <- s_j (+ additive mask), or
  * -inf where key j is not allowed (keys j >= lim for causal; bmask uint8 with 1 = allowed; fmask
  * additive with -inf = not allowed; both optional, column stride ms). Masked entries become -inf
@@ -804,7 +712,7 @@ FA_TARGET static inline FA_T FA_NAME(exp_sub_sum)(FA_T *s, int lim, FA_T mf)
     V vsum = (V){0};
     int j = 0;
     for (; j + FA_VW <= lim; j += FA_VW) {
-        V p = FA_NAME(vexp)(VLOAD(s + j) - mf);
+        V p = FA_NAME(vexp_softmax)(VLOAD(s + j) - mf);
         VSTORE(s + j, p);
         vsum += p;
     }
@@ -812,7 +720,7 @@ FA_TARGET static inline FA_T FA_NAME(exp_sub_sum)(FA_T *s, int lim, FA_T mf)
         /* the tail: pad a vector with -inf so the same code finishes the row */
         V x = (V){0} + ninf;
         for (int k = 0; j + k < lim; k++) x[k] = s[j + k] - mf;
-        V p = FA_NAME(vexp)(x);
+        V p = FA_NAME(vexp_softmax)(x);
         for (int k = 0; j + k < lim; k++) s[j + k] = p[k];
         vsum += p;
     }
@@ -904,14 +812,14 @@ FA_TARGET static void FA_NAME(softmax_row)(const FA_T *x, int n, FA_T *y)
     V vsum = (V){0};
     int j = 0;
     for (; j + FA_VW <= n; j += FA_VW) {
-        V p = FA_NAME(vexp)(VLOAD(x + j) - mx);
+        V p = FA_NAME(vexp_softmax)(VLOAD(x + j) - mx);
         VSTORE(y + j, p);
         vsum += p;
     }
     if (j < n) {
         V t = (V){0} - (FA_T)INFINITY;
         for (int k = 0; j + k < n; k++) t[k] = x[j + k] - mx;
-        V p = FA_NAME(vexp)(t);
+        V p = FA_NAME(vexp_softmax)(t);
         for (int k = 0; j + k < n; k++) y[j + k] = p[k];
         vsum += p;
     }
@@ -931,10 +839,10 @@ FA_TARGET static void FA_NAME(exp_array)(const FA_T *x, ptrdiff_t n, FA_T *y)
 {
 #if FA_VW > 1
     ptrdiff_t j = 0;
-    for (; j + FA_VW <= n; j += FA_VW) VSTORE(y + j, FA_NAME(vexp)(VLOAD(x + j)));
+    for (; j + FA_VW <= n; j += FA_VW) VSTORE(y + j, FA_NAME(vexp_softmax)(VLOAD(x + j)));
     for (; j < n; j++) {
         V t = (V){0} + x[j];
-        y[j] = FA_NAME(vexp)(t)[0];
+        y[j] = FA_NAME(vexp_softmax)(t)[0];
     }
 #else
     for (ptrdiff_t j = 0; j < n; j++) y[j] = (FA_T)exp((double)x[j]);
@@ -942,27 +850,11 @@ FA_TARGET static void FA_NAME(exp_array)(const FA_T *x, ptrdiff_t n, FA_T *y)
 }
 
 #undef FA_NR
-#undef VMAXSKIP
 #undef FA_REMAINDER
 #ifdef FA_WIDTHS
 #undef FA_WIDTHS
 #endif
-#ifdef V
-#undef V
-#undef VI
-#undef VLOAD
-#undef VSTORE
-#endif
-
-/* the element types, and the template's parameters the includer defined for this instance */
-#undef FA_T
-#undef FA_I
-#undef FA_IS_DOUBLE
-#undef FA_VW
 #undef FA_MR
 #undef FA_NV
-#undef FA_NAME
-#undef FA_TARGET
-#ifdef FA_VMAX
-#undef FA_VMAX
-#endif
+#define FA_SIMD_END
+#include "simd.h"

@@ -1,5 +1,5 @@
-/* gemm_kernels.c -- instantiates gemm_tile.h per dtype and ISA and selects the best set the
- * running CPU supports (gm_init, called at import of _gemm; fa_cpu_level from dispatch.c).
+/* gemm_kernels.c -- instantiates gemm_tile.h per dtype and ISA, one table per kernel set
+ * (gm_kernels_for: the driver takes the one of simd.h's ISA state at each call).
  * Built for the baseline ISA; AVX2 / AVX-512 versions carry function-level target attributes.
  *
  * Register blocks and K blocks per instance (NR = NV * VW columns):
@@ -32,191 +32,154 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "dispatch.h"
-#include "gemm_kernels.h"
-
-#if FA_X86
-#include <immintrin.h>     /* usable inside functions whose target attribute enables the ISA */
-#endif
+#include "gemm_kernels.h"  /* and simd.h: FA_X86, FA_GNU_VECTORS, the targets, <immintrin.h> */
 
 /* ---- plain scalar C */
-#define GM_T float
-#define GM_I int32_t
-#define GM_IS_DOUBLE 0
-#define GM_VW 1
+#define FA_NAME(x) gm_##x##_f32_scalar
+#define FA_IS_DOUBLE 0
+#define FA_VW 1
 #define GM_MR 4
 #define GM_NV 4
 #define GM_KC 256
-#define GM_NAME(x) gm_##x##_f32_scalar
-#define GM_TARGET
+#define FA_TARGET
 #include "gemm_tile.h"
 
-#define GM_T double
-#define GM_I int64_t
-#define GM_IS_DOUBLE 1
-#define GM_VW 1
+#define FA_NAME(x) gm_##x##_f64_scalar
+#define FA_IS_DOUBLE 1
+#define FA_VW 1
 #define GM_MR 4
 #define GM_NV 4
 #define GM_KC 256
-#define GM_NAME(x) gm_##x##_f64_scalar
-#define GM_TARGET
+#define FA_TARGET
 #include "gemm_tile.h"
 
 #if FA_GNU_VECTORS
 /* ---- generic vectors at the baseline ISA (SSE2 on x86-64, NEON on arm64) */
-#define GM_T float
-#define GM_I int32_t
-#define GM_IS_DOUBLE 0
-#define GM_VW 4
+#define FA_NAME(x) gm_##x##_f32_base
+#define FA_IS_DOUBLE 0
+#define FA_VW 4
 #define GM_MR 4
 #define GM_NV 2
 #define GM_KC 256
-#define GM_NAME(x) gm_##x##_f32_base
-#define GM_TARGET
+#define FA_TARGET
 #if FA_X86
-#define GM_ANY(m) _mm_movemask_ps((__m128)(m))
+#define FA_ANY(m) _mm_movemask_ps((__m128)(m))
 #endif
 #include "gemm_tile.h"
 
-#define GM_T double
-#define GM_I int64_t
-#define GM_IS_DOUBLE 1
-#define GM_VW 2
+#define FA_NAME(x) gm_##x##_f64_base
+#define FA_IS_DOUBLE 1
+#define FA_VW 2
 #define GM_MR 4
 #define GM_NV 2
 #define GM_KC 256
-#define GM_NAME(x) gm_##x##_f64_base
-#define GM_TARGET
+#define FA_TARGET
 #include "gemm_tile.h"
 #endif
 
 #if FA_X86
 /* ---- AVX2 + FMA */
-#define GM_T float
-#define GM_I int32_t
-#define GM_IS_DOUBLE 0
-#define GM_VW 8
+#define FA_NAME(x) gm_##x##_f32_avx2
+#define FA_IS_DOUBLE 0
+#define FA_VW 8
 #define GM_MR 6
 #define GM_NV 2
 #define GM_KC 512
-#define GM_NAME(x) gm_##x##_f32_avx2
 #define GM_WIDEN(v) _mm256_cvtps_pd((__m128)(v))
-#define GM_TARGET __attribute__((target("avx2,fma")))
-#define GM_ANY(m) _mm256_movemask_ps((__m256)(m))
+#define FA_TARGET FA_TARGET_AVX2
+#define FA_ANY(m) _mm256_movemask_ps((__m256)(m))
 #include "gemm_tile.h"
 
-#define GM_T double
-#define GM_I int64_t
-#define GM_IS_DOUBLE 1
-#define GM_VW 4
+#define FA_NAME(x) gm_##x##_f64_avx2
+#define FA_IS_DOUBLE 1
+#define FA_VW 4
 #define GM_MR 6
 #define GM_NV 2
 #define GM_KC 256
-#define GM_NAME(x) gm_##x##_f64_avx2
-#define GM_TARGET __attribute__((target("avx2,fma")))
+#define FA_TARGET FA_TARGET_AVX2
 #include "gemm_tile.h"
 
 /* ---- test-only: the AVX-512 shapes compiled for AVX2 (never selected automatically) */
-#define GM_T float
-#define GM_I int32_t
-#define GM_IS_DOUBLE 0
-#define GM_VW 16
+#define FA_NAME(x) gm_##x##_f32_avx2wide
+#define FA_IS_DOUBLE 0
+#define FA_VW 16
 #define GM_MR 6
 #define GM_NV 4
 #define GM_KC 512
-#define GM_NAME(x) gm_##x##_f32_avx2wide
 #define GM_L2_NEXT 1
-#define GM_TARGET __attribute__((target("avx2,fma")))
+#define FA_TARGET FA_TARGET_AVX2
 #include "gemm_tile.h"
 
-#define GM_T double
-#define GM_I int64_t
-#define GM_IS_DOUBLE 1
-#define GM_VW 8
+#define FA_NAME(x) gm_##x##_f64_avx2wide
+#define FA_IS_DOUBLE 1
+#define FA_VW 8
 #define GM_MR 6
 #define GM_NV 4
 #define GM_KC 128
-#define GM_NAME(x) gm_##x##_f64_avx2wide
-#define GM_TARGET __attribute__((target("avx2,fma")))
+#define FA_TARGET FA_TARGET_AVX2
 #include "gemm_tile.h"
 
 /* ---- AVX-512F */
-#define GM_T float
-#define GM_I int32_t
-#define GM_IS_DOUBLE 0
-#define GM_VW 16
+#define FA_NAME(x) gm_##x##_f32_avx512
+#define FA_IS_DOUBLE 0
+#define FA_VW 16
 #define GM_MR 6
 #define GM_NV 4
 #define GM_KC 512
-#define GM_NAME(x) gm_##x##_f32_avx512
 #define GM_WIDEN(v) _mm512_cvtps_pd((__m256)(v))
 #define GM_L2_NEXT 1
-#define GM_TARGET __attribute__((target("avx512f,avx2,fma")))
-#define GM_ANY(m) (_mm512_test_epi32_mask((__m512i)(m), (__m512i)(m)) != 0)
+#define FA_TARGET FA_TARGET_AVX512
+#define FA_ANY(m) (_mm512_test_epi32_mask((__m512i)(m), (__m512i)(m)) != 0)
 #include "gemm_tile.h"
 
-#define GM_T double
-#define GM_I int64_t
-#define GM_IS_DOUBLE 1
-#define GM_VW 8
+#define FA_NAME(x) gm_##x##_f64_avx512
+#define FA_IS_DOUBLE 1
+#define FA_VW 8
 #define GM_MR 6
 #define GM_NV 4
 #define GM_KC 128
-#define GM_NAME(x) gm_##x##_f64_avx512
-#define GM_TARGET __attribute__((target("avx512f,avx2,fma")))
+#define FA_TARGET FA_TARGET_AVX512
 #include "gemm_tile.h"
 #endif
 
 
-/* ---- dispatch tables */
+/* ---- the tables, one per kernel set, filled once at import of _gemm (gm_setup). By code, not
+ * by static initializers, and the way the former gm_init filled them: GCC's inliner works at
+ * its unit-growth limit in this file (a share of the unit's size), so which of gemm_tile.h's
+ * `static inline` helpers get inlined into the kernels depends on the size of everything here;
+ * this keeps the kernels' machine code what it was (objdump-compared). */
 #define GM_FILL(tab, sfx)                         \
     do {                                          \
-        (tab).mr = gm_mr_##sfx;                   \
-        (tab).nr = gm_nr_##sfx;                   \
-        (tab).kc = gm_kc_##sfx;                   \
-        (tab).pack = gm_pack_##sfx;               \
-        (tab).item = gm_item_##sfx;               \
-        (tab).act = gm_act_array_##sfx;           \
-        (tab).ln = gm_ln_row_##sfx;               \
+        (tab).f32.mr = gm_mr_f32_##sfx;           \
+        (tab).f32.nr = gm_nr_f32_##sfx;           \
+        (tab).f32.kc = gm_kc_f32_##sfx;           \
+        (tab).f32.pack = gm_pack_f32_##sfx;       \
+        (tab).f32.item = gm_item_f32_##sfx;       \
+        (tab).f32.act = gm_act_array_f32_##sfx;   \
+        (tab).f32.ln = gm_ln_row_f32_##sfx;       \
+        (tab).f64.mr = gm_mr_f64_##sfx;           \
+        (tab).f64.nr = gm_nr_f64_##sfx;           \
+        (tab).f64.kc = gm_kc_f64_##sfx;           \
+        (tab).f64.pack = gm_pack_f64_##sfx;       \
+        (tab).f64.item = gm_item_f64_##sfx;       \
+        (tab).f64.act = gm_act_array_f64_##sfx;   \
+        (tab).f64.ln = gm_ln_row_f64_##sfx;       \
     } while (0)
 
-gm_ops_f32 gm_f32;
-gm_ops_f64 gm_f64;
-static int gm_isa_level = -1;
+static gm_kernels gm_tables[FA_ISA_AVX2_WIDE + 1];
 
-/* Select the kernels for `level` (clamped to what the CPU supports). Returns the level used. */
-int gm_init(int level)
+void gm_setup(void)
 {
-    level = fa_select_level(level);
-    switch (level) {
-#if FA_X86
-    case FA_ISA_AVX2_WIDE:
-        GM_FILL(gm_f32, f32_avx2wide);
-        GM_FILL(gm_f64, f64_avx2wide);
-        break;
-    case FA_ISA_AVX512:
-        GM_FILL(gm_f32, f32_avx512);
-        GM_FILL(gm_f64, f64_avx512);
-        break;
-    case FA_ISA_AVX2:
-        GM_FILL(gm_f32, f32_avx2);
-        GM_FILL(gm_f64, f64_avx2);
-        break;
-#endif
+    GM_FILL(gm_tables[FA_ISA_SCALAR], scalar);
 #if FA_GNU_VECTORS
-    case FA_ISA_BASE:
-        GM_FILL(gm_f32, f32_base);
-        GM_FILL(gm_f64, f64_base);
-        break;
+    GM_FILL(gm_tables[FA_ISA_BASE], base);
 #endif
-    default:
-        level = FA_ISA_SCALAR;
-        GM_FILL(gm_f32, f32_scalar);
-        GM_FILL(gm_f64, f64_scalar);
-        break;
-    }
-    gm_isa_level = level;
-    return level;
+#if FA_X86
+    GM_FILL(gm_tables[FA_ISA_AVX2], avx2);
+    GM_FILL(gm_tables[FA_ISA_AVX2_WIDE], avx2wide);
+    GM_FILL(gm_tables[FA_ISA_AVX512], avx512);
+#endif
 }
 
-int gm_current_level(void) { return gm_isa_level; }
+/* (a level the build lacks never comes: simd.h's state holds only levels the CPU has) */
+const gm_kernels *gm_kernels_for(int level) { return &gm_tables[level]; }

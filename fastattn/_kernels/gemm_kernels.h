@@ -1,5 +1,5 @@
 /* gemm_kernels.h -- the linear-layer kernels the Cython driver (_gemm.pyx) calls, per dtype,
- * through tables filled by gm_init() with the best version for the running CPU:
+ * through one table per kernel set (gm_kernels_for(level), level: simd.h's ISA state):
  *   pack      W (N, K) -> panels (gemm_tile.h has the layout)
  *   item      one (row block, column block) of y = act(x @ W.T + bias) + res
  *   act       y = act(x) elementwise
@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-#include "dispatch.h"
+#include "simd.h"
 
 enum {
     GM_ACT_NONE = 0,
@@ -54,10 +54,66 @@ static inline ptrdiff_t gm_claim(ptrdiff_t *next)
     return __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
 }
 
-extern gm_ops_f32 gm_f32;
-extern gm_ops_f64 gm_f64;
+typedef struct {
+    gm_ops_f32 f32;
+    gm_ops_f64 f64;
+} gm_kernels;
 
-int gm_init(int level);
-int gm_current_level(void);
+/* Fill the tables (once, at import of _gemm); then the kernels of the set `level` (FA_ISA_*, one
+ * the CPU has: simd.h's state). */
+void gm_setup(void);
+const gm_kernels *gm_kernels_for(int level);
+
+/* The driver's calls by item size (isz 4: float32, 8: float64) on untyped pointers, strides in
+ * elements: the dtype is picked here, once per call of a kernel. */
+static inline void gm_blocking(const gm_kernels *k, int isz, int *mr, int *nr, int *kc)
+{
+    *mr = isz == 4 ? k->f32.mr : k->f64.mr;
+    *nr = isz == 4 ? k->f32.nr : k->f64.nr;
+    *kc = isz == 4 ? k->f32.kc : k->f64.kc;
+}
+
+static inline void gm_pack(const gm_kernels *k, int isz, const void *w, ptrdiff_t w_rs,
+                           ptrdiff_t N, ptrdiff_t K, void *wp)
+{
+    if (isz == 4)
+        k->f32.pack((const float *)w, w_rs, N, K, (float *)wp);
+    else
+        k->f64.pack((const double *)w, w_rs, N, K, (double *)wp);
+}
+
+static inline void gm_item(const gm_kernels *k, int isz, const void *x, ptrdiff_t x_rs,
+                           ptrdiff_t m, ptrdiff_t K, const void *wp, ptrdiff_t npad, ptrdiff_t n0,
+                           ptrdiff_t nc, const void *bias, int act, const void *res,
+                           ptrdiff_t res_rs, void *y, ptrdiff_t y_rs, ptrdiff_t pf_n0)
+{
+    if (isz == 4)
+        k->f32.item((const float *)x, x_rs, m, K, (const float *)wp, npad, n0, nc,
+                    (const float *)bias, act, (const float *)res, res_rs, (float *)y, y_rs, pf_n0);
+    else
+        k->f64.item((const double *)x, x_rs, m, K, (const double *)wp, npad, n0, nc,
+                    (const double *)bias, act, (const double *)res, res_rs, (double *)y, y_rs,
+                    pf_n0);
+}
+
+static inline void gm_act(const gm_kernels *k, int isz, const void *x, ptrdiff_t n, void *y,
+                          int act)
+{
+    if (isz == 4)
+        k->f32.act((const float *)x, n, (float *)y, act);
+    else
+        k->f64.act((const double *)x, n, (double *)y, act);
+}
+
+static inline void gm_ln(const gm_kernels *k, int isz, const void *x, const void *res, ptrdiff_t n,
+                         const void *gamma, const void *beta, double eps, void *y)
+{
+    if (isz == 4)
+        k->f32.ln((const float *)x, (const float *)res, n, (const float *)gamma,
+                  (const float *)beta, eps, (float *)y);
+    else
+        k->f64.ln((const double *)x, (const double *)res, n, (const double *)gamma,
+                  (const double *)beta, eps, (double *)y);
+}
 
 #endif

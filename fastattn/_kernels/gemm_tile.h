@@ -15,16 +15,14 @@
  * so the micro-kernel streams one contiguous kcb x NR panel per register block, and the panels
  * of one K block are contiguous: an item's column range is one stream.
  *
- * The includer defines:
- *   GM_T        element type (float or double)
- *   GM_I        integer type of the same width
- *   GM_IS_DOUBLE
- *   GM_VW       elements per vector (1: plain scalar C, the reference)
+ * The includer defines simd.h's instance parameters (FA_IS_DOUBLE, FA_VW -- 1: plain scalar C,
+ * the reference --, FA_NAME, FA_TARGET, optionally FA_ANY; this header includes simd.h for them
+ * and ends the instance) and
  *   GM_MR       rows per register block
- *   GM_NV       vectors per register block row; NR = GM_NV * GM_VW columns
+ *   GM_NV       vectors per register block row; NR = GM_NV * FA_VW columns
  *   GM_KC       K block length
- *   GM_NAME(x)  name mangling, e.g. x##_f32_avx2
- *   GM_TARGET   function attribute selecting the ISA (may be empty)
+ *   GM_L2_NEXT  optional (default 0): fetch the next K block's panels into L2 (item())
+ *   GM_WIDEN    optional: the intrinsic widening a register of floats to doubles (ln_row)
  *
  * Summation order: each y element is sum_k x[m, k] * W[n, k] accumulated in k order, block by
  * block, in one accumulator (the block's partial sum goes through y between K blocks, stored
@@ -33,16 +31,18 @@
  * identical for any thread count.
  */
 
-#define GM_NR (GM_NV * GM_VW)
+#include "simd.h"
+
+#define GM_NR (GM_NV * FA_VW)
 /* this instance's blocking, for the dispatch table (gemm_kernels.c) */
-enum { GM_NAME(mr) = GM_MR, GM_NAME(nr) = GM_NR, GM_NAME(kc) = GM_KC };
+enum { FA_NAME(mr) = GM_MR, FA_NAME(nr) = GM_NR, FA_NAME(kc) = GM_KC };
 /* item(): up to this many MR-row blocks run panel by panel (each panel read from memory once
  * and reused from L1 by the item's few rows: a decode step), more row block by row block */
 #define GM_PANEL_OUTER_RB 2
 /* software prefetch distance along the packed panel: 4 KiB ahead, in k steps, for blocks
  * streaming it from memory (mk's `ahead`); 512 bytes for blocks finding it in L2 / L3
  * (mk_full; 2 or 4 KiB there, tried when the block was still inlined, measured +-1%) */
-#define GM_PF_K (4096 / (GM_NR * (ptrdiff_t)sizeof(GM_T)))
+#define GM_PF_K (4096 / (GM_NR * (ptrdiff_t)sizeof(FA_T)))
 #define GM_PF_NEAR 512
 /* GM_L2_NEXT (the includer's, default 0): fetch the next K block's panels into L2 (item()) */
 #ifndef GM_L2_NEXT
@@ -63,29 +63,6 @@ enum { GM_NAME(mr) = GM_MR, GM_NAME(nr) = GM_NR, GM_NAME(kc) = GM_KC };
  * 2048 +4.6%, 2048 x 512 x 512 +5.3% (128 steps ahead: the same as 64) */
 #define GM_RES_LEAD 64
 
-#if GM_VW > 1
-typedef GM_T GM_NAME(vec) __attribute__((vector_size(GM_VW * sizeof(GM_T)), aligned(sizeof(GM_T))));
-typedef GM_I GM_NAME(ivec) __attribute__((vector_size(GM_VW * sizeof(GM_T)), aligned(sizeof(GM_T))));
-#define V GM_NAME(vec)
-#define VI GM_NAME(ivec)
-#define VLOAD(p) (*(const V *)(p))
-#define VSTORE(p, x) (*(V *)(p) = (x))
-#define VSPLAT(c) ((V){0} + (GM_T)(c))
-/* lane-wise m ? a : b, m a comparison result (all bits set where true) */
-#define VSEL(m, a, b) ((V)(((VI)(m) & (VI)(a)) | (~(VI)(m) & (VI)(b))))
-/* GM_ANY(m): is any lane of the comparison result m true? One movemask / test instruction
- * where the includer names it, a lane loop otherwise */
-#ifndef GM_ANY
-#define GM_ANY(m) GM_NAME(any_lane)((VI)(m))
-static inline int GM_NAME(any_lane)(VI m)
-{
-    GM_I acc = 0;
-    for (int t = 0; t < GM_VW; t++) acc |= m[t];
-    return acc != 0;
-}
-#endif
-#endif
-
 /* ------------------------------------------------------------------ activations
  * act codes (gemm_kernels.h): GM_ACT_NONE, GM_ACT_RELU, GM_ACT_GELU (exact, erf),
  * GM_ACT_GELU_TANH (torch's approximate='tanh'), GM_ACT_SILU.
@@ -96,7 +73,7 @@ static inline int GM_NAME(any_lane)(VI m)
  * dtypes and by every ISA for float64 (libm's erf/erfc/exp are correctly rounded or within 1
  * ulp; a float64 vector erf is not implemented). gelu uses erfc(-x / sqrt 2) rather than
  * 1 + erf(x / sqrt 2): no cancellation for negative x, so the tail keeps its relative accuracy. */
-static inline double GM_NAME(act_scalar)(double x, int act)
+static inline double FA_NAME(act_scalar)(double x, int act)
 {
     double e;
     switch (act) {
@@ -119,141 +96,18 @@ static inline double GM_NAME(act_scalar)(double x, int act)
     }
 }
 
-#if GM_VW > 1 && !GM_IS_DOUBLE
-typedef uint32_t GM_NAME(uvec) __attribute__((vector_size(GM_VW * 4), aligned(4)));
-/* exp for float vectors over the whole range. exp(x) = 2^n e^r, n = round(x log2 e),
- * r = x - n ln 2 in Cody and Waite's two steps (ln2_hi has 11 significant bits, so n * ln2_hi
- * is exact for |n| <= 2^13 and the step is exact whether or not the compiler fuses it);
- * e^r for |r| <= 0.347 by its Taylor series to degree 7 (truncation < 6e-9, under a tenth of
- * an ulp); 2^n applied in two halves, 2^(n/2) 2^(n - n/2), so that n from -150 to 128 gives
- * overflow to +inf with one rounding. x is clamped to [-87, 89] first: below, the result is
- * exp(-87) ~ 1.6e-38, the smallest normal value it returns; above, +inf. NaN propagates (the
- * clamps compare false and keep it). No subnormal results: each one made the multiplications
- * take a microcode assist (GELU-tanh of a 4M-element array 3.4 ms at |x| <= 3, 10.8 ms at
- * |x| ~ 10, where half the lanes underflowed), and no caller can tell the difference: SiLU and
- * GELU-tanh add the result to 1 (1 + e is 1 for every e below 2^-24), erfc's tail takes exp of
- * arguments above -45 only. */
-GM_TARGET static inline V GM_NAME(vexp)(V x)
-{
-    const V lo = VSPLAT(-87.0f), hi = VSPLAT(89.0f);
-    x = VSEL(x < lo, lo, x);
-    x = VSEL(x > hi, hi, x);
-    const GM_T shift = 12582912.0f;                    /* 1.5 * 2^23: rounds to an integer */
-    V n = (x * 1.44269504f + shift) - shift;
-    V r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    V p = VSPLAT(1.0f / 5040.0f);
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    VI ni = __builtin_convertvector(n, VI);
-    VI n1 = ni >> 1, n2 = ni - (ni >> 1);
-    /* the exponent field by an unsigned shift (a NaN lane's n is garbage, never UB) */
-    V s1 = (V)((GM_NAME(uvec))(n1 + 127) << 23), s2 = (V)((GM_NAME(uvec))(n2 + 127) << 23);
-    return p * s1 * s2;
-}
-
-/* erfc(a) for a >= 1 (a may be NaN or +inf), two near-minimax fits (Chebyshev nodes with
- * Lawson reweighting, computed for this file against mpmath at 40 digits):
- *   1 <= a < 2:    erfc itself, a polynomial of degree 10 in a - 1.5 (relative fit error
- *                  3e-9): no exp, and it covers |x| < 2.83 of GELU's inputs with x / sqrt 2;
- *   2 <= a <= 6.5: exp of a degree-11 polynomial in a - 4.25 fitted to log erfc(a) (absolute
- *                  fit error 5e-9 in the logarithm); beyond 6.5 erfc < 4e-20 and the result
- *                  is 0.
- * The second interval, the expensive one, is evaluated only when some lane needs it (a NaN
- * lane does: it takes that interval, which propagates it). Fitting erfc rather than erf keeps
- * its relative accuracy (~8 float32 eps) where GELU's negative tail needs it. */
-GM_TARGET static inline V GM_NAME(verfc_q1)(V a)
-{
-    V t1 = a - 1.5f;
-    V q1 = VSPLAT(1.331209019e-04f);
-    q1 = q1 * t1 + -1.558088806e-03f;
-    q1 = q1 * t1 + 2.320772957e-03f;
-    q1 = q1 * t1 + 4.710950396e-03f;
-    q1 = q1 * t1 + -1.931624308e-02f;
-    q1 = q1 * t1 + 1.486904639e-02f;
-    q1 = q1 * t1 + 4.459797990e-02f;
-    q1 = q1 * t1 + -1.387520858e-01f;
-    q1 = q1 * t1 + 1.783954596e-01f;
-    q1 = q1 * t1 + -1.189302889e-01f;
-    q1 = q1 * t1 + 3.389485341e-02f;
-    return q1;
-}
-
-/* erfc(a) for 2 <= a (a may be NaN or +inf), given q1 = verfc_q1(a) for the lanes below 2 */
-GM_TARGET static inline V GM_NAME(verfc_q2)(V a, V q1)
-{
-    V ac = VSEL(a > 6.5f, VSPLAT(6.5f), a);            /* NaN stays NaN */
-    V t2 = ac - 4.25f;
-    V q2 = VSPLAT(-4.627353082e-10f);
-    q2 = q2 * t2 + 4.614634414e-09f;
-    q2 = q2 * t2 + -3.171049716e-08f;
-    q2 = q2 * t2 + 2.272791618e-07f;
-    q2 = q2 * t2 + -1.605983862e-06f;
-    q2 = q2 * t2 + 1.088644338e-05f;
-    q2 = q2 * t2 + -7.238122687e-05f;
-    q2 = q2 * t2 + 4.805206234e-04f;
-    q2 = q2 * t2 + -3.263743236e-03f;
-    q2 = q2 * t2 + -9.760845730e-01f;
-    q2 = q2 * t2 + -8.723775716e+00f;
-    q2 = q2 * t2 + -2.010776990e+01f;
-    V e = GM_NAME(vexp)(q2);
-    e = VSEL(a > 6.5f, VSPLAT(0.0f), e);
-    return VSEL(a < 2.0f, q1, e);
-}
-
-GM_TARGET static inline V GM_NAME(verfc_tail)(V a)
-{
-    V q1 = GM_NAME(verfc_q1)(a);
-    if (!GM_ANY(~(VI)(a < 2.0f)))
-        return q1;
-    return GM_NAME(verfc_q2)(a, q1);
-}
-
-/* erf(a) - a = a * S(a^2) for 0 <= a < 1: S of degree 8 (near-minimax as above, relative fit
- * error 4e-11). Writing erf = a + a S keeps the leading term exact: 2/sqrt(pi) itself would
- * be rounded to float. */
-GM_TARGET static inline V GM_NAME(verf_small)(V a)
-{
-    V t = a * a;
-    V s = VSPLAT(1.056302159e-06f);
-    s = s * t + -1.389871761e-05f;
-    s = s * t + 1.195482155e-04f;
-    s = s * t + -8.542489198e-04f;
-    s = s * t + 5.223776419e-03f;
-    s = s * t + -2.686613141e-02f;
-    s = s * t + 1.128379129e-01f;
-    s = s * t + -3.761263889e-01f;
-    s = s * t + 1.283791671e-01f;
-    return a + a * s;
-}
-
-/* erf(x), <= 2 ulp (tests/kernels/test_activations.py sweeps it against scipy.special.erf):
- * odd, so computed on |x| and the sign copied back (erf(-0) = -0, erf(NaN) = NaN). */
-GM_TARGET static inline V GM_NAME(verf)(V x)
-{
-    const VI signbit = (VI){0} + (GM_I)(-2147483647 - 1);
-    V a = (V)((VI)x & ~signbit);
-    V tail = GM_ANY(~(VI)(a < 1.0f)) ? GM_NAME(verfc_tail)(a) : VSPLAT(0.0f);
-    V r = VSEL(a < 1.0f, GM_NAME(verf_small)(a), 1.0f - tail);
-    return (V)((VI)r | ((VI)x & signbit));
-}
-
+#if FA_VW > 1 && !FA_IS_DOUBLE
 /* exact GELU, x Phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2 for x >= 0 and erfc(|x| / sqrt 2) / 2
  * for x < 0 (no cancellation in the negative tail: relative accuracy kept down to x = -9.2,
  * beyond which gelu is -0), in three steps: a = |x| / sqrt 2; erf(a) for a < 1 and erfc(a)
  * above (the tail, needed only when some lane has a >= 1); the product. */
-GM_TARGET static inline V GM_NAME(gelu_arg)(V x)
+FA_TARGET static inline V FA_NAME(gelu_arg)(V x)
 {
-    const VI signbit = (VI){0} + (GM_I)(-2147483647 - 1);
+    const VI signbit = (VI){0} + (FA_I)(-2147483647 - 1);
     return (V)((VI)x & ~signbit) * 0.707106781f;
 }
 
-GM_TARGET static inline V GM_NAME(gelu_end)(V x, V a, V small, V tail)
+FA_TARGET static inline V FA_NAME(gelu_end)(V x, V a, V small, V tail)
 {
     V erf_a = VSEL(a < 1.0f, small, 1.0f - tail);
     V erfc_a = VSEL(a < 1.0f, 1.0f - small, tail);
@@ -268,67 +122,67 @@ GM_TARGET static inline V GM_NAME(gelu_end)(V x, V a, V small, V tail)
  * result does not depend on which branch its neighbours chose: each interval's value is
  * selected lane by lane. In the GEMM's epilogue, two rows at a time against one vector at a
  * time (bench/ab_gemm.py --epilogue bias+gelu, Zen 3): +1-4%; three rows: no better. */
-GM_TARGET static FA_ALWAYS_INLINE void GM_NAME(gelu_n)(V *v, const int n)
+FA_TARGET static FA_ALWAYS_INLINE void FA_NAME(gelu_n)(V *v, const int n)
 {
     V a[2 * GM_NV], small[2 * GM_NV], tail[2 * GM_NV];
     VI need = (VI){0};
     for (int i = 0; i < n; i++) {
-        a[i] = GM_NAME(gelu_arg)(v[i]);
-        small[i] = GM_NAME(verf_small)(a[i]);
+        a[i] = FA_NAME(gelu_arg)(v[i]);
+        small[i] = FA_NAME(verf_small)(a[i]);
         tail[i] = VSPLAT(0.0f);
         need |= ~(VI)(a[i] < 1.0f);
     }
-    if (GM_ANY(need)) {
+    if (VANY(need)) {
         need = (VI){0};
         for (int i = 0; i < n; i++) {
-            tail[i] = GM_NAME(verfc_q1)(a[i]);
+            tail[i] = FA_NAME(verfc_q1)(a[i]);
             need |= ~(VI)(a[i] < 2.0f);
         }
-        if (GM_ANY(need))
-            for (int i = 0; i < n; i++) tail[i] = GM_NAME(verfc_q2)(a[i], tail[i]);
+        if (VANY(need))
+            for (int i = 0; i < n; i++) tail[i] = FA_NAME(verfc_q2)(a[i], tail[i]);
     }
-    for (int i = 0; i < n; i++) v[i] = GM_NAME(gelu_end)(v[i], a[i], small[i], tail[i]);
+    for (int i = 0; i < n; i++) v[i] = FA_NAME(gelu_end)(v[i], a[i], small[i], tail[i]);
 }
 
 /* the element functions, inlined into the loops of act_n: a call per vector made the caller
  * spill its live vectors (every zmm register is caller-saved) -- bias + ReLU took 7% of a
  * 1024 x 2048 x 512 GEMM's time that way */
-GM_TARGET static FA_ALWAYS_INLINE V GM_NAME(relu_v)(V x)
+FA_TARGET static FA_ALWAYS_INLINE V FA_NAME(relu_v)(V x)
 {
     return VSEL(x < 0.0f, VSPLAT(0.0f), x);
 }
 
-GM_TARGET static FA_ALWAYS_INLINE V GM_NAME(gelu_tanh_v)(V x)
+FA_TARGET static FA_ALWAYS_INLINE V FA_NAME(gelu_tanh_v)(V x)
 {
     V u = x * (0.797884561f + (0.797884561f * 0.044715f) * (x * x));
-    V e = GM_NAME(vexp)(-2.0f * u);
+    V e = FA_NAME(vexp_act)(-2.0f * u);
     V y = x / (1.0f + e);
     return VSEL(e == INFINITY, VSPLAT(-0.0f), y);       /* x -> -inf: the limit, not NaN */
 }
 
-GM_TARGET static FA_ALWAYS_INLINE V GM_NAME(silu_v)(V x)
+FA_TARGET static FA_ALWAYS_INLINE V FA_NAME(silu_v)(V x)
 {
-    V e = GM_NAME(vexp)(-x);
+    V e = FA_NAME(vexp_act)(-x);
     V y = x / (1.0f + e);
     return VSEL(e == INFINITY, VSPLAT(-0.0f), y);
 }
 
-GM_TARGET static inline V GM_NAME(act_vec)(V x, int act)
+FA_TARGET static inline V FA_NAME(act_vec)(V x, int act)
 {
     switch (act) {
     case GM_ACT_RELU:
-        return GM_NAME(relu_v)(x);
+        return FA_NAME(relu_v)(x);
     case GM_ACT_GELU: {
-        V a = GM_NAME(gelu_arg)(x);
-        V tail = GM_ANY(~(VI)(a < 1.0f)) ? GM_NAME(verfc_tail)(a) : VSPLAT(0.0f);
-        return GM_NAME(gelu_end)(x, a, GM_NAME(verf_small)(a), tail);
+        V a = FA_NAME(gelu_arg)(x);
+        V tail = VANY(~(VI)(a < 1.0f)) ? FA_NAME(verfc_tail)(a) : VSPLAT(0.0f);
+        return FA_NAME(gelu_end)(x, a, FA_NAME(verf_small)(a), tail);
     }
     case GM_ACT_GELU_TANH:
-        return GM_NAME(gelu_tanh_v)(x);
+        return FA_NAME(gelu_tanh_v)(x);
     case GM_ACT_SILU:
-        return GM_NAME(silu_v)(x);
+        return FA_NAME(silu_v)(x);
     case GM_ACT_ERF:
-        return GM_NAME(verf)(x);
+        return FA_NAME(verf)(x);
     default:
         return x;
     }
@@ -336,25 +190,25 @@ GM_TARGET static inline V GM_NAME(act_vec)(V x, int act)
 
 /* act on n vectors in place (n a constant after inlining): the activation chosen once, then a
  * loop of its inlined element function; the same bits as act_vec on each vector */
-GM_TARGET static FA_ALWAYS_INLINE void GM_NAME(act_n)(V *v, const int n, int act)
+FA_TARGET static FA_ALWAYS_INLINE void FA_NAME(act_n)(V *v, const int n, int act)
 {
     switch (act) {
     case 0:
         break;
     case GM_ACT_RELU:
-        for (int i = 0; i < n; i++) v[i] = GM_NAME(relu_v)(v[i]);
+        for (int i = 0; i < n; i++) v[i] = FA_NAME(relu_v)(v[i]);
         break;
     case GM_ACT_GELU:
-        GM_NAME(gelu_n)(v, n);
+        FA_NAME(gelu_n)(v, n);
         break;
     case GM_ACT_GELU_TANH:
-        for (int i = 0; i < n; i++) v[i] = GM_NAME(gelu_tanh_v)(v[i]);
+        for (int i = 0; i < n; i++) v[i] = FA_NAME(gelu_tanh_v)(v[i]);
         break;
     case GM_ACT_SILU:
-        for (int i = 0; i < n; i++) v[i] = GM_NAME(silu_v)(v[i]);
+        for (int i = 0; i < n; i++) v[i] = FA_NAME(silu_v)(v[i]);
         break;
     default:
-        for (int i = 0; i < n; i++) v[i] = GM_NAME(act_vec)(v[i], act);
+        for (int i = 0; i < n; i++) v[i] = FA_NAME(act_vec)(v[i], act);
     }
 }
 #define GM_VEC_ACT 1
@@ -363,38 +217,38 @@ GM_TARGET static FA_ALWAYS_INLINE void GM_NAME(act_n)(V *v, const int n, int act
 /* y[j] = act(y[j] + bias[j]) + res[j] for j < n (bias, res optional). Every element takes the
  * same path wherever it sits: a tail shorter than a vector is padded into one vector, so an
  * element's result does not depend on n or on its position. */
-GM_TARGET static void GM_NAME(epilogue_row)(GM_T *y, ptrdiff_t n, const GM_T *bias, int act,
-                                           const GM_T *res)
+FA_TARGET static void FA_NAME(epilogue_row)(FA_T *y, ptrdiff_t n, const FA_T *bias, int act,
+                                           const FA_T *res)
 {
 #ifdef GM_VEC_ACT
     ptrdiff_t j = 0;
-    for (; j + GM_VW <= n; j += GM_VW) {
+    for (; j + FA_VW <= n; j += FA_VW) {
         V v = VLOAD(y + j);
         if (bias) v = v + VLOAD(bias + j);
-        if (act) v = GM_NAME(act_vec)(v, act);
+        if (act) v = FA_NAME(act_vec)(v, act);
         if (res) v = v + VLOAD(res + j);
         VSTORE(y + j, v);
     }
     if (j < n) {
-        GM_T tmp[3][GM_VW];
+        FA_T tmp[3][FA_VW];
         ptrdiff_t w = n - j;
-        for (ptrdiff_t t = 0; t < GM_VW; t++) {
+        for (ptrdiff_t t = 0; t < FA_VW; t++) {
             tmp[0][t] = t < w ? y[j + t] : 0;
             tmp[1][t] = (t < w && bias) ? bias[j + t] : 0;
             tmp[2][t] = (t < w && res) ? res[j + t] : 0;
         }
         V v = VLOAD(tmp[0]);
         if (bias) v = v + VLOAD(tmp[1]);
-        if (act) v = GM_NAME(act_vec)(v, act);
+        if (act) v = FA_NAME(act_vec)(v, act);
         if (res) v = v + VLOAD(tmp[2]);
         VSTORE(tmp[0], v);
         for (ptrdiff_t t = 0; t < w; t++) y[j + t] = tmp[0][t];
     }
 #else
     for (ptrdiff_t j = 0; j < n; j++) {
-        GM_T v = y[j];
+        FA_T v = y[j];
         if (bias) v = v + bias[j];
-        if (act) v = (GM_T)GM_NAME(act_scalar)((double)v, act);
+        if (act) v = (FA_T)FA_NAME(act_scalar)((double)v, act);
         if (res) v = v + res[j];
         y[j] = v;
     }
@@ -408,24 +262,24 @@ GM_TARGET static void GM_NAME(epilogue_row)(GM_T *y, ptrdiff_t n, const GM_T *bi
 /* The epilogue of a whole register block (MR rows x NR columns), two rows at a time: the same
  * per-element arithmetic as epilogue_row (bias, act, residual, in that order), GELU on the two
  * rows' 2 * NV vectors together (gelu_n). */
-GM_TARGET static void GM_NAME(epilogue_block)(GM_T *y, ptrdiff_t y_rs, const GM_T *bias, int act,
-                                             const GM_T *res, ptrdiff_t res_rs)
+FA_TARGET static void FA_NAME(epilogue_block)(FA_T *y, ptrdiff_t y_rs, const FA_T *bias, int act,
+                                             const FA_T *res, ptrdiff_t res_rs)
 {
     V b[GM_NV];
-    for (int c = 0; c < GM_NV; c++) b[c] = bias ? VLOAD(bias + c * GM_VW) : VSPLAT(0.0f);
+    for (int c = 0; c < GM_NV; c++) b[c] = bias ? VLOAD(bias + c * FA_VW) : VSPLAT(0.0f);
     for (int r = 0; r < GM_MR; r += 2) {
         V v[2 * GM_NV];
         for (int i = 0; i < 2; i++)
             for (int c = 0; c < GM_NV; c++) {
-                v[i * GM_NV + c] = VLOAD(y + (r + i) * y_rs + c * GM_VW);
+                v[i * GM_NV + c] = VLOAD(y + (r + i) * y_rs + c * FA_VW);
                 if (bias) v[i * GM_NV + c] = v[i * GM_NV + c] + b[c];
             }
-        GM_NAME(act_n)(v, 2 * GM_NV, act);
+        FA_NAME(act_n)(v, 2 * GM_NV, act);
         for (int i = 0; i < 2; i++)
             for (int c = 0; c < GM_NV; c++) {
                 V t = v[i * GM_NV + c];
-                if (res) t = t + VLOAD(res + (r + i) * res_rs + c * GM_VW);
-                VSTORE(y + (r + i) * y_rs + c * GM_VW, t);
+                if (res) t = t + VLOAD(res + (r + i) * res_rs + c * FA_VW);
+                VSTORE(y + (r + i) * y_rs + c * FA_VW, t);
             }
     }
 }
@@ -433,44 +287,44 @@ GM_TARGET static void GM_NAME(epilogue_block)(GM_T *y, ptrdiff_t y_rs, const GM_
 
 /* y = act(x) elementwise over n elements (y may be x): the standalone activation kernel, one
  * pass over memory; the same element function as the epilogue, so the bits agree with it. */
-GM_TARGET static void GM_NAME(act_array)(const GM_T *x, ptrdiff_t n, GM_T *y, int act)
+FA_TARGET static void FA_NAME(act_array)(const FA_T *x, ptrdiff_t n, FA_T *y, int act)
 {
 #ifdef GM_VEC_ACT
     ptrdiff_t j = 0;
-    for (; j + 4 * GM_VW <= n; j += 4 * GM_VW) {
+    for (; j + 4 * FA_VW <= n; j += 4 * FA_VW) {
         V v[4];
-        for (int i = 0; i < 4; i++) v[i] = VLOAD(x + j + i * GM_VW);
-        GM_NAME(act_n)(v, 4, act);
-        for (int i = 0; i < 4; i++) VSTORE(y + j + i * GM_VW, v[i]);
+        for (int i = 0; i < 4; i++) v[i] = VLOAD(x + j + i * FA_VW);
+        FA_NAME(act_n)(v, 4, act);
+        for (int i = 0; i < 4; i++) VSTORE(y + j + i * FA_VW, v[i]);
     }
-    for (; j + GM_VW <= n; j += GM_VW) VSTORE(y + j, GM_NAME(act_vec)(VLOAD(x + j), act));
+    for (; j + FA_VW <= n; j += FA_VW) VSTORE(y + j, FA_NAME(act_vec)(VLOAD(x + j), act));
     if (j < n) {
-        GM_T tmp[GM_VW];
+        FA_T tmp[FA_VW];
         ptrdiff_t w = n - j;
-        for (ptrdiff_t t = 0; t < GM_VW; t++) tmp[t] = t < w ? x[j + t] : 0;
-        VSTORE(tmp, GM_NAME(act_vec)(VLOAD(tmp), act));
+        for (ptrdiff_t t = 0; t < FA_VW; t++) tmp[t] = t < w ? x[j + t] : 0;
+        VSTORE(tmp, FA_NAME(act_vec)(VLOAD(tmp), act));
         for (ptrdiff_t t = 0; t < w; t++) y[j + t] = tmp[t];
     }
 #else
-    for (ptrdiff_t j = 0; j < n; j++) y[j] = (GM_T)GM_NAME(act_scalar)((double)x[j], act);
+    for (ptrdiff_t j = 0; j < n; j++) y[j] = (FA_T)FA_NAME(act_scalar)((double)x[j], act);
 #endif
 }
 
 /* ------------------------------------------------------------------ packing
  * W (N, K) with row stride w_rs -> wp (K * Npad), the layout in the header comment. */
-GM_TARGET static void GM_NAME(pack)(const GM_T *w, ptrdiff_t w_rs, ptrdiff_t N, ptrdiff_t K,
-                                    GM_T *wp)
+FA_TARGET static void FA_NAME(pack)(const FA_T *w, ptrdiff_t w_rs, ptrdiff_t N, ptrdiff_t K,
+                                    FA_T *wp)
 {
     ptrdiff_t npad = (N + GM_NR - 1) / GM_NR * GM_NR;
     for (ptrdiff_t k0 = 0; k0 < K; k0 += GM_KC) {
         ptrdiff_t kcb = K - k0 < GM_KC ? K - k0 : GM_KC;
-        GM_T *blk = wp + k0 * npad;
+        FA_T *blk = wp + k0 * npad;
         for (ptrdiff_t n0 = 0; n0 < npad; n0 += GM_NR) {
-            GM_T *panel = blk + n0 * kcb;              /* (kcb, NR) */
+            FA_T *panel = blk + n0 * kcb;              /* (kcb, NR) */
             ptrdiff_t w_cols = N - n0 < GM_NR ? N - n0 : GM_NR;
             for (ptrdiff_t j = 0; j < GM_NR; j++) {
                 if (j < w_cols) {
-                    const GM_T *wrow = w + (n0 + j) * w_rs + k0;
+                    const FA_T *wrow = w + (n0 + j) * w_rs + k0;
                     for (ptrdiff_t k = 0; k < kcb; k++) panel[k * GM_NR + j] = wrow[k];
                 } else {
                     for (ptrdiff_t k = 0; k < kcb; k++) panel[k * GM_NR + j] = 0;
@@ -492,41 +346,41 @@ GM_TARGET static void GM_NAME(pack)(const GM_T *w, ptrdiff_t w_rs, ptrdiff_t N, 
  * that bring the weights in from memory (the first row block of an item; the hardware
  * prefetcher alone left the M = 8 output projection at 16 GB/s of the 27 measured, 21 with
  * this). The other row blocks find the panels in L2 or L3 and run mk_full when whole. */
-#if GM_VW > 1
+#if FA_VW > 1
 #define GM_ACC V
 #define GM_ZERO ((V){0})
 #else
-#define GM_ACC GM_T
-#define GM_ZERO ((GM_T)0)
+#define GM_ACC FA_T
+#define GM_ZERO ((FA_T)0)
 #define VLOAD(p) (*(p))
 #define VSTORE(p, x) (*(p) = (x))
 #endif
 
-GM_TARGET static FA_ALWAYS_INLINE void
-GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM_T *panel,
-            GM_T *y, ptrdiff_t y_rs, ptrdiff_t nv, int first, int ahead)
+FA_TARGET static FA_ALWAYS_INLINE void
+FA_NAME(mk)(const FA_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const FA_T *panel,
+            FA_T *y, ptrdiff_t y_rs, ptrdiff_t nv, int first, int ahead)
 {
     GM_ACC acc[GM_MR][GM_NV];
-    GM_T tmp[GM_MR][GM_NR];
-    const GM_T *xp[GM_MR];
+    FA_T tmp[GM_MR][GM_NR];
+    const FA_T *xp[GM_MR];
     for (int r = 0; r < mr; r++) {
         xp[r] = x + r * x_rs;
         if (first) {
             for (int v = 0; v < GM_NV; v++) acc[r][v] = GM_ZERO;
         } else if (nv == GM_NR) {
-            for (int v = 0; v < GM_NV; v++) acc[r][v] = VLOAD(y + r * y_rs + v * GM_VW);
+            for (int v = 0; v < GM_NV; v++) acc[r][v] = VLOAD(y + r * y_rs + v * FA_VW);
         } else {
             for (int c = 0; c < GM_NR; c++) tmp[r][c] = c < nv ? y[r * y_rs + c] : 0;
-            for (int v = 0; v < GM_NV; v++) acc[r][v] = VLOAD(&tmp[r][v * GM_VW]);
+            for (int v = 0; v < GM_NV; v++) acc[r][v] = VLOAD(&tmp[r][v * FA_VW]);
         }
     }
     /* one k step: NV panel vectors, one broadcast per row, MR * NV multiply-adds */
 #define GM_KSTEP(k)                                                                        \
     do {                                                                                   \
         GM_ACC wv[GM_NV];                                                                  \
-        for (int v = 0; v < GM_NV; v++) wv[v] = VLOAD(panel + (k) * GM_NR + v * GM_VW);   \
+        for (int v = 0; v < GM_NV; v++) wv[v] = VLOAD(panel + (k) * GM_NR + v * FA_VW);   \
         for (int r = 0; r < mr; r++) {                                                     \
-            GM_T xe = xp[r][k];                        /* scalar * vector: a broadcast */  \
+            FA_T xe = xp[r][k];                        /* scalar * vector: a broadcast */  \
             for (int v = 0; v < GM_NV; v++) acc[r][v] += xe * wv[v];                       \
         }                                                                                  \
     } while (0)
@@ -536,7 +390,7 @@ GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM
     ptrdiff_t k = 0;
     if (ahead) {
         for (; k < kcb; k++) {
-            for (ptrdiff_t b = 0; b < GM_NR * (ptrdiff_t)sizeof(GM_T); b += 64)
+            for (ptrdiff_t b = 0; b < GM_NR * (ptrdiff_t)sizeof(FA_T); b += 64)
                 FA_PREFETCH((const char *)(panel + (k + GM_PF_K) * GM_NR) + b, 3);
             GM_KSTEP(k);
         }
@@ -545,15 +399,15 @@ GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM
 #undef GM_KSTEP
     for (int r = 0; r < mr; r++) {
         if (nv == GM_NR) {
-            for (int v = 0; v < GM_NV; v++) VSTORE(y + r * y_rs + v * GM_VW, acc[r][v]);
+            for (int v = 0; v < GM_NV; v++) VSTORE(y + r * y_rs + v * FA_VW, acc[r][v]);
         } else {
-            for (int v = 0; v < GM_NV; v++) VSTORE(&tmp[r][v * GM_VW], acc[r][v]);
+            for (int v = 0; v < GM_NV; v++) VSTORE(&tmp[r][v * FA_VW], acc[r][v]);
             for (ptrdiff_t c = 0; c < nv; c++) y[r * y_rs + c] = tmp[r][c];
         }
     }
 }
 
-#if GM_VW > 1
+#if FA_VW > 1
 /* A whole register block (MR rows, all NR columns): mk()'s sums, in a function of its own.
  * Inlined into item(), GCC's register allocation kept moves between the accumulators in the
  * k loop (the last row's two chains went through four registers); alone, the loop is the NV
@@ -566,30 +420,30 @@ GM_NAME(mk)(const GM_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM
  * block's loop is clean (4 loads, 6 broadcasts, 24 multiply-adds a step); alone with its panel
  * in L1 it runs at 92-95% of a core's FMA peak, from L2 (KC 256) at 82-85%
  * (bench/results/ab_gemm_avx512.txt). */
-GM_TARGET static __attribute__((noinline)) void
-GM_NAME(mk_full)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t kcb, const GM_T *panel, GM_T *y,
+FA_TARGET static __attribute__((noinline)) void
+FA_NAME(mk_full)(const FA_T *x, ptrdiff_t x_rs, ptrdiff_t kcb, const FA_T *panel, FA_T *y,
                  ptrdiff_t y_rs, int first GM_L2_ARGS(const char *l2, ptrdiff_t nl2))
 {
     V acc[GM_MR][GM_NV];
-    const GM_T *xp[GM_MR];
+    const FA_T *xp[GM_MR];
 #pragma GCC unroll 8
     for (int r = 0; r < GM_MR; r++) {
         xp[r] = x + r * x_rs;
 #pragma GCC unroll 4
         for (int v = 0; v < GM_NV; v++)
-            acc[r][v] = first ? (V){0} : VLOAD(y + r * y_rs + v * GM_VW);
+            acc[r][v] = first ? (V){0} : VLOAD(y + r * y_rs + v * FA_VW);
     }
 #define GM_FULL_STEP(k)                                                                    \
     do {                                                                                   \
         V wv[GM_NV];                                                                       \
         _Pragma("GCC unroll 4")                                                            \
-        for (ptrdiff_t b = 0; b < GM_NR * (ptrdiff_t)sizeof(GM_T); b += 64)                \
+        for (ptrdiff_t b = 0; b < GM_NR * (ptrdiff_t)sizeof(FA_T); b += 64)                \
             FA_PREFETCH((const char *)(panel + (k) * GM_NR) + GM_PF_NEAR + b, 3);          \
         _Pragma("GCC unroll 4")                                                            \
-        for (int v = 0; v < GM_NV; v++) wv[v] = VLOAD(panel + (k) * GM_NR + v * GM_VW);    \
+        for (int v = 0; v < GM_NV; v++) wv[v] = VLOAD(panel + (k) * GM_NR + v * FA_VW);    \
         _Pragma("GCC unroll 8")                                                            \
         for (int r = 0; r < GM_MR; r++) {                                                  \
-            GM_T xe = xp[r][k];                                                            \
+            FA_T xe = xp[r][k];                                                            \
             _Pragma("GCC unroll 4")                                                        \
             for (int v = 0; v < GM_NV; v++) acc[r][v] += xe * wv[v];                       \
         }                                                                                  \
@@ -607,7 +461,7 @@ GM_NAME(mk_full)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t kcb, const GM_T *panel
 #pragma GCC unroll 8
     for (int r = 0; r < GM_MR; r++)
 #pragma GCC unroll 4
-        for (int v = 0; v < GM_NV; v++) VSTORE(y + r * y_rs + v * GM_VW, acc[r][v]);
+        for (int v = 0; v < GM_NV; v++) VSTORE(y + r * y_rs + v * FA_VW, acc[r][v]);
 }
 #endif
 
@@ -617,7 +471,7 @@ GM_NAME(mk_full)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t kcb, const GM_T *panel
  * block computes: without it every block of a large-M GEMM waited on its y lines at the end
  * (stores to lines not in cache) and, after the first K block, at the start (the partial
  * sums): one core, 1024 x 512 x 512, 0.80x OpenBLAS's speed before, 0.90x after. */
-static inline void GM_NAME(prefetch_rows)(const GM_T *p, ptrdiff_t rs, int rows, ptrdiff_t cols)
+static inline void FA_NAME(prefetch_rows)(const FA_T *p, ptrdiff_t rs, int rows, ptrdiff_t cols)
 {
     for (int r = 0; r < rows; r++) {
         FA_PREFETCH(p + r * rs, 3);
@@ -631,7 +485,7 @@ static inline void GM_NAME(prefetch_rows)(const GM_T *p, ptrdiff_t rs, int rows,
  *   in double over two passes (no cancellation from sum(s^2) - n mean^2), then
  *   y = (s - mean) / sqrt(var + eps) * gamma + beta in double, rounded once to T.
  * res, gamma, beta may be NULL (0, 1, 0); y may be x (each element is read before it is
- * written). The sums run in GM_VW double lanes over the whole vectors, then the lanes in order,
+ * written). The sums run in FA_VW double lanes over the whole vectors, then the lanes in order,
  * then the tail: the order depends on n only, never on the thread or the row's position. */
 /* The same row when the sums overflow double (float64 rows with |x| beyond ~1e154): LayerNorm
  * does not change under x -> x / c with eps -> eps / c^2, so the row is computed on x / c, c the
@@ -639,12 +493,12 @@ static inline void GM_NAME(prefetch_rows)(const GM_T *p, ptrdiff_t rs, int rows,
  * the scaling; an element 2^1022 times smaller than the largest may lose low bits, far below
  * the result's rounding). Returns 0, doing nothing, when the row holds inf or NaN (the plain
  * path's NaN result is then the answer, as in torch). */
-static int GM_NAME(ln_row_scaled)(const GM_T *x, const GM_T *res, ptrdiff_t n,
-                                  const GM_T *gamma, const GM_T *beta, double eps, GM_T *y)
+static int FA_NAME(ln_row_scaled)(const FA_T *x, const FA_T *res, ptrdiff_t n,
+                                  const FA_T *gamma, const FA_T *beta, double eps, FA_T *y)
 {
     double amax = 0.0, sum = 0.0, ss = 0.0;
     ptrdiff_t j;
-#define GM_LN_X(j) ((double)(res ? (GM_T)(x[j] + res[j]) : x[j]))
+#define GM_LN_X(j) ((double)(res ? (FA_T)(x[j] + res[j]) : x[j]))
     for (j = 0; j < n; j++) {
         double a = fabs(GM_LN_X(j));
         if (!(a <= DBL_MAX)) return 0;                 /* inf or NaN */
@@ -668,85 +522,85 @@ static int GM_NAME(ln_row_scaled)(const GM_T *x, const GM_T *res, ptrdiff_t n,
         double d = (GM_LN_X(j) * inv_c - mean) * rstd;
         if (gamma) d *= (double)gamma[j];
         if (beta) d += (double)beta[j];
-        y[j] = (GM_T)d;
+        y[j] = (FA_T)d;
     }
 #undef GM_LN_X
     return 1;
 }
 
-GM_TARGET static void GM_NAME(ln_row)(const GM_T *x, const GM_T *res, ptrdiff_t n,
-                                      const GM_T *gamma, const GM_T *beta, double eps, GM_T *y)
+FA_TARGET static void FA_NAME(ln_row)(const FA_T *x, const FA_T *res, ptrdiff_t n,
+                                      const FA_T *gamma, const FA_T *beta, double eps, FA_T *y)
 {
     double sum = 0.0, ss = 0.0;
     ptrdiff_t j, nv = 0;
-#if GM_VW > 1
+#if FA_VW > 1
     /* The double lanes are kept in native-width vectors (LH doubles: a whole register): a
-     * vector of GM_VW doubles is twice a register for float32, and GCC spilled it to the stack
-     * on every step (2 us per 512-element row on AVX2). For float32 each GM_VW-element step is
-     * two halves, lo = elements 0..LH-1 and hi = LH..GM_VW-1 of the step; summing lo's lanes
-     * then hi's is the same order as one GM_VW-lane accumulator. */
-#if GM_IS_DOUBLE
-#define LH GM_VW
+     * vector of FA_VW doubles is twice a register for float32, and GCC spilled it to the stack
+     * on every step (2 us per 512-element row on AVX2). For float32 each FA_VW-element step is
+     * two halves, lo = elements 0..LH-1 and hi = LH..FA_VW-1 of the step; summing lo's lanes
+     * then hi's is the same order as one FA_VW-lane accumulator. */
+#if FA_IS_DOUBLE
+#define LH FA_VW
 #else
-#define LH (GM_VW / 2)
+#define LH (FA_VW / 2)
 #endif
-    typedef GM_T VH __attribute__((vector_size(LH * sizeof(GM_T)), aligned(sizeof(GM_T))));
+    typedef FA_T VH __attribute__((vector_size(LH * sizeof(FA_T)), aligned(sizeof(FA_T))));
     typedef double VD __attribute__((vector_size(LH * sizeof(double))));
 #define GM_LN_S(j) (res ? *(const VH *)(x + (j)) + *(const VH *)(res + (j)) : *(const VH *)(x + (j)))
 /* float -> double a register at a time: GCC 12 lowers __builtin_convertvector of 8 floats to
  * 8 doubles (and of 4 to 4) as two half-width conversions and an insert; the includer's
  * GM_WIDEN is the one instruction (vcvtps2pd) where it names it */
-#if defined(GM_WIDEN) && !GM_IS_DOUBLE
+#if defined(GM_WIDEN) && !FA_IS_DOUBLE
 #define GM_LN_D(j) ((VD)GM_WIDEN(GM_LN_S(j)))
 #define GM_LN_W(p) ((VD)GM_WIDEN(*(const VH *)(p)))
 #else
 #define GM_LN_D(j) __builtin_convertvector(GM_LN_S(j), VD)
 #define GM_LN_W(p) __builtin_convertvector(*(const VH *)(p), VD)
 #endif
-    nv = n / GM_VW * GM_VW;
+    nv = n / FA_VW * FA_VW;
     VD lo = {0}, hi = {0};
     (void)hi;                                      /* float64: one register per step */
-    for (j = 0; j < nv; j += GM_VW) {
+    for (j = 0; j < nv; j += FA_VW) {
         lo += GM_LN_D(j);
-#if !GM_IS_DOUBLE
+#if !FA_IS_DOUBLE
         hi += GM_LN_D(j + LH);
 #endif
     }
     for (int t = 0; t < LH; t++) sum += lo[t];
-#if !GM_IS_DOUBLE
+#if !FA_IS_DOUBLE
     for (int t = 0; t < LH; t++) sum += hi[t];
 #endif
 #endif
-    for (j = nv; j < n; j++) sum += (double)(res ? (GM_T)(x[j] + res[j]) : x[j]);
+    for (j = nv; j < n; j++) sum += (double)(res ? (FA_T)(x[j] + res[j]) : x[j]);
     const double mean = sum / (double)n;
-#if GM_VW > 1
+#if FA_VW > 1
     const VD mean_v = (VD){0} + mean;
     lo = (VD){0};
     hi = (VD){0};
-    for (j = 0; j < nv; j += GM_VW) {
+    for (j = 0; j < nv; j += FA_VW) {
         VD d = GM_LN_D(j) - mean_v;
         lo += d * d;
-#if !GM_IS_DOUBLE
+#if !FA_IS_DOUBLE
         d = GM_LN_D(j + LH) - mean_v;
         hi += d * d;
 #endif
     }
     for (int t = 0; t < LH; t++) ss += lo[t];
-#if !GM_IS_DOUBLE
+#if !FA_IS_DOUBLE
     for (int t = 0; t < LH; t++) ss += hi[t];
 #endif
 #endif
     for (j = nv; j < n; j++) {
-        double d = (double)(res ? (GM_T)(x[j] + res[j]) : x[j]) - mean;
+        double d = (double)(res ? (FA_T)(x[j] + res[j]) : x[j]) - mean;
         ss += d * d;
     }
     /* lanes may overflow to +inf and -inf (a NaN sum): any non-finite sum tries the scaled
      * row, which declines rows that really hold inf or NaN */
     if ((!isfinite(ss) || !isfinite(sum)) &&
-        GM_NAME(ln_row_scaled)(x, res, n, gamma, beta, eps, y))
+        FA_NAME(ln_row_scaled)(x, res, n, gamma, beta, eps, y))
         return;
     const double rstd = 1.0 / sqrt(ss / (double)n + eps);
-#if GM_VW > 1
+#if FA_VW > 1
     const VD rstd_v = (VD){0} + rstd;
     for (j = 0; j < nv; j += LH) {
         VD d = (GM_LN_D(j) - mean_v) * rstd_v;
@@ -760,10 +614,10 @@ GM_TARGET static void GM_NAME(ln_row)(const GM_T *x, const GM_T *res, ptrdiff_t 
 #undef LH
 #endif
     for (j = nv; j < n; j++) {
-        double d = ((double)(res ? (GM_T)(x[j] + res[j]) : x[j]) - mean) * rstd;
+        double d = ((double)(res ? (FA_T)(x[j] + res[j]) : x[j]) - mean) * rstd;
         if (gamma) d *= (double)gamma[j];
         if (beta) d += (double)beta[j];
-        y[j] = (GM_T)d;
+        y[j] = (FA_T)d;
     }
 }
 
@@ -780,10 +634,10 @@ GM_TARGET static void GM_NAME(ln_row)(const GM_T *x, const GM_T *res, ptrdiff_t 
  * KC 512 against panels outer with KC 256, same process on Zen 3: +0-9%,
  * bench/results/ab_gemm_zen3.txt). After the last K block each finished register block gets
  * its epilogue while it is still in L1. The loop order changes no rounding. */
-GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, ptrdiff_t K,
-                                    const GM_T *wp, ptrdiff_t npad, ptrdiff_t n0, ptrdiff_t nc,
-                                    const GM_T *bias, int act, const GM_T *res, ptrdiff_t res_rs,
-                                    GM_T *y, ptrdiff_t y_rs, ptrdiff_t pf_n0)
+FA_TARGET static void FA_NAME(item)(const FA_T *x, ptrdiff_t x_rs, ptrdiff_t m, ptrdiff_t K,
+                                    const FA_T *wp, ptrdiff_t npad, ptrdiff_t n0, ptrdiff_t nc,
+                                    const FA_T *bias, int act, const FA_T *res, ptrdiff_t res_rs,
+                                    FA_T *y, ptrdiff_t y_rs, ptrdiff_t pf_n0)
 {
     const ptrdiff_t n_end = n0 + nc;
     const ptrdiff_t n_rb = (m + GM_MR - 1) / GM_MR, n_pb = (nc + GM_NR - 1) / GM_NR;
@@ -794,7 +648,7 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
     do {                                   /* at least once: K = 0 still writes the epilogue */
         ptrdiff_t kcb = K - k0 < GM_KC ? K - k0 : GM_KC;
         int first = k0 == 0, last = k0 + kcb >= K;
-        const GM_T *blk = wp + k0 * npad;
+        const FA_T *blk = wp + k0 * npad;
 #if GM_L2_NEXT
         /* The panels of the next K block are fetched into L2 while this one runs, a line per
          * k step, by the register blocks that find this K block's panels in L2 already (rows
@@ -810,7 +664,7 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
         const ptrdiff_t pf_cols = npad - pf_col < n_pb * GM_NR ? npad - pf_col : n_pb * GM_NR;
         const char *pf_base = (const char *)(wp + nk0 * npad + pf_col * nkcb);
         const ptrdiff_t pf_lines = (to_next || nk0 != k0) && rows_outer
-                                       ? (nkcb * pf_cols * (ptrdiff_t)sizeof(GM_T) + 63) / 64 : 0;
+                                       ? (nkcb * pf_cols * (ptrdiff_t)sizeof(FA_T) + 63) / 64 : 0;
         ptrdiff_t pf_per = n_blk > n_pb ? (pf_lines + n_blk - n_pb - 1) / (n_blk - n_pb) : 0;
         if (pf_per > kcb) pf_per = kcb;
 #endif
@@ -830,18 +684,18 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
             ptrdiff_t nj = n0 + GM_NR * (rows_outer ? (b + 1) % n_pb : (b + 1) / n_rb);
             int mr = m - i0 < GM_MR ? (int)(m - i0) : GM_MR;
             ptrdiff_t nv = n_end - j0 < GM_NR ? n_end - j0 : GM_NR;
-            const GM_T *xb = x + i0 * x_rs + k0;
-            const GM_T *panel = blk + j0 * kcb;
-            GM_T *yb = y + i0 * y_rs + j0;
+            const FA_T *xb = x + i0 * x_rs + k0;
+            const FA_T *panel = blk + j0 * kcb;
+            FA_T *yb = y + i0 * y_rs + j0;
             if (b + 1 < n_blk) {          /* pointers formed only inside the arrays */
                 ptrdiff_t nx_cols = n_end - nj < GM_NR ? n_end - nj : GM_NR;
                 int nx_rows = m - ni < GM_MR ? (int)(m - ni) : GM_MR;
-                GM_NAME(prefetch_rows)(y + ni * y_rs + nj, y_rs, nx_rows, nx_cols);
+                FA_NAME(prefetch_rows)(y + ni * y_rs + nj, y_rs, nx_rows, nx_cols);
                 if (last && res)
-                    GM_NAME(prefetch_rows)(res + ni * res_rs + nj, res_rs, nx_rows, nx_cols);
+                    FA_NAME(prefetch_rows)(res + ni * res_rs + nj, res_rs, nx_rows, nx_cols);
             }
-#define GM_CALL(R) GM_NAME(mk)(xb, x_rs, R, kcb, panel, yb, y_rs, nv, first, i0 == 0)
-#if GM_VW > 1
+#define GM_CALL(R) FA_NAME(mk)(xb, x_rs, R, kcb, panel, yb, y_rs, nv, first, i0 == 0)
+#if FA_VW > 1
             /* whole blocks that find their panel in L2 / L3 (not the first row block, which
              * prefetches it from memory): the tight loop */
             if (mr == GM_MR && nv == GM_NR && i0 != 0) {
@@ -849,11 +703,11 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
                  * y exactly), the rows the epilogue adds fetched GM_RES_LEAD k steps before
                  * the end */
                 ptrdiff_t ks = last && res && kcb > 2 * GM_RES_LEAD ? kcb - GM_RES_LEAD : kcb;
-                GM_NAME(mk_full)(xb, x_rs, ks, panel, yb, y_rs, first
+                FA_NAME(mk_full)(xb, x_rs, ks, panel, yb, y_rs, first
                                  GM_L2_ARGS(pf_base + 64 * l0, nl2 < ks ? nl2 : ks));
                 if (ks < kcb) {
-                    GM_NAME(prefetch_rows)(res + i0 * res_rs + j0, res_rs, GM_MR, GM_NR);
-                    GM_NAME(mk_full)(xb + ks, x_rs, kcb - ks, panel + ks * GM_NR, yb, y_rs, 0
+                    FA_NAME(prefetch_rows)(res + i0 * res_rs + j0, res_rs, GM_MR, GM_NR);
+                    FA_NAME(mk_full)(xb + ks, x_rs, kcb - ks, panel + ks * GM_NR, yb, y_rs, 0
                                      GM_L2_ARGS(pf_base, 0));
                 }
             } else
@@ -887,12 +741,12 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
             if (last && (bias || act || res)) {
 #ifdef GM_VEC_ACT
                 if (mr == GM_MR && nv == GM_NR)
-                    GM_NAME(epilogue_block)(yb, y_rs, bias ? bias + j0 : NULL, act,
+                    FA_NAME(epilogue_block)(yb, y_rs, bias ? bias + j0 : NULL, act,
                                             res ? res + i0 * res_rs + j0 : NULL, res_rs);
                 else
 #endif
                 for (int r = 0; r < mr; r++)
-                    GM_NAME(epilogue_row)(yb + r * y_rs, nv, bias ? bias + j0 : NULL, act,
+                    FA_NAME(epilogue_row)(yb + r * y_rs, nv, bias ? bias + j0 : NULL, act,
                                           res ? res + (i0 + r) * res_rs + j0 : NULL);
             }
         }
@@ -909,29 +763,14 @@ GM_TARGET static void GM_NAME(item)(const GM_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
 #undef GM_RES_LEAD
 #undef GM_ACC
 #undef GM_ZERO
-#undef VLOAD
-#undef VSTORE
-#ifdef V
-#undef V
-#undef VI
-#undef VSPLAT
-#undef VSEL
-#endif
 #ifdef GM_VEC_ACT
 #undef GM_VEC_ACT
 #endif
-#undef GM_T
-#undef GM_I
-#undef GM_IS_DOUBLE
-#undef GM_VW
 #undef GM_MR
 #undef GM_NV
 #undef GM_KC
-#undef GM_NAME
-#undef GM_TARGET
-#ifdef GM_ANY
-#undef GM_ANY
-#endif
 #ifdef GM_WIDEN
 #undef GM_WIDEN
 #endif
+#define FA_SIMD_END
+#include "simd.h"

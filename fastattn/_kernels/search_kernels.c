@@ -30,13 +30,16 @@
  * threads: 0.39 ms as the compiler's scalar loop, 0.11 ms in AVX-512 intrinsics). Values
  * v = x + add are formed in T with one rounding, exactly NumPy's float32 acc += run_score, so
  * the fused selection picks the same candidates as the former materialised acc. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1    /* sched_getcpu and the CPU_* macros in fa_team.h */
+#endif
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "dispatch.h"
-#include "search_kernels.h"
+#include "fa_team.h"
+#include "search_kernels.h"  /* and simd.h: FA_X86, FA_GNU_VECTORS, the targets, <immintrin.h> */
 
 /* Nothing here may be fused (the promise of the same bits from every build): setup.py compiles
  * this file with -ffp-contract=off; the pragmas say it again for a build that does not go through
@@ -45,10 +48,6 @@
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
-#endif
-
-#if FA_X86
-#include <immintrin.h>     /* usable inside functions whose target attribute enables the ISA */
 #endif
 
 #define SK_INLINE static inline
@@ -64,58 +63,9 @@ typedef int32_t sk_vfi __attribute__((vector_size(32), aligned(4)));
 typedef double sk_vd __attribute__((vector_size(32), aligned(8)));
 typedef int64_t sk_vdi __attribute__((vector_size(32), aligned(8)));
 
-/* exp(x) for x <= 0 (or -inf), fa_tile.h's vexp: exp(x) = 2^n 2^f, n = round(x log2 e),
- * r = x - n ln 2 in Cody and Waite's two steps (the first exact), f = r log2 e in [-1/2, 1/2],
- * 2^f by a minimax polynomial (float: degree 6, relative error 1.9e-9, <= 2 ulp measured in
- * tests/test_softmax.py; double: degree 11, 3.1e-18), 2^n written into the exponent bits by
- * the rounding constant itself. x is clamped to -88 / -709 first, where 2^n's exponent field
- * reaches 0, so -inf gives 0 and results below about -87.3 / -708 are flushed to 0 (nothing
- * next to the row maximum's exp(0) = 1 in the sum). */
-#define SK_DEFINE_VEXP(name, TARGET, V, VI, I, lo, shift, mbits, bias, log2e, ln2hi, ln2lo,    \
-                       POLY)                                                                   \
-    TARGET static inline V name(V x)                                                           \
-    {                                                                                          \
-        const V vlo = (V){0} + (lo);                                                           \
-        VI c = x < vlo;                                                                        \
-        x = (V)(((VI)vlo & c) | ((VI)x & ~c));                                                 \
-        V t = x * (log2e) + (shift);               /* n + bias in the low bits, rounded */     \
-        V n = t - (shift);                                                                     \
-        V r = x - n * (ln2hi);                                                                 \
-        r = r - n * (ln2lo);                                                                   \
-        V f = r * (log2e);                                                                     \
-        V y;                                                                                   \
-        POLY                                                                                   \
-        /* n + bias is in [0, bias]: masked out of t's bits, so the shift never overflows */   \
-        return y * (V)(((VI)t & (I)(2 * (bias) + 1)) << (mbits));                              \
-    }
-#define SK_POLY_F                                                                              \
-    y = f * 0.00015345812158740183f + 0.001339993120947414f;                                   \
-    y = y * f + 0.009618488956522791f;                                                         \
-    y = y * f + 0.055503287769976636f;                                                         \
-    y = y * f + 0.24022646890639573f;                                                          \
-    y = y * f + 0.6931472057372526f;                                                           \
-    y = y * f + 1.0f;
-#define SK_POLY_D                                                                              \
-    y = f * 4.4352809446103363e-10 + 7.074105626245659e-09;                                    \
-    y = y * f + 1.0178198033328528e-07;                                                        \
-    y = y * f + 1.321543308959463e-06;                                                         \
-    y = y * f + 1.5252733489960805e-05;                                                        \
-    y = y * f + 0.00015403530462514614;                                                        \
-    y = y * f + 0.001333355814678995;                                                          \
-    y = y * f + 0.009618129107588335;                                                          \
-    y = y * f + 0.055504108664819925;                                                          \
-    y = y * f + 0.24022650695910155;                                                           \
-    y = y * f + 0.6931471805599453;                                                            \
-    y = y * f + 1.0;
-#define SK_DEFINE_VEXPS(sfx, TARGET, VF, VFI, VD, VDI)                                         \
-    SK_DEFINE_VEXP(sk_vexpf_##sfx, TARGET, VF, VFI, int32_t, -88.0f,                           \
-                   12582912.0f + 127.0f, 23, 127, 1.44269502f, 0.693359375f, -2.12194440e-4f,  \
-                   SK_POLY_F)                                                                  \
-    SK_DEFINE_VEXP(sk_vexpd_##sfx, TARGET, VD, VDI, int64_t, -709.0,                           \
-                   6755399441055744.0 + 1023.0, 52, 1023, 1.4426950408889634,                  \
-                   6.93147180369123816490e-01,                                                 \
-                   1.90821492927058770002e-10, SK_POLY_D)
-
+/* exp(x) for x <= 0 (or -inf): simd.h's vexp_softmax (the attention softmax's exp), one
+ * instance per build and dtype, sk_vexp_softmax_<dtype>_<build> (see SK_EXPS below). Compiled
+ * here without contraction, it gives the same bits in every build. */
 /* pass 1 over whole vectors: lane-wise max skipping NaN (compare and select), NaN flags */
 #define SK_VEC_MAX(T, V, VI)                                                                   \
     {                                                                                          \
@@ -214,19 +164,46 @@ typedef int64_t sk_vdi __attribute__((vector_size(32), aligned(8)));
 
 /* one build per ISA, every function carrying the ISA's target attribute (as gemm_tile.h) */
 #if FA_GNU_VECTORS
-SK_DEFINE_VEXPS(base, , sk_vf, sk_vfi, sk_vd, sk_vdi)
-#define SK_VEXPF sk_vexpf_base
-#define SK_VEXPD sk_vexpd_base
+/* the baseline build's exps: 32-byte vectors (8 floats, 4 doubles) */
+#define FA_IS_DOUBLE 0
+#define FA_VW 8
+#define FA_NAME(x) sk_##x##_f32_base
+#define FA_TARGET
+#include "simd.h"
+#define FA_SIMD_END
+#include "simd.h"
+#define FA_IS_DOUBLE 1
+#define FA_VW 4
+#define FA_NAME(x) sk_##x##_f64_base
+#define FA_TARGET
+#include "simd.h"
+#define FA_SIMD_END
+#include "simd.h"
+#define SK_VEXPF sk_vexp_softmax_f32_base
+#define SK_VEXPD sk_vexp_softmax_f64_base
 SK_DEFINE_LSM(sk_lsm_f32_base, , float, sk_vf, sk_vfi, f32)
 SK_DEFINE_LSM(sk_lsm_f64_base, , double, sk_vd, sk_vdi, f64)
 #undef SK_VEXPF
 #undef SK_VEXPD
 #if FA_X86
 /* "avx2" without "fma": the same operations in one register instead of two, never fused */
-#define SK_AVX2 __attribute__((target("avx2")))
-SK_DEFINE_VEXPS(avx2, SK_AVX2, sk_vf, sk_vfi, sk_vd, sk_vdi)
-#define SK_VEXPF sk_vexpf_avx2
-#define SK_VEXPD sk_vexpd_avx2
+#define SK_AVX2 FA_TARGET_AVX2_NOFMA
+#define FA_IS_DOUBLE 0
+#define FA_VW 8
+#define FA_NAME(x) sk_##x##_f32_avx2
+#define FA_TARGET SK_AVX2
+#include "simd.h"
+#define FA_SIMD_END
+#include "simd.h"
+#define FA_IS_DOUBLE 1
+#define FA_VW 4
+#define FA_NAME(x) sk_##x##_f64_avx2
+#define FA_TARGET SK_AVX2
+#include "simd.h"
+#define FA_SIMD_END
+#include "simd.h"
+#define SK_VEXPF sk_vexp_softmax_f32_avx2
+#define SK_VEXPD sk_vexp_softmax_f64_avx2
 SK_DEFINE_LSM(sk_lsm_f32_avx2, SK_AVX2, float, sk_vf, sk_vfi, f32)
 SK_DEFINE_LSM(sk_lsm_f64_avx2, SK_AVX2, double, sk_vd, sk_vdi, f64)
 #undef SK_VEXPF
@@ -236,12 +213,25 @@ SK_DEFINE_LSM(sk_lsm_f64_avx2, SK_AVX2, double, sk_vd, sk_vdi, f64)
  * vectors above) and its widened halves are the accumulators s0|s1 and s2|s3 side by side, so
  * every lane sees the same operations in the same order as in the other builds. AVX-512F has
  * FMA instructions; contraction is off for this file (top), so nothing is fused here either. */
-#define SK_AVX512 __attribute__((target("avx512f")))
-typedef float sk_vf16 __attribute__((vector_size(64), aligned(4)));
-typedef int32_t sk_vfi16 __attribute__((vector_size(64), aligned(4)));
-typedef double sk_vd8 __attribute__((vector_size(64), aligned(8)));
-typedef int64_t sk_vdi8 __attribute__((vector_size(64), aligned(8)));
-SK_DEFINE_VEXPS(avx512, SK_AVX512, sk_vf16, sk_vfi16, sk_vd8, sk_vdi8)
+#define SK_AVX512 FA_TARGET_AVX512_NOFMA
+#define FA_IS_DOUBLE 0
+#define FA_VW 16
+#define FA_NAME(x) sk_##x##_f32_avx512
+#define FA_TARGET SK_AVX512
+#include "simd.h"
+#define FA_SIMD_END
+#include "simd.h"
+#define FA_IS_DOUBLE 1
+#define FA_VW 8
+#define FA_NAME(x) sk_##x##_f64_avx512
+#define FA_TARGET SK_AVX512
+#include "simd.h"
+#define FA_SIMD_END
+#include "simd.h"
+typedef sk_vec_f32_avx512 sk_vf16;
+typedef sk_ivec_f32_avx512 sk_vfi16;
+typedef sk_vec_f64_avx512 sk_vd8;
+typedef sk_ivec_f64_avx512 sk_vdi8;
 
 
 /* the last step of pass 2: a + b, then its 4 lanes added in order (as the 4-lane builds do) */
@@ -268,7 +258,7 @@ SK_AVX512 static void sk_lsm_f32_avx512(const float *x, ptrdiff_t n, float *y)
             for (int l = 0; l < 16; l++) pad[l] = j + l < n ? x[j + l] : ninf;
             v = *(const sk_vf16 *)pad;
         }
-        __m512 e = (__m512)sk_vexpf_avx512(v - m);
+        __m512 e = (__m512)sk_vexp_softmax_f32_avx512(v - m);
         __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e), 1));
         s01 = _mm512_add_pd(s01, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
         s23 = _mm512_add_pd(s23, _mm512_cvtps_pd(hi));
@@ -295,7 +285,7 @@ SK_AVX512 static void sk_lsm_f64_avx512(const double *x, ptrdiff_t n, double *y)
             for (int l = 0; l < 8; l++) pad[l] = j + l < n ? x[j + l] : ninf;
             v = *(const sk_vd8 *)pad;
         }
-        s02 += sk_vexpd_avx512(v - m);
+        s02 += sk_vexp_softmax_f64_avx512(v - m);
     }
     const __m256d zero = _mm256_setzero_pd();
     const double s = sk_sum_lanes(_mm256_add_pd(_mm512_castpd512_pd256((__m512d)s02), zero),
@@ -414,25 +404,83 @@ SK_TOPK(float, f32_avx512, SK_AVX512, sk_hit_f32_avx512)
 SK_TOPK(double, f64_avx512, SK_AVX512, sk_hit_f64_avx512)
 #endif
 
-sk_ops sk_ops_now = {sk_lsm_f32_base, sk_lsm_f64_base, sk_topk_f32_base, sk_topk_f64_base};
+/* ---------------------------------------------------------------------------- dispatch */
 
-int sk_init(int level)
+#define SK_TABLE(name, sfx)                                                                    \
+    static const sk_ops name = {sk_lsm_f32_##sfx, sk_lsm_f64_##sfx, sk_topk_f32_##sfx,         \
+                                sk_topk_f64_##sfx};
+SK_TABLE(sk_base, base)
+FA_IF_X86(SK_TABLE(sk_avx2, avx2) SK_TABLE(sk_avx512, avx512))
+
+const sk_ops *sk_ops_for(int level)
 {
-    int cpu = fa_cpu_level();
-    sk_ops_now = (sk_ops){sk_lsm_f32_base, sk_lsm_f64_base, sk_topk_f32_base, sk_topk_f64_base};
-#if FA_X86 && FA_GNU_VECTORS
-    if (level >= 2 && cpu >= FA_ISA_AVX512) {
-        sk_ops_now = (sk_ops){sk_lsm_f32_avx512, sk_lsm_f64_avx512, sk_topk_f32_avx512,
-                              sk_topk_f64_avx512};
-        return 2;
-    }
-    if (level >= 1 && cpu >= FA_ISA_AVX2) {
-        sk_ops_now = (sk_ops){sk_lsm_f32_avx2, sk_lsm_f64_avx2, sk_topk_f32_avx2, sk_topk_f64_avx2};
-        return 1;
-    }
-#endif
-    (void)level;
-    (void)cpu;
-    return 0;
+    /* no scalar build (the baseline one is plain C without vectors) and no avx2-wide one: their
+     * levels run the baseline and the AVX2 build */
+    FA_KERNELS_FOR(level, sk_base, sk_base, sk_avx2, sk_avx2, sk_avx512)
 }
 
+/* ---------------------------------------------------------------------------- the row loops */
+
+#define SK_MIN_WORK 16384      /* elements per thread at least (a 32000-token row is one item) */
+
+/* the work items of a rows x cols call: a thread per row, each with SK_MIN_WORK elements */
+static ptrdiff_t sk_items(ptrdiff_t rows, ptrdiff_t cols)
+{
+    ptrdiff_t by_work = rows * cols / SK_MIN_WORK;
+    return rows < by_work ? rows : by_work;
+}
+
+/* One call's rows: the arguments of sk_log_softmax_rows (topk 0) or of sk_topk_rows. */
+typedef struct {
+    int topk, isz;
+    const void *x;
+    ptrdiff_t cols, nseg, k;
+    const void *add;
+    int64_t *idx;
+    void *out;                 /* log-softmax: y; top-k: val */
+} sk_call;
+
+static void sk_row(const sk_ops *ops, const sk_call *c, ptrdiff_t r)
+{
+    const ptrdiff_t n = c->cols, seglen = n / c->nseg, k = c->k;
+    const char *x = (const char *)c->x + r * n * c->isz;
+    const char *add = c->add ? (const char *)c->add + r * c->nseg * c->isz : NULL;
+    char *out = (char *)c->out + r * (c->topk ? k : n) * c->isz;
+    if (!c->topk && c->isz == 4)
+        ops->log_softmax_row_f32((const float *)x, n, (float *)out);
+    else if (!c->topk)
+        ops->log_softmax_row_f64((const double *)x, n, (double *)out);
+    else if (c->isz == 4)
+        ops->topk_row_f32((const float *)x, c->nseg, seglen, seglen, (const float *)add, k,
+                          c->idx + r * k, (float *)out);
+    else
+        ops->topk_row_f64((const double *)x, c->nseg, seglen, seglen, (const double *)add, k,
+                          c->idx + r * k, (double *)out);
+}
+
+/* the rows of a call in parallel, each on one thread */
+static void sk_rows(int level, ptrdiff_t rows, const sk_call *c, int n_threads)
+{
+    const sk_ops *ops = sk_ops_for(level);
+    const fa_team_t team = fa_team_open(n_threads, sk_items(rows, c->cols));
+#pragma omp parallel num_threads(team.n)
+    {
+        fa_team_place(&team);
+#pragma omp for schedule(static)
+        for (ptrdiff_t r = 0; r < rows; r++) sk_row(ops, c, r);
+    }
+}
+
+void sk_log_softmax_rows(int level, int isz, const void *x, ptrdiff_t rows, ptrdiff_t n, void *y,
+                         int n_threads)
+{
+    const sk_call c = {0, isz, x, n, 1, 0, NULL, NULL, y};
+    sk_rows(level, rows, &c, n_threads);
+}
+
+void sk_topk_rows(int level, int isz, const void *x, ptrdiff_t rows, ptrdiff_t m, ptrdiff_t nseg,
+                  const void *add, ptrdiff_t k, int64_t *idx, void *val, int n_threads)
+{
+    const sk_call c = {1, isz, x, m, nseg, k, add, idx, val};
+    sk_rows(level, rows, &c, n_threads);
+}

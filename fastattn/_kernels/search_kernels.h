@@ -1,20 +1,20 @@
-/* search_kernels.h -- the per-row kernels of beam search that the Cython driver (_search.pyx)
- * runs over rows in parallel, per dtype:
+/* search_kernels.h -- the per-row kernels of beam search and the parallel loops over rows that
+ * the Cython module (_search.pyx) calls, per dtype:
  *   log_softmax_row   y = log(softmax(x)) over one row (y may be x)
  *   topk_row          indices (and values) of the k largest of one row, best first
  * One thread computes a whole row, always in the same order, so results do not depend on the
- * thread count. sk_init() picks the AVX-512 or AVX2 build where the CPU has it (same results:
- * nothing is fused in any build, and the lanes of the sums are fixed by the source, not by the
- * ISA). */
+ * thread count. There are a baseline, an AVX2 and an AVX-512 build (sk_ops_for picks the one of
+ * the ISA state's level; same results: nothing is fused in any build, and the lanes of the
+ * sums are fixed by the source, not by the ISA). */
 #ifndef FASTATTN_SEARCH_KERNELS_H
 #define FASTATTN_SEARCH_KERNELS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dispatch.h"
+#include "simd.h"
 
-/* The row kernels of the build sk_init() selected, per dtype:
+/* The row kernels of one build, per dtype:
  *   log_softmax_row(x, n, y)   y = log(softmax(x)) over one row of n >= 1 (y may be x)
  *   topk_row(x, nseg, seglen, seg_stride, add, k, idx, val)
  *       top k of the logical row  v[s * seglen + j] = x[s * seg_stride + j] + add[s]
@@ -33,10 +33,18 @@ typedef struct {
                          const double *add, ptrdiff_t k, int64_t *idx, double *val);
 } sk_ops;
 
-extern sk_ops sk_ops_now;
+/* The build of the kernel set `level` (FA_ISA_*, simd.h's state): scalar runs the baseline
+ * build, avx2-wide the AVX2 one. */
+const sk_ops *sk_ops_for(int level);
 
-/* Select the build of both kernels: the highest of level (0 baseline, 1 AVX2, 2 AVX-512F) that
- * the CPU has. Returns the level selected. */
-int sk_init(int level);
+/* The row kernels over rows in parallel (a thread gets whole rows, at least 16384 elements),
+ * the dtype by item size isz (4 or 8), with the build of `level`:
+ *   sk_log_softmax_rows   y (rows, n) = log_softmax_row of each row of x (rows, n); y may be x
+ *   sk_topk_rows          per row r of x (rows, m): topk_row with nseg segments of m / nseg,
+ *                         add (rows, nseg) or NULL, into idx, val (rows, k) */
+void sk_log_softmax_rows(int level, int isz, const void *x, ptrdiff_t rows, ptrdiff_t n, void *y,
+                         int n_threads);
+void sk_topk_rows(int level, int isz, const void *x, ptrdiff_t rows, ptrdiff_t m, ptrdiff_t nseg,
+                  const void *add, ptrdiff_t k, int64_t *idx, void *val, int n_threads);
 
 #endif

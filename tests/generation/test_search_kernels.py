@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.special import log_softmax as sp_log_softmax
 
-from fastattn._kernels import _search
+from fastattn._kernels import _search, _simd
 from fastattn.generation.search import _topk_desc
 from fastattn.functional import log_softmax
 
@@ -89,12 +89,14 @@ def test_log_softmax_threads_bitwise(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx2-wide", "avx512"])
 def test_row_kernel_builds_bitwise(rng, dtype, isa):
     # the AVX2 and AVX-512 builds run the same operations (nothing fused) on the same lanes as
     # the baseline one: log-softmax bit for bit, top-k the same indices and values; rows of
-    # lengths around the 16-element blocks, -inf, NaN and a maximum of -0 among +0s
-    before = _search.log_softmax_isa()
+    # lengths around the 16-element blocks, -inf, NaN and a maximum of -0 among +0s. The kernel
+    # set is the one ISA state of every kernel family (_simd); search has no scalar and no
+    # avx2-wide build, and runs its baseline / AVX2 one under those.
+    before = _simd.isa()
     x = (rng.standard_normal((12, 1029)) * 5).astype(dtype)
     x[2, ::3] = -np.inf
     x[3, 7] = np.nan
@@ -104,11 +106,11 @@ def test_row_kernel_builds_bitwise(rng, dtype, isa):
     x[6, 17] = np.inf
     add = np.array([[0.5, -1.0]] * 4, dtype)
     try:
-        if _search.set_log_softmax_isa(isa) != isa:
+        if _simd.set_isa(isa) != isa:
             pytest.skip(f"this CPU has no {isa}")
         got = {}
         for name in (isa, "baseline"):
-            assert _search.set_log_softmax_isa(name) == name
+            assert _simd.set_isa(name) == name
             for n in (1, 15, 16, 17, 31, 33, 1029):
                 xs = np.ascontiguousarray(x[:, :n])
                 y = _search.log_softmax_rows(xs)
@@ -117,7 +119,7 @@ def test_row_kernel_builds_bitwise(rng, dtype, isa):
                                         out_val=vals)
                 got.setdefault(n, []).append((y, idx, vals))
     finally:
-        _search.set_log_softmax_isa(before)
+        _simd.set_isa(before)
     for n, ((ya, ia, va), (yb, ib, vb)) in got.items():
         assert np.array_equal(ya.view(np.uint8), yb.view(np.uint8)), n
         assert np.array_equal(ia, ib), n

@@ -1,24 +1,25 @@
 """Fixtures of the kernel tests."""
 import pytest
 
-from fastattn._kernels import _gemm
+from fastattn._kernels import _simd
 
-# the GEMM / activation kernel sets, in the order of what they need from the CPU
+# the kernel sets (one state for every kernel family), in the order of what they need from the
+# CPU
 GEMM_ISAS = ["scalar", "baseline", "avx2", "avx2-wide", "avx512"]
 _ORDER = ["scalar", "baseline", "avx2", "avx512"]
 
 
 @pytest.fixture(params=GEMM_ISAS)
 def isa(request):
-    """Runs the test with each GEMM kernel set the CPU supports selected (skips the others)."""
+    """Runs the test with each kernel set the CPU supports selected (skips the others)."""
     name = request.param
-    cpu = _gemm.cpu_isa()
+    cpu = _simd.cpu_isa()
     if name == "avx2-wide":
         if cpu not in ("avx2", "avx512"):
             pytest.skip("needs AVX2")
     elif _ORDER.index(name) > _ORDER.index(cpu):
         pytest.skip(f"CPU runs up to {cpu}")
-    before = _gemm.isa()
-    assert _gemm.set_isa(name) == name
+    before = _simd.isa()
+    assert _simd.set_isa(name) == name
     yield name
-    _gemm.set_isa(before)
+    _simd.set_isa(before)

@@ -6,6 +6,7 @@ from scipy.special import softmax as sp_softmax
 import fastattn
 from fastattn import scaled_dot_product_attention as sdpa
 from fastattn._kernels import _attention as _k
+from fastattn._kernels import _simd
 from tolerances import ATOL, RTOL, assert_close
 from reference import sdpa_ref
 
@@ -483,13 +484,13 @@ def test_key_padding_mask_trims_keys_exactly(rng, dtype, S):
 def test_every_isa_agrees(rng, dtype, isa):
     """Each micro-kernel set the CPU supports matches the reference ("avx2-wide" is the AVX-512
     build's exact kernel shapes compiled for AVX2, so they are tested without AVX-512 too)."""
-    if isa == "avx512" and _k.cpu_isa() != "avx512":
+    if isa == "avx512" and _simd.cpu_isa() != "avx512":
         pytest.skip("CPU has no AVX-512")
-    if isa in ("avx2", "avx2-wide") and _k.cpu_isa() not in ("avx2", "avx512"):
+    if isa in ("avx2", "avx2-wide") and _simd.cpu_isa() not in ("avx2", "avx512"):
         pytest.skip("CPU has no AVX2")
-    before = _k.isa()
+    before = _simd.isa()
     try:
-        assert _k.set_isa(isa) == isa
+        assert _simd.set_isa(isa) == isa
         for L in (70, 5, 133):
             q, k, v = _qkv(rng, (1, 2, L, 300, 24, 40), dtype)
             mask = rng.random((L, 300)) > 0.3
@@ -512,7 +513,7 @@ def test_every_isa_agrees(rng, dtype, isa):
         x = rng.standard_normal((5, 37)).astype(dtype)
         np.testing.assert_allclose(fastattn.softmax(x), sp_softmax(x, axis=-1), rtol=RTOL[dtype] * 10, atol=ATOL[dtype])
     finally:
-        _k.set_isa(before)
+        _simd.set_isa(before)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -544,14 +545,14 @@ def test_decode_rows_have_their_own_bits(dtype, isa):
     (beam search's rows of one source): every row must still get exactly the bits it gets alone,
     for any number of rows, head sizes with vector tails, key counts around the 4-key step, and
     masked-out keys (p == 0, here over a NaN value) skipped per row."""
-    if isa == "avx512" and _k.cpu_isa() != "avx512":
+    if isa == "avx512" and _simd.cpu_isa() != "avx512":
         pytest.skip("CPU has no AVX-512")
-    if isa in ("avx2", "avx2-wide") and _k.cpu_isa() not in ("avx2", "avx512"):
+    if isa in ("avx2", "avx2-wide") and _simd.cpu_isa() not in ("avx2", "avx512"):
         pytest.skip("CPU has no AVX2")
     rng = np.random.default_rng(7)
-    before = _k.isa()
+    before = _simd.isa()
     try:
-        assert _k.set_isa(isa) == isa
+        assert _simd.set_isa(isa) == isa
         for E, Ev, S in ((5, 7, 9), (16, 16, 33), (40, 72, 130), (64, 64, 127)):
             for L in (2, 3, 5, 8, 13, 16):
                 q = rng.standard_normal((2, 3, L, E)).astype(dtype)
@@ -569,4 +570,4 @@ def test_decode_rows_have_their_own_bits(dtype, isa):
                     alone = sdpa(q[:, :, r:r + 1], k, v, mask[:, :, r:r + 1])
                     np.testing.assert_array_equal(out[:, :, r:r + 1], alone)
     finally:
-        _k.set_isa(before)
+        _simd.set_isa(before)

@@ -22,6 +22,7 @@ import pytest
 
 import fastattn
 from fastattn._kernels import _attention as K
+from fastattn._kernels import _simd
 
 f = fastattn.scaled_dot_product_attention
 HANG_TIMEOUT = 300          # seconds; only reached if something deadlocks
@@ -269,8 +270,8 @@ ISAS = ["scalar", "baseline", "avx2", "avx512"]
 
 @pytest.mark.parametrize("isa", ISAS)
 def test_bitwise_identical_for_thread_counts_and_repeats(isa):
-    old = K.isa()
-    got = K.set_isa(isa)
+    old = _simd.isa()
+    got = _simd.set_isa(isa)
     try:
         if got != isa:
             pytest.skip(f"{isa} not supported by this CPU (got {got})")
@@ -283,7 +284,7 @@ def test_bitwise_identical_for_thread_counts_and_repeats(isa):
             for n in (2, 3, 8):
                 assert np.array_equal(fastattn.softmax(x, n_threads=n), s1)
     finally:
-        K.set_isa(old)
+        _simd.set_isa(old)
 
 
 _FORK_CHILD = """

@@ -15,6 +15,7 @@ import scipy.special as sp
 
 from fastattn import _ops
 from fastattn._kernels import _gemm as _g
+from fastattn._kernels import _simd
 
 EPS = {np.float32: float(np.finfo(np.float32).eps), np.float64: float(np.finfo(np.float64).eps)}
 DTYPES = [np.float32, np.float64]
@@ -404,13 +405,13 @@ def test_packed_linear_repacks_on_assignment(rng):
 def test_packed_linear_follows_isa_change(rng):
     x, w, b = _data(rng, 9, 70, 300, np.float32)
     layer = _ops.PackedLinear(w, b)
-    before = _g.isa()
+    before = _simd.isa()
     try:
         for name in ("scalar", "baseline", before):
-            _g.set_isa(name)
+            _simd.set_isa(name)
             _check(layer(x), x, w, b)
     finally:
-        _g.set_isa(before)
+        _simd.set_isa(before)
 
 
 def test_packed_size_is_exact():

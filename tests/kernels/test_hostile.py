@@ -551,12 +551,12 @@ FUZZ_CHILD = r'''
 import json, os, sys, traceback, warnings
 import numpy as np
 import fastattn
-from fastattn._kernels import _attention as K
+from fastattn._kernels import _simd
 
 seed, count, progress_path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 rng = np.random.default_rng(seed)
 isa = ["scalar", "baseline", "avx2", "avx512"][seed % 4]
-K.set_isa(isa)                         # clamped to what the CPU supports
+_simd.set_isa(isa)                     # clamped to what the CPU supports
 warnings.simplefilter("ignore")
 np.seterr(all="ignore")
 SIZES = [0, 1, 2, 3, 5, 7, 13, 31, 63, 64, 65, 127, 129, 255, 256, 257]

@@ -5,6 +5,7 @@ from scipy.special import softmax as sp_softmax
 
 import fastattn
 from fastattn._kernels import _attention as _k
+from fastattn._kernels import _simd
 from tolerances import ATOL, RTOL
 
 
@@ -69,8 +70,8 @@ def test_kernel_exp_accuracy(dtype, ulps, isa):
     exp (longdouble reference) over the range the softmax uses, and exact at the ends:
     exp(0) = 1, exp(-inf) = 0, NaN stays NaN. (The baseline set has no FMA and takes the
     Cody-Waite path, so both argument reductions are measured.)"""
-    if _k.set_isa(isa) != isa:                # clamped: the CPU lacks it
-        _k.set_isa(_k.cpu_isa())
+    if _simd.set_isa(isa) != isa:                # clamped: the CPU lacks it
+        _simd.set_isa(_simd.cpu_isa())
         pytest.skip(f"CPU has no {isa}")
     try:
         lo = -87.0 if dtype == np.float32 else -708.0
@@ -87,7 +88,7 @@ def test_kernel_exp_accuracy(dtype, ulps, isa):
         _k.kernel_exp(special, out)
         assert out[0] == 1 and out[1] == 0 and np.isnan(out[2]) and out[3] == 0 and out[4] == 1
     finally:
-        _k.set_isa(_k.cpu_isa())
+        _simd.set_isa(_simd.cpu_isa())
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
