@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from ._kernels import _gemm as _g
+from ._kernels import _simd
 from ._threads import _effective_n_threads
 from ._validation import as_array, check_eps, check_out, kernel_ready, result_dtype
 
@@ -137,7 +138,7 @@ class _Packed:
         self.repack()
 
     def repack(self):
-        level = _g.isa_level()
+        level = _simd.isa_level()
         # cache-line aligned (exact size under the sanitizer: see _aligned_empty)
         buf = _aligned_empty((_g.packed_size(self.N, self.K, self.dtype.itemsize),), self.dtype)
         if buf.size:
@@ -145,7 +146,7 @@ class _Packed:
         self.buf, self.level = buf, level
 
     def current(self):
-        if self.level != _g.isa_level():   # the kernel set changed (tests): panel width differs
+        if self.level != _simd.isa_level():   # the kernel set changed (tests): panel width differs
             self.repack()
         return self.buf
 

@@ -433,10 +433,32 @@ def check_token_ids(ids, name, vocab, ndim=2, what="(batch, length)", one_row=Tr
     return a.astype(np.int64, copy=False)
 
 
+def check_labels(labels, n_rows, vocab, max_len, name="labels"):
+    """Target ids to score: an int64 array (n_rows, T) (a 1-D sequence is one row when n_rows
+    is 1) of ids in [0, vocab) or -100 (transformers' "ignore this position"), T <= max_len."""
+    a = np.asarray(to_numpy(labels))
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integer token ids, got dtype {a.dtype}")
+    if a.ndim == 1 and n_rows == 1:
+        a = a[None]
+    if a.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (batch, length), got shape {a.shape}")
+    if a.shape[0] != n_rows:
+        raise ValueError(f"{name} has {a.shape[0]} rows, input_ids {n_rows}")
+    if a.shape[1] > max_len:
+        raise ValueError(f"{name} has {a.shape[1]} positions, more than the decoder's "
+                         f"max_position_embeddings={max_len}")
+    bad = ((a < 0) & (a != -100)) | (a >= vocab)
+    if bad.any():
+        raise ValueError(f"{name} holds token id {int(a[bad].ravel()[0])} outside the vocabulary "
+                         f"[0, {vocab}) (-100 marks ignored positions)")
+    return a.astype(np.int64, copy=False)
+
+
 # generation settings: name -> the rule its value must meet (transformers' meaning)
 _INT_SETTINGS = {"max_length": 1, "max_new_tokens": 0, "min_length": 0, "min_new_tokens": 0,
-                 "num_beams": 1, "top_k": 0, "seed": 0, "num_return_sequences": 1,
-                 "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0}
+                 "num_beams": 1, "top_k": 0, "seed": 0, "no_repeat_ngram_size": 0,
+                 "encoder_no_repeat_ngram_size": 0, "num_return_sequences": 1}
 
 
 def check_generation_setting(key, value, where=None):
@@ -465,7 +487,7 @@ def check_generation_setting(key, value, where=None):
         if not (is_bool or (isinstance(value, str) and value == "never")):
             bad("True, False or 'never'")
         return value if isinstance(value, str) else bool(value)
-    if key in ("temperature", "repetition_penalty"):
+    if key == "temperature":
         if not is_num or not 0 < value < math.inf:
             bad("a positive float")
         return float(value)
@@ -477,4 +499,18 @@ def check_generation_setting(key, value, where=None):
         if not is_num or not math.isfinite(value):
             bad("a finite float")
         return float(value)
+    if key == "repetition_penalty":
+        # applied in float32 (the scores' dtype): it must stay a positive finite float32 there
+        ok = is_num and 0 < value < math.inf
+        if ok:
+            with np.errstate(over="ignore", under="ignore"):
+                ok = 0 < np.float32(value) < np.inf
+        if not ok:
+            bad("a positive float (finite and non-zero in float32)")
+        return float(value)
+    if key == "return_scores":
+        if not is_bool:
+            raise TypeError(f"return_scores must be True or False, got {type(value).__name__} "
+                            f"{value!r}")
+        return bool(value)
     return value

@@ -337,19 +337,12 @@ def layer_norm(cnp.ndarray x, object res, object gamma, object beta, double eps,
                   bp, eps, yp + r * n * isz)
 
 
-def embed_layer_norm(word, ids, types, tt, pos_table, pos, gamma, beta, eps, y, n_threads):
-    """Moved to fastattn._kernels._embedding.embed_layer_norm (this name stays until the models
-    call it there; imported at the call: _embedding cimports this module)."""
-    from fastattn._kernels._embedding import embed_layer_norm as moved
-    moved(word, ids, types, tt, pos_table, pos, gamma, beta, eps, y, n_threads)
-
-
 # ---------------------------------------------------------------- run-time facts, testing hook
 
 def openmp_enabled():
     return bool(FASTATTN_OPENMP_ENABLED)
 
 
-# the ISA state's functions (fastattn._kernels._simd), for the callers that still read them
-# here: fastattn/_ops.py (isa_level), bench/bench_gemm*.py and bench/ab_gemm.py (isa, set_isa)
+# the ISA state's functions (fastattn._kernels._simd), for bench/bench_gemm*.py and
+# bench/ab_gemm.py (which load older builds' _gemm too, where they lived)
 from fastattn._kernels._simd import isa, isa_level, set_isa  # noqa: E402

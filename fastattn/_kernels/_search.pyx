@@ -141,7 +141,3 @@ def topk_desc(x, k, out_idx=None, *, add=None, out_val=None, n_threads=1):
         sk_topk_rows(level, isz, xp, n, m, nseg, ap, kk, ip, vp, nthr0)
     return out_idx
 
-
-# the KV-cache row copy moved to fastattn._kernels._kv_cache; this name stays until
-# fastattn/generation/kv_cache.py calls it there
-from fastattn._kernels._kv_cache import copy_cache_rows  # noqa: E402

@@ -1,4 +1,5 @@
-"""Autoregressive decoding: KV cache, logits processors, greedy / beam / sampling search."""
+"""Autoregressive decoding: KV cache, logits processors, greedy / beam / sampling search,
+forced-decoding scores."""
 from .kv_cache import KVCache
 from .processors import build_processors
 from .search import Decoder, DecoderState, beam_search, generate, greedy_search, score

@@ -12,8 +12,6 @@ what it needs from the model here: ``generation_config`` (the checked checkpoint
 """
 import os
 
-import numpy as np
-
 from .._validation import check_generation_setting
 from ..io.huggingface import read_json
 
@@ -29,11 +27,11 @@ GENERATION_DEFAULTS = {
     "top_k": 50, "top_p": 1.0, "length_penalty": 1.0, "bad_words_ids": None,
     "forced_eos_token_id": None, "suppress_tokens": None, "renormalize_logits": False,
     "num_return_sequences": 1, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
-    "encoder_no_repeat_ngram_size": 0, "forced_bos_token_id": None,
+    "encoder_no_repeat_ngram_size": 0,
 }
 # generation fields we read (special ids are read too); any other field must keep its neutral value
 _SPECIAL_IDS = ("eos_token_id", "pad_token_id", "decoder_start_token_id", "bos_token_id",
-                "forced_eos_token_id", "forced_bos_token_id")
+                "forced_eos_token_id")
 _GEN_READ = set(GENERATION_DEFAULTS) | set(_SPECIAL_IDS)
 # fields with no effect on the tokens generated
 GEN_IGNORED = {
@@ -48,6 +46,7 @@ GEN_IGNORED = {
 }
 # fields that change the tokens and are not implemented: only their neutral values are accepted
 GEN_NEUTRAL = {
+    "forced_bos_token_id": (None,),
     "remove_invalid_values": (False, None), "exponential_decay_length_penalty": (None,),
     "begin_suppress_tokens": (None,), "typical_p": (1.0, None), "epsilon_cutoff": (0.0, None),
     "eta_cutoff": (0.0, None), "diversity_penalty": (0.0, None), "num_beam_groups": (1, None),
@@ -117,10 +116,15 @@ def read_generation_config(path, legacy):
 
 def resolve_settings(model, user, prefix_len=1):
     """Merge the arguments of generate (`user`), the checkpoint's generation config and
-    transformers' defaults into one checked dict. max_length and min_length count the decoder
-    prefix (`prefix_len` tokens: the start token, then any forced ones), as transformers does:
-    max_new_tokens / min_new_tokens and the default 20 new tokens are added to it, a
-    checkpoint's max_length / min_length are taken as they are."""
+    transformers' defaults into one checked dict.
+
+    `prefix_len` is the length of the decoder's forced prefix (1: the start token alone; P with
+    ``decoder_input_ids``). As in transformers, ``max_length`` counts the whole decoder sequence
+    (prefix included): ``max_new_tokens + prefix_len`` when max_new_tokens is given, else the
+    checkpoint's ``max_length``, else ``20 + prefix_len`` capped by the model's positions;
+    ``min_new_tokens`` likewise counts after the prefix. A ``max_length`` that leaves no room
+    after the prefix is a ValueError (as transformers), except ``max_new_tokens=0``, which
+    returns the prefix."""
     ckpt = model.generation_config
     p = {}
     for k, default in GENERATION_DEFAULTS.items():
@@ -139,11 +143,21 @@ def resolve_settings(model, user, prefix_len=1):
         p["max_length"] = check_generation_setting("max_new_tokens", mnt) + prefix_len
     elif ckpt.get("max_length") is not None:
         p["max_length"] = check_generation_setting("max_length", ckpt["max_length"])
+        if p["max_length"] <= prefix_len:
+            raise ValueError(f"decoder_input_ids has {prefix_len} positions (the start token "
+                             f"included), but the checkpoint's max_length is {p['max_length']}: "
+                             "no room for new tokens; pass max_new_tokens")
     else:
         p["max_length"] = min(GENERATION_DEFAULTS["max_length"] + prefix_len, limit)
     if p["max_length"] > limit:
-        raise ValueError(f"max_new_tokens / max_length ask for {p['max_length']} decoder "
-                         f"positions, more than max_position_embeddings={limit}")
+        what = "max_new_tokens / max_length" if prefix_len == 1 else \
+            f"decoder_input_ids ({prefix_len} positions) + max_new_tokens / max_length"
+        raise ValueError(f"{what} ask for {p['max_length']} decoder positions, more than "
+                         f"max_position_embeddings={limit}")
+    if p["max_length"] <= prefix_len and mnt is None:
+        raise ValueError(f"decoder_input_ids has {prefix_len} positions (the start token "
+                         f"included), more than max_position_embeddings={limit} allows before "
+                         "a new token")
     mn = user.get("min_new_tokens")
     if mn is None:
         mn = ckpt.get("min_new_tokens")
@@ -152,23 +166,22 @@ def resolve_settings(model, user, prefix_len=1):
     else:
         p["min_length"] = check_generation_setting("min_length", p["min_length"])
     for key in ("num_beams", "renormalize_logits", "early_stopping", "length_penalty",
-                "do_sample", "temperature", "top_p", "top_k", "num_return_sequences",
-                "repetition_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size"):
+                "do_sample", "temperature", "top_p", "top_k", "repetition_penalty",
+                "no_repeat_ngram_size", "encoder_no_repeat_ngram_size",
+                "num_return_sequences"):
         p[key] = check_generation_setting(key, p[key])
-    fb = p["forced_bos_token_id"]
-    if fb is not None and (isinstance(fb, (bool, np.bool_)) or not isinstance(fb, (int, np.integer))
-                           or not 0 <= fb < model.vocab_size):
-        raise ValueError(f"forced_bos_token_id must be a token id in [0, {model.vocab_size}), "
-                         f"got {fb!r}")
-    K, R = p["num_beams"], p["num_return_sequences"]
-    if R > 1 and K == 1 and not p["do_sample"]:
-        raise ValueError(f"num_return_sequences={R} needs num_beams >= {R} or do_sample=True "
-                         "(greedy search returns one sequence per source, as in transformers)")
-    if K > 1 and R > K:
-        raise ValueError(f"num_return_sequences={R} must be <= num_beams={K}")
     if p["num_beams"] > 1 and model.vocab_size < 2:
         raise ValueError(f"num_beams={p['num_beams']} needs a target vocabulary of at least 2 "
                          f"tokens, this model has {model.vocab_size}")
+    # transformers' GenerationConfig.validate
+    nrs = p["num_return_sequences"]
+    if nrs > 1 and p["num_beams"] == 1 and not p["do_sample"]:
+        raise ValueError(f"num_return_sequences={nrs}: greedy decoding (do_sample=False, "
+                         "num_beams=1) returns one sequence per source; use num_beams >= "
+                         "num_return_sequences or do_sample=True")
+    if p["num_beams"] > 1 and nrs > p["num_beams"]:
+        raise ValueError(f"num_return_sequences={nrs} must be <= num_beams={p['num_beams']} "
+                         "(beam search returns its best finished hypotheses)")
     for key, own in (("eos_token_id", model.eos_id), ("pad_token_id", model.pad_id)):
         p[key] = ckpt.get(key, own)
         if p[key] is None:

@@ -18,14 +18,14 @@ Rows of one source are contiguous (``group`` rows per source, beam j of source b
 
 Reordering (beam search) copies only the rows that change: row i takes row beam_idx[i]'s
 keys; a source row that is itself overwritten is first saved in a twin buffer (allocated on the
-first reorder). One C call copies every layer's moved rows (``_search.copy_cache_rows``: the
+first reorder). One C call copies every layer's moved rows (``_kv_cache.copy_cache_rows``: the
 buffers in parallel, each row's positions [:length] head by head, no temporary).
 Dropping finished sources compacts the rows in place (a forward copy of the rows that move).
 Nothing allocated per step grows with the step number.
 """
 import numpy as np
 
-from .._kernels import _search
+from .._kernels import _kv_cache
 from .._threads import _effective_n_threads
 
 __all__ = ["KVCache"]
@@ -127,7 +127,7 @@ class KVCache:
                     self._alt_v[layer] = np.empty_like(self.self_v[layer])
         # one C call for every layer's keys and values (buffers in parallel, GIL released):
         # save the rows that are read after being overwritten, then copy the moved rows
-        _search.copy_cache_rows(self.self_k + self.self_v, self._alt_k + self._alt_v, keep,
+        _kv_cache.copy_cache_rows(self.self_k + self.self_v, self._alt_k + self._alt_v, keep,
                                 moved, src, saved[src].astype(np.uint8), t,
                                 _effective_n_threads(self.n_threads))
 

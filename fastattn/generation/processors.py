@@ -1,31 +1,33 @@
 """Logits processors: one small object per decoding rule, applied in transformers' order.
 
-Each processor is called as ``scores = proc(sequences, scores)`` with
+Each processor is called as ``scores = proc(sequences, scores)`` (or, when it has
+``needs_sources``, ``proc(sequences, scores, sources)``; :func:`apply` does the dispatch) with
 
     sequences  (n, cur_len) int64   the decoder tokens so far (start token first), one per row
     scores     (n, V) float32       next-token scores of those rows (modified in place or replaced)
+    sources    (n,) int64           the source (input row) each row decodes
 
-The processors that read the tokens say so (``needs_history``: the repetition penalty, the
-n-gram rules, :class:`NoBadWords` with multi-token entries); for the others the search passes a
-zero-stride stand-in of the right shape, so that no per-step copy of the history is made.
-:class:`EncoderNoRepeatNGram` also needs each row's source (``needs_sources``): the search then
-calls it as ``proc(sequences, scores, sources)``.
+Processors that read the tokens say so (``needs_history``: :class:`NoBadWords` with multi-token
+entries, :class:`RepetitionPenalty`, :class:`NoRepeatNGram`, :class:`EncoderNoRepeatNGram`);
+for the others the search passes a zero-stride stand-in of the right shape, so that no per-step
+copy of the history is made.
 
-The order (``build_processors``) is transformers' ``_get_logits_processor`` restricted to the
-rules implemented here: repetition penalty, n-gram blocking (decoder, then encoder), bad words,
-minimum length (``min_length`` / ``min_new_tokens``), forced BOS, forced EOS at the length limit,
+The order (``build_processors``) is transformers' ``_get_logits_processor`` (5.x) restricted to
+the rules implemented here: repetition penalty, no-repeat n-grams, encoder no-repeat n-grams,
+bad words, minimum length (``min_length`` / ``min_new_tokens``), forced EOS at the length limit,
 suppressed tokens; when sampling then temperature, top-k, top-p; and ``renormalize_logits`` (a
 log-softmax) last.
 """
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from .._validation import check_generation_setting
 from ..functional import log_softmax
 
 __all__ = [
     "RepetitionPenalty", "NoRepeatNGram", "EncoderNoRepeatNGram", "NoBadWords", "MinLength",
-    "ForcedBOS", "ForcedEOS", "SuppressTokens", "Temperature", "TopK", "TopP", "Renormalize",
-    "build_processors", "history",
+    "ForcedEOS", "SuppressTokens", "Temperature", "TopK", "TopP",
+    "Renormalize", "apply", "build_processors", "history",
 ]
 
 _NEG_INF = -np.inf
@@ -45,77 +47,109 @@ def _token_list(ids, name, vocab):
 
 
 class RepetitionPenalty:
-    """Tokens already in the row's sequence (start token included) get their score divided by
-    `penalty` when positive, multiplied by it when negative (CTRL's rule, transformers'
-    ``repetition_penalty``), in float32."""
+    """transformers' ``repetition_penalty``: the score of every token already in the row's
+    decoder sequence (start token and forced prefix included) is divided by `penalty` where it
+    is > 0 (or 0) and multiplied by it where it is < 0, in float32 (the scores' dtype)."""
 
     needs_history = True
+    needs_sources = False
 
     def __init__(self, penalty):
         self.penalty = check_generation_setting("repetition_penalty", penalty)
 
     def __call__(self, seqs, scores):
-        p = scores.dtype.type(self.penalty)
-        for r in range(scores.shape[0]):
-            ids = np.unique(seqs[r])
-            ids = ids[ids < scores.shape[1]]
-            v = scores[r, ids]
-            scores[r, ids] = np.where(v < 0, v * p, v / p)
+        pen = scores.dtype.type(self.penalty)
+        got = np.take_along_axis(scores, seqs, axis=1)
+        got = np.where(got < 0, got * pen, got / pen)
+        # a token present several times gets the same value from each copy
+        np.put_along_axis(scores, seqs, got, axis=1)
         return scores
 
 
-def _banned_by_ngrams(tokens, prefix, n):
-    """The tokens that complete an n-gram of `tokens` (1-D) whose first n - 1 tokens are
-    `prefix` (n - 1 tokens)."""
-    if len(tokens) < n:
-        return np.empty(0, np.int64)
-    windows = np.lib.stride_tricks.sliding_window_view(tokens, n)
-    return windows[np.all(windows[:, :-1] == prefix, axis=1), -1]
+def _ngram_banned(seqs, n):
+    """(rows, tokens) of the banned (row, token) pairs: the tokens that would complete an n-gram
+    already present in the row's sequence (transformers' NoRepeatNGramLogitsProcessor)."""
+    cur = seqs.shape[1]
+    win = sliding_window_view(seqs, n, axis=1)                  # (rows, cur - n + 1, n), a view
+    match = np.ones(win.shape[:2], bool)
+    for j in range(n - 1):              # column by column: temporaries of rows x windows only
+        match &= win[:, :, j] == seqs[:, cur - n + 1 + j, None]
+    r, w = np.nonzero(match)
+    return r, win[r, w, n - 1]
 
 
 class NoRepeatNGram:
-    """No n-gram of `ngram_size` tokens occurs twice in a row's sequence (start token included):
-    a token that would complete an n-gram already present gets -inf."""
+    """transformers' ``no_repeat_ngram_size``: no n-gram occurs twice in a row's decoder
+    sequence (start token and forced prefix included): a token that would complete an n-gram
+    already present gets -inf."""
 
     needs_history = True
+    needs_sources = False
 
-    def __init__(self, ngram_size):
-        self.n = check_generation_setting("no_repeat_ngram_size", ngram_size)
-        if self.n < 1:
-            raise ValueError(f"no_repeat_ngram_size must be >= 1 here, got {ngram_size!r}")
+    def __init__(self, n):
+        self.n = check_generation_setting("no_repeat_ngram_size", n)
 
     def __call__(self, seqs, scores):
-        cur = seqs.shape[1]
-        if cur < self.n:
+        if seqs.shape[1] < self.n:
             return scores
-        for r in range(scores.shape[0]):
-            banned = _banned_by_ngrams(seqs[r], seqs[r, cur + 1 - self.n:], self.n)
-            scores[r, banned[banned < scores.shape[1]]] = _NEG_INF
+        r, tok = _ngram_banned(seqs, self.n)
+        scores[r, tok] = _NEG_INF
         return scores
 
 
+def _void_keys(a):
+    """Rows of an int64 array (m, k) as one opaque key each (k * 8 bytes), for sorting and
+    searching rows as wholes."""
+    a = np.ascontiguousarray(a, dtype=np.int64)
+    return a.view(np.dtype((np.void, 8 * a.shape[1]))).reshape(a.shape[0])
+
+
 class EncoderNoRepeatNGram:
-    """No n-gram of `ngram_size` tokens of the row's source (its input ids, padding included as
-    transformers has it) is completed in the output: a token that would complete one after the
-    row's last n - 1 tokens gets -inf."""
+    """transformers' ``encoder_no_repeat_ngram_size``: no n-gram of the source appears in the
+    output: where a row's last n - 1 tokens equal the first n - 1 of a source n-gram, that
+    n-gram's last token gets -inf (n = 1: every source token is banned).
+
+    `sources` lists each source's tokens, padding removed (the positions whose attention mask
+    is 1): unlike transformers, which takes n-grams over the padded input_ids rectangle
+    (padding tokens included), a source gives the same bans alone or padded in a batch. The
+    n-grams of all sources are kept in one table sorted by (source, prefix); each step looks its
+    rows' (source, last n - 1 tokens) up in it (binary search), so a step costs O(rows log n-grams)
+    whatever the source lengths."""
 
     needs_history = True
     needs_sources = True
 
-    def __init__(self, ngram_size, source_ids):
-        self.n = check_generation_setting("encoder_no_repeat_ngram_size", ngram_size)
-        if self.n < 1:
-            raise ValueError(f"encoder_no_repeat_ngram_size must be >= 1 here, got {ngram_size!r}")
-        self.sources = np.asarray(source_ids, dtype=np.int64)
+    def __init__(self, n, sources):
+        self.n = n = check_generation_setting("encoder_no_repeat_ngram_size", n)
+        keys, last = [], []
+        for b, toks in enumerate(sources):
+            toks = np.asarray(toks, dtype=np.int64)
+            if toks.size < n:
+                continue
+            w = sliding_window_view(toks, n)                      # (W, n)
+            keys.append(np.concatenate([np.full((w.shape[0], 1), b, np.int64), w[:, :-1]], 1))
+            last.append(w[:, -1])
+        if keys:
+            k = _void_keys(np.concatenate(keys))
+            order = np.argsort(k, kind="stable")
+            self.keys, self.last = k[order], np.concatenate(last)[order]
+        else:
+            self.keys, self.last = None, None
 
     def __call__(self, seqs, scores, sources):
         cur = seqs.shape[1]
-        if cur + 1 < self.n:
+        if self.keys is None or cur < self.n - 1:
             return scores
-        for r in range(scores.shape[0]):
-            prefix = seqs[r, cur + 1 - self.n:] if self.n > 1 else seqs[r, :0]
-            banned = _banned_by_ngrams(self.sources[sources[r]], prefix, self.n)
-            scores[r, banned[banned < scores.shape[1]]] = _NEG_INF
+        q = _void_keys(np.concatenate([np.asarray(sources, np.int64)[:, None],
+                                       seqs[:, cur - self.n + 1:]], 1))
+        lo = np.searchsorted(self.keys, q, "left")
+        hi = np.searchsorted(self.keys, q, "right")
+        cnt = hi - lo
+        if not cnt.any():
+            return scores
+        rows = np.repeat(np.arange(len(q)), cnt)
+        starts = np.repeat(lo - (np.cumsum(cnt) - cnt), cnt)
+        scores[rows, self.last[starts + np.arange(rows.size)]] = _NEG_INF
         return scores
 
 
@@ -146,6 +180,7 @@ class NoBadWords:
         self.single = np.array(sorted({w[0] for w in words if len(w) == 1}), dtype=np.int64)
         self.multi = [(np.array(w[:-1], dtype=np.int64), w[-1]) for w in words if len(w) > 1]
         self.needs_history = bool(self.multi)
+        self.needs_sources = False
 
     def __call__(self, seqs, scores):
         if self.single.size:
@@ -164,6 +199,7 @@ class MinLength:
     """Forbid EOS while the sequence (start token included) is shorter than `min_length`."""
 
     needs_history = False
+    needs_sources = False
 
     def __init__(self, min_length, eos_id):
         self.min_length = min_length
@@ -175,26 +211,11 @@ class MinLength:
         return scores
 
 
-class ForcedBOS:
-    """The first generated token is `token_id` (mBART-50, M2M100, NLLB: the target language):
-    every other token gets -inf while only the start token is in the sequence."""
-
-    needs_history = False
-
-    def __init__(self, token_id):
-        self.token_id = token_id
-
-    def __call__(self, seqs, scores):
-        if seqs.shape[1] == 1:
-            scores[...] = _NEG_INF
-            scores[:, self.token_id] = 0.0
-        return scores
-
-
 class ForcedEOS:
     """At the last position allowed by `max_length`, EOS gets 0 and every other token -inf."""
 
     needs_history = False
+    needs_sources = False
 
     def __init__(self, max_length, eos_id):
         self.max_length = max_length
@@ -211,6 +232,7 @@ class SuppressTokens:
     """Tokens that are never generated (score -inf)."""
 
     needs_history = False
+    needs_sources = False
 
     def __init__(self, ids, vocab):
         self.ids = np.array(sorted(set(_token_list(ids, "suppress_tokens", vocab))), np.int64)
@@ -222,6 +244,7 @@ class SuppressTokens:
 
 class Temperature:
     needs_history = False
+    needs_sources = False
 
     def __init__(self, temperature):
         self.temperature = check_generation_setting("temperature", temperature)
@@ -237,6 +260,7 @@ class TopK:
     """Keep the k highest scores (ties with the k-th kept too), -inf elsewhere."""
 
     needs_history = False
+    needs_sources = False
 
     def __init__(self, top_k, min_tokens_to_keep=1):
         if top_k == 0:
@@ -258,6 +282,7 @@ class TopP:
     """Nucleus filter: drop the lowest-probability tokens whose total mass is <= 1 - top_p."""
 
     needs_history = False
+    needs_sources = False
 
     def __init__(self, top_p, min_tokens_to_keep=1):
         self.p = check_generation_setting("top_p", top_p)
@@ -281,6 +306,7 @@ class Renormalize:
     """log_softmax of the processed scores (transformers' ``renormalize_logits``)."""
 
     needs_history = False
+    needs_sources = False
 
     def __call__(self, seqs, scores):
         return log_softmax(scores, out=scores)
@@ -294,22 +320,30 @@ def history(seqs, rows, cur, procs):
     return np.broadcast_to(np.int64(0), (len(rows), cur))
 
 
-def build_processors(p, vocab, eos_id, sampling_min_keep=1, source_ids=None):
+def apply(procs, seqs, scores, sources):
+    """Run `procs` in order over scores (n, V) of rows with token history `seqs` decoding
+    `sources` (n,)."""
+    for proc in procs:
+        scores = proc(seqs, scores, sources) if proc.needs_sources else proc(seqs, scores)
+    return scores
+
+
+def build_processors(p, vocab, eos_id, sampling_min_keep=1, sources=None):
     """The processor list for resolved generation settings `p` (a dict), in transformers' order.
-    source_ids (B, S): the encoder's input ids, for encoder_no_repeat_ngram_size."""
+    `sources`: each source's tokens without padding (for ``encoder_no_repeat_ngram_size``)."""
     procs = []
-    if p["repetition_penalty"] is not None and p["repetition_penalty"] != 1.0:
+    if p.get("repetition_penalty") not in (None, 1.0):
         procs.append(RepetitionPenalty(p["repetition_penalty"]))
-    if p["no_repeat_ngram_size"]:
+    if p.get("no_repeat_ngram_size"):
         procs.append(NoRepeatNGram(p["no_repeat_ngram_size"]))
-    if p["encoder_no_repeat_ngram_size"]:
-        procs.append(EncoderNoRepeatNGram(p["encoder_no_repeat_ngram_size"], source_ids))
+    if p.get("encoder_no_repeat_ngram_size"):
+        if sources is None:
+            raise ValueError("encoder_no_repeat_ngram_size needs the source token ids")
+        procs.append(EncoderNoRepeatNGram(p["encoder_no_repeat_ngram_size"], sources))
     if p["bad_words_ids"] is not None:
         procs.append(NoBadWords(p["bad_words_ids"], eos_id, vocab))
     if eos_id is not None and p["min_length"] > 0:
         procs.append(MinLength(p["min_length"], eos_id))
-    if p["forced_bos_token_id"] is not None:
-        procs.append(ForcedBOS(p["forced_bos_token_id"]))
     if p["forced_eos_token_id"] is not None:
         procs.append(ForcedEOS(p["max_length"], p["forced_eos_token_id"]))
     if p["suppress_tokens"] is not None:

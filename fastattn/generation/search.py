@@ -6,8 +6,13 @@ drop finished sources), so they are independent of the network and of the model 
 
 Semantics follow transformers' ``generate`` (``generation/utils.py``, 5.x), re-derived here:
 
-- decoding starts from ``[decoder_start_token_id]``; ``cur_len`` counts it. ``max_length``
-  bounds ``cur_len`` (``max_new_tokens + 1`` when given).
+- decoding starts from ``[decoder_start_token_id]``, or from a forced prefix
+  (``decoder_input_ids``, P tokens, the start token first: fed one position at a time through
+  the step API); ``cur_len`` counts it. ``max_length`` bounds ``cur_len`` (``max_new_tokens +
+  P`` when given); lengths in the beam search's length penalty count the tokens after the
+  prefix.
+- ``num_return_sequences`` = k: sampling decodes every source k times (k rows, source-major,
+  each with its own random stream); beam search returns its k best finished hypotheses.
 - greedy / sampling: scores = float32 logits of the last position -> processors -> argmax (or a
   draw from softmax). A row that produced EOS gets ``pad`` afterwards; decoding stops when every
   row has finished or ``cur_len == max_length``. Finished rows leave the step batch here (their
@@ -27,10 +32,10 @@ import numpy as np
 from .._kernels import _search
 from .._memory import check_plan
 from .._threads import _effective_n_threads
-from .._validation import check_generation_setting, check_option, check_token_ids, to_numpy
+from .._validation import check_generation_setting, check_labels, check_token_ids
 from ..functional import log_softmax
 from .config import resolve_settings
-from .processors import build_processors, history
+from .processors import apply, build_processors, history
 
 __all__ = ["Decoder", "DecoderState", "generate", "greedy_search", "beam_search", "score"]
 
@@ -50,8 +55,6 @@ class Decoder:
     -------
     check_sources(input_ids, attention_mask) -> (ids (B, S) int64, mask (B, S) bool)
         The checked source batch (a ValueError / TypeError naming the argument).
-    logits(input_ids, decoder_input_ids, attention_mask=None, n_threads=None) -> (B, T, vocab)
-        Teacher-forced logits (for :func:`score`).
     plan_bytes(n_sources, src_len, num_beams, max_length) -> int
         An upper bound of the bytes the model holds at once while decoding that (encoder,
         cache, a step's activations and logits), for the memory check before anything runs.
@@ -77,10 +80,26 @@ class Decoder:
         raise NotImplementedError
 
 
-def _search_bytes(B, K, T, V):
-    """The search's own arrays: token histories (running, finished and candidate beams, int64)
-    and a step's float32 scores with the processors' and sampling's copies."""
-    return B * K * T * 8 * 12 + B * K * V * 48
+def _search_bytes(B, K, T, V, S=0, enc_ngram=0):
+    """The search's own arrays: token histories (running, finished and candidate beams, int64,
+    with the processors' copies), a step's float32 scores with the processors', sampling's and
+    the score bookkeeping's copies, and the encoder n-gram table (B sources of S tokens)."""
+    table = 0
+    if enc_ngram and enc_ngram <= S:
+        table = B * (S - enc_ngram + 1) * (enc_ngram + 1) * 8 * 3
+    return B * K * T * 8 * 12 + B * K * V * 48 + table
+
+
+def _generate_plan(model, n_sources, src_len, max_length, num_beams=1, num_return_sequences=1,
+                   do_sample=False, encoder_no_repeat_ngram_size=0):
+    """The bytes generate plans before anything runs (what fastattn._memory.check_plan gets):
+    the model's decoding plan and the search's arrays. Sampling with num_return_sequences=k
+    decodes k rows per source (the source repeated k times: k x the encoder's and the cache's
+    rows); beam search returns k of its num_beams hypotheses (no more rows)."""
+    rows = n_sources * (num_return_sequences if num_beams == 1 and do_sample else 1)
+    return (model.plan_bytes(rows, src_len, num_beams, max_length)
+            + _search_bytes(rows, num_beams, max_length, model.vocab_size, src_len,
+                            encoder_no_repeat_ngram_size))
 
 
 class DecoderState:
@@ -113,112 +132,136 @@ class DecoderState:
         raise NotImplementedError
 
 
-# the settings generate takes as keywords (transformers' names), besides seed, n_threads,
-# decoder_input_ids, return_scores and streamer
+# the settings generate takes as keywords (transformers' names), besides seed and n_threads
 GENERATE_KWARGS = ("max_new_tokens", "min_new_tokens", "num_beams", "length_penalty",
                    "early_stopping", "suppress_tokens", "bad_words_ids", "do_sample",
                    "temperature", "top_k", "top_p", "repetition_penalty", "no_repeat_ngram_size",
-                   "encoder_no_repeat_ngram_size", "num_return_sequences", "forced_bos_token_id")
+                   "encoder_no_repeat_ngram_size", "num_return_sequences", "decoder_input_ids",
+                   "return_scores", "streamer")
 
 
-def _check_prefix(decoder_input_ids, B, start, vocab):
-    """The forced decoder prefix (B, P): the start token, then decoder_input_ids (transformers
-    prepends the start token unless every row already begins with it)."""
-    if decoder_input_ids is None:
-        return np.full((B, 1), start, np.int64)
-    pre = check_token_ids(decoder_input_ids, "decoder_input_ids", vocab)
-    if pre.shape[0] != B:
-        raise ValueError(f"decoder_input_ids has {pre.shape[0]} rows, input_ids {B}")
-    if pre.shape[1] == 0 or not np.all(pre[:, 0] == start):
-        pre = np.concatenate([np.full((B, 1), start, np.int64), pre], axis=1)
-    return pre
+def _decoder_prefix(dec, start, vocab):
+    """decoder_input_ids -> the forced prefix (B, P) int64, beginning with the start token.
+
+    As transformers: when no row begins with the decoder start token, it is prepended to every
+    row. A batch where some rows begin with it and others do not is a ValueError here
+    (transformers would take such rows as given only when at least one row has it, so a row's
+    result would depend on the others). Rectangular only: every row has the same prefix length
+    (ragged prefixes are not supported; a padded prefix would be forced as it is, padding
+    included)."""
+    a = check_token_ids(dec, "decoder_input_ids", vocab)
+    first = a[:, 0] == start if a.shape[1] else np.zeros(a.shape[0], bool)
+    if not first.any():
+        return np.concatenate([np.full((a.shape[0], 1), start, np.int64), a], axis=1)
+    if not first.all():
+        raise ValueError(f"decoder_input_ids: rows {np.flatnonzero(~first).tolist()} do not "
+                         f"begin with the decoder start token {start} and the others do; give "
+                         "every row with it or every row without it (then it is prepended)")
+    return np.array(a, dtype=np.int64, copy=True)
 
 
-def generate(model, input_ids, attention_mask=None, *, seed=None, n_threads=None,
-             decoder_input_ids=None, return_scores=False, streamer=None, **user):
+def _check_streamer(streamer, num_beams, rows):
+    if not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
+        raise TypeError(f"streamer must have put(token_ids) and end() methods (transformers' "
+                        f"streamer protocol), got {type(streamer).__name__}")
+    if num_beams > 1:
+        raise ValueError(f"`streamer` cannot be used with beam search (num_beams={num_beams}): "
+                         "use num_beams=1")
+    if rows != 1:
+        raise ValueError(f"streamer needs batch size 1 (one returned sequence), got {rows} rows "
+                         "(input_ids rows x num_return_sequences)")
+
+
+def generate(model, input_ids, attention_mask=None, *, seed=None, n_threads=None, **user):
     """transformers' ``generate`` over a :class:`Decoder` (see ``Seq2SeqTransformer.generate``).
 
-    Returns int64 (B * num_return_sequences, P + T): the decoder prefix (the start token, then
-    ``decoder_input_ids`` when given), the generated tokens, ``pad`` after a row's EOS; with
-    ``return_scores`` also float (B * num_return_sequences,): beam search's length-penalised
-    final scores (transformers' ``sequences_scores``), else the sum of the log-probabilities
-    (log-softmax of the processed scores) of each row's generated tokens up to its EOS.
-    ``streamer`` (batch 1, one beam): ``put`` with the prefix (1, P), then each new token (1,),
-    then ``end()`` (transformers' streamer protocol).
+    Besides the settings of :data:`GENERATE_KWARGS` read by :func:`resolve_settings`:
+
+    decoder_input_ids : int array (B, P), optional
+        A forced prefix: decoding continues after it (CTranslate2's ``target_prefix``). It
+        begins with the decoder start token (prepended when no row has it, as transformers);
+        ``max_new_tokens`` counts the tokens after it, ``max_length`` the whole sequence.
+        Rectangular: every row has the same prefix length.
+    num_return_sequences : int, default 1 (or the checkpoint's)
+        Beam search: the best ``num_return_sequences`` (<= num_beams) finished hypotheses of
+        each source, best first. Sampling: that many independent samples per source (sample j
+        of source b draws from its own random stream: sample 0 is what num_return_sequences=1
+        gives, and neither depends on the other sources nor on num_return_sequences). Greedy
+        without sampling: only 1. Rows are source-major: row ``b * k + j``.
+    return_scores : bool, default False
+        Return ``(ids, scores)``, scores float32 (rows,). Beam search: transformers'
+        ``sequences_scores``, the hypothesis' sum of processed log-probabilities divided by
+        ``generated_length ** length_penalty``. Greedy / sampling: the sum over the generated
+        tokens (up to and including EOS; not the padding after it) of the chosen token's
+        log-probability under the processed scores, ``log_softmax(processed)[token]``, computed
+        in float64 and rounded once: transformers'
+        ``compute_transition_scores(..., normalize_logits=True)`` summed over the same tokens.
+    streamer : object with ``put(token_ids)`` and ``end()``, optional
+        transformers' streamer protocol: ``put`` gets the prefix (an int64 array (1, P)), then
+        each new token (an int64 array (1,)), then ``end()`` is called. Batch size 1 and
+        num_beams=1 only (greedy or sampling).
     """
     for key in user:
         if key not in GENERATE_KWARGS:
             raise TypeError(f"generate() got an unexpected keyword argument {key!r}")
-    ids, mask = model.check_sources(input_ids, attention_mask)
-    B = ids.shape[0]
-    V = model.vocab_size
+    want_scores = bool(check_generation_setting("return_scores", user.get("return_scores")))
+    streamer = user.get("streamer")
     start = model.decoder_start_id
-    prefix = _check_prefix(decoder_input_ids, B, start, V)
-    P = prefix.shape[1]
-    p = resolve_settings(model, user, prefix_len=P)
-    return_scores = check_option(return_scores, "return_scores")
+    dec = user.get("decoder_input_ids")
+    prefix = None if dec is None else _decoder_prefix(dec, start, model.vocab_size)
+    P = 1 if prefix is None else prefix.shape[1]
+    p = resolve_settings(model, user, P)
+    ids, mask = model.check_sources(input_ids, attention_mask)
+    B, S = ids.shape
+    if prefix is None:
+        prefix = np.full((B, 1), start, np.int64)
+    elif prefix.shape[0] != B:
+        raise ValueError(f"decoder_input_ids has {prefix.shape[0]} rows, input_ids {B}")
     K, R = p["num_beams"], p["num_return_sequences"]
-    if K == 1 and R > 1:                     # sampling: every source R times, source-major
-        ids, mask, prefix = (np.repeat(a, R, axis=0) for a in (ids, mask, prefix))
-    n_src = ids.shape[0]
     if streamer is not None:
-        if K > 1 or n_src > 1:
-            raise ValueError("streamer works with one source and one beam (batch 1, "
-                             "num_beams=1, num_return_sequences=1), as in transformers")
-        for name in ("put", "end"):
-            if not callable(getattr(streamer, name, None)):
-                raise TypeError(f"streamer must have put() and end() methods (transformers' "
-                                f"streamer protocol), got {type(streamer).__name__}")
-    if p["max_length"] <= P:                                  # nothing to generate
+        _check_streamer(streamer, K, B * R)
+    if p["max_length"] <= P:                                  # max_new_tokens=0
+        out = np.repeat(prefix, R, axis=0)
         if streamer is not None:
-            streamer.put(prefix.copy())
+            streamer.put(out.copy())
             streamer.end()
-        out = prefix if K == 1 else np.repeat(prefix, R, axis=0)
-        return (out, np.zeros(len(out))) if return_scores else out
+        return (out, np.zeros(B * R, _F32)) if want_scores else out
+    V = model.vocab_size
     min_keep = 2 if K > 1 else 1
-    procs = build_processors(p, V, p["eos_token_id"], min_keep, source_ids=ids)
+    enc_n = p["encoder_no_repeat_ngram_size"]
+    sources = [ids[b][mask[b]] for b in range(B)] if enc_n else None
+    procs = build_processors(p, V, p["eos_token_id"], min_keep, sources)
     if p["do_sample"]:
         check_generation_setting("seed", seed)
         rng = np.random.SeedSequence(seed)
     else:
         rng = None
-    check_plan(model.plan_bytes(n_src, ids.shape[1], K, p["max_length"], chunk=P)
-               + _search_bytes(n_src, K, p["max_length"], V),
-               f"generate(input_ids {np.shape(input_ids)}, num_beams={K}, "
-               f"num_return_sequences={R}, max_new_tokens={p['max_length'] - P})")
-    state = model.start(ids, mask, num_beams=K, max_length=p["max_length"], n_threads=n_threads)
-    if K == 1:
-        seqs, scores = greedy_search(state, procs, p, n_src, rng, prefix, return_scores,
-                                     streamer)
-    else:
-        seqs, scores = beam_search(state, procs, p, n_src, K, rng, n_threads, prefix, R)
-    return (seqs, scores) if return_scores else seqs
-
-
-def score(model, input_ids, labels, attention_mask=None, *, n_threads=None):
-    """Per-token log-probabilities (B, T) float64 of `labels` (B, T) under forced decoding
-    (CTranslate2's ``score_batch``): the decoder is fed the start token then labels[:, :-1],
-    and position t gets log softmax(logits_t)[labels[t]], computed in float64. A label of -100
-    (transformers' ignore index) gives 0 there and feeds the pad id."""
-    ids, mask = model.check_sources(input_ids, attention_mask)
-    lab = np.asarray(to_numpy(labels))
-    if lab.dtype.kind not in "iu":
-        raise TypeError(f"labels must hold integer token ids, got dtype {lab.dtype}")
-    if lab.ndim == 1 and ids.shape[0] == 1:
-        lab = lab[None]
-    if lab.ndim != 2 or lab.shape[0] != ids.shape[0] or lab.shape[1] == 0:
-        raise ValueError(f"labels must be (batch {ids.shape[0]}, length >= 1), got shape "
-                         f"{lab.shape}")
-    ignore = lab == -100
-    real = np.where(ignore, model.pad_id, lab)
-    check_token_ids(real, "labels", model.vocab_size)       # -100 or a token id
-    dec = np.concatenate([np.full((lab.shape[0], 1), model.decoder_start_id, np.int64),
-                          real[:, :-1]], axis=1)
-    logits = model.logits(ids, dec, mask, n_threads=n_threads)           # (B, T, V)
-    lp = log_softmax(logits.astype(np.float64), n_threads=n_threads)
-    out = np.take_along_axis(lp, real[:, :, None].astype(np.int64), axis=2)[:, :, 0]
-    out[ignore] = 0.0
-    return out
+    max_len = p["max_length"]
+    what = f"generate(input_ids {ids.shape}, num_beams={K}, "
+    if R > 1:
+        what += f"num_return_sequences={R}, "
+    check_plan(_generate_plan(model, B, S, max_len, K, R, p["do_sample"], enc_n),
+               what + f"max_new_tokens={max_len - P})")
+    if K > 1:
+        state = model.start(ids, mask, num_beams=K, max_length=max_len, n_threads=n_threads)
+        return beam_search(state, procs, p, B, K, rng, n_threads, prefix=prefix,
+                           num_return_sequences=R, return_scores=want_scores)
+    streams = None
+    if R > 1:            # k samples per source: the source repeated, row b * k + j
+        ids, mask, prefix = (np.repeat(a, R, axis=0) for a in (ids, mask, prefix))
+        if rng is not None:
+            streams = []
+            for child in rng.spawn(B):
+                streams.append(np.random.default_rng(child))
+                streams.extend(np.random.default_rng(s) for s in child.spawn(R - 1))
+    state = model.start(ids, mask, num_beams=1, max_length=max_len, n_threads=n_threads)
+    try:
+        return greedy_search(state, procs, p, B * R, rng, prefix=prefix, streams=streams,
+                             sources=np.arange(B * R) // R, streamer=streamer,
+                             return_scores=want_scores)
+    finally:
+        if streamer is not None:
+            streamer.end()
 
 
 def _scores_f32(logits):
@@ -226,43 +269,49 @@ def _scores_f32(logits):
     return logits if logits.dtype == _F32 else logits.astype(_F32)
 
 
-def _process(procs, hist, scores, sources):
-    for proc in procs:
-        scores = proc(hist, scores, sources) if getattr(proc, "needs_sources", False) \
-            else proc(hist, scores)
-    return scores
+def _chosen_logprob(scores, tokens):
+    """log_softmax(scores)[i, tokens[i]] in float64 (the processed scores of a step)."""
+    lp = log_softmax(scores.astype(np.float64))
+    return lp[np.arange(tokens.size), tokens]
 
 
-def greedy_search(state, procs, p, B, rng, prefix=None, return_scores=False, streamer=None):
-    """Greedy (or, with `rng`, multinomial) decoding -> (int64 (B, P + T), scores or None):
-    the prefix (default the start token), then the tokens."""
+def greedy_search(state, procs, p, B, rng=None, *, prefix=None, streams=None, sources=None,
+                  streamer=None, return_scores=False):
+    """Greedy (or, with `rng` / `streams`, multinomial) decoding -> int64 (B, P + T), with
+    `return_scores` also the float32 (B,) sums of the chosen tokens' log-probabilities.
+
+    prefix (B, P): the forced decoder prefix (default: the start token). streams: one NumPy
+    Generator per row (default: spawned from the SeedSequence `rng`, row b drawing from child
+    b). sources (B,): the source of each row, for the processors that read it."""
     max_len, eos, pad = p["max_length"], p["eos_token_id"], p["pad_token_id"]
     if prefix is None:
         prefix = np.full((B, 1), p["decoder_start_token_id"], np.int64)
     P = prefix.shape[1]
-    seqs = np.full((B, max_len), pad, np.int64)               # every row's tokens, prefix first
+    seqs = np.full((B, max_len), pad, np.int64)               # every row's tokens, start first
     seqs[:, :P] = prefix
+    if sources is None:
+        sources = np.arange(B)
     active = np.arange(B)                                      # source row of each cache row
-    streams = None
-    if rng is not None:
+    if streams is None and rng is not None:
         # one generator per source row: a row's draws do not depend on the rest of the batch
         streams = [np.random.default_rng(s) for s in rng.spawn(B)]
-    totals = np.zeros(B) if return_scores else None
+    total = np.zeros(B) if return_scores else None
     if streamer is not None:
         streamer.put(prefix.copy())
+    for t in range(P - 1):                                     # the prefix: logits not needed
+        state.step(seqs[:, t])
     cur = P
-    tokens = prefix if P > 1 else prefix[:, 0].copy()
+    tokens = seqs[:, P - 1].copy()
     while True:
         scores = _scores_f32(state.step(tokens))               # (n, V)
         hist = history(seqs, active, cur, procs)
-        scores = _process(procs, hist, scores, active)
+        scores = apply(procs, hist, scores, sources[active])
         if streams is None:
             nxt = np.argmax(scores, axis=1)
         else:
             nxt = _draw(scores, [streams[r] for r in active])
-        if totals is not None:
-            lsm = log_softmax(scores)
-            totals[active] += lsm[np.arange(len(nxt)), nxt]
+        if return_scores:
+            total[active] += _chosen_logprob(scores, nxt)
         seqs[active, cur] = nxt
         if streamer is not None:
             streamer.put(nxt.copy())
@@ -278,9 +327,8 @@ def greedy_search(state, procs, p, B, rng, prefix=None, return_scores=False, str
             active = active[keep]
             nxt = nxt[keep]
         tokens = nxt
-    if streamer is not None:
-        streamer.end()
-    return seqs[:, :cur], totals
+    out = seqs[:, :cur]
+    return (out, total.astype(_F32)) if return_scores else out
 
 
 def _check_sampling_scores(scores):
@@ -344,10 +392,14 @@ def _sample_desc(acc, k, gens):
     return out
 
 
-def beam_search(state, procs, p, B, K, rng=None, n_threads=None, prefix=None, n_return=1):
-    """Beam search with transformers' semantics -> (int64 (B * n_return, P + T), float32
-    (B * n_return,) scores): each source's n_return best finished hypotheses, best first.
+def beam_search(state, procs, p, B, K, rng=None, n_threads=None, *, prefix=None,
+                num_return_sequences=1, return_scores=False):
+    """Beam search with transformers' semantics -> int64 (B * num_return_sequences, P + T):
+    the best `num_return_sequences` finished hypotheses of each source, best first; with
+    `return_scores` also their float32 scores (transformers' ``sequences_scores``).
 
+    prefix (B, P): the forced decoder prefix (default: the start token); lengths for the
+    length penalty count the tokens after it (transformers' ``decoder_prompt_len``).
     With `rng` (a SeedSequence; do_sample=True), the 2 * num_beams candidates of each source are
     sampled instead of taken best-first (beam sampling), source b drawing from stream b."""
     streams = None if rng is None else [np.random.default_rng(s) for s in rng.spawn(B)]
@@ -364,13 +416,13 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None, prefix=None, n_
     run_score[:, 1:] = _BIG
     fin_seq = run_seq.copy()                                  # finished hypotheses
     fin_score = np.full((B, K), _BIG, _F32)
-    fin_len = np.zeros((B, K), np.int64)                      # generated tokens per hypothesis
+    fin_len = np.zeros((B, K), np.int64)                      # a hypothesis' length (prefix in)
     fin_done = np.zeros((B, K), bool)                         # slot holds a finished hypothesis
     open_ = np.ones(B, bool)                                  # early-stop heuristic unsatisfied
     active = np.arange(B)
-    tokens = np.repeat(prefix, K, axis=0)                     # (B*K, P): every beam's prefix
-    if P == 1:
-        tokens = tokens[:, 0]
+    for t in range(P - 1):                                    # the prefix: logits not needed
+        state.step(np.repeat(prefix[:, t], K))
+    tokens = np.repeat(prefix[:, P - 1], K)
     cur = P
     top_mask = np.zeros(K2, bool)
     top_mask[:K] = True
@@ -381,9 +433,9 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None, prefix=None, n_
         V = logits.shape[1]
         lprobs = log_softmax(logits, out=logits if logits.flags.writeable else None,
                              n_threads=nthr)
-        rows = (active[:, None] * K + np.arange(K)).reshape(-1)
-        hist = history(run_seq.reshape(B * K, max_len), rows, cur, procs)
-        lprobs = _process(procs, hist, lprobs, rows // K)
+        hist = history(run_seq.reshape(B * K, max_len),
+                       (active[:, None] * K + np.arange(K)).reshape(-1), cur, procs)
+        lprobs = apply(procs, hist, lprobs, np.repeat(active, K))
         if streams is None:
             # acc = lprobs + running score (float32, one rounding), read by the selection
             # without being stored: the top 2K of each source over its K * V candidates
@@ -419,7 +471,7 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None, prefix=None, n_
         cand = cand + (~just).astype(_F32) * _BIG
         m_score = np.concatenate([fin_score[active], cand], axis=1)          # (n, 3K)
         m_seq = np.concatenate([fin_seq[active], cand_seq], axis=1)
-        m_len = np.concatenate([fin_len[active], np.full((n, K2), cur + 1 - P, np.int64)], axis=1)
+        m_len = np.concatenate([fin_len[active], np.full((n, K2), cur + 1, np.int64)], axis=1)
         m_done = np.concatenate([fin_done[active], just], axis=1)
         sel = _topk_desc(m_score, K)
         fin_score[active] = np.take_along_axis(m_score, sel, axis=1)
@@ -453,6 +505,70 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None, prefix=None, n_
             state.select_sources(keep)
             active = active[keep]
         tokens = run_seq[active, :, cur - 1].reshape(-1)
-    T = int(fin_len[:, :n_return].max())
-    seqs = fin_seq[:, :n_return, :P + T].reshape(B * n_return, P + T).copy()
-    return seqs, fin_score[:, :n_return].reshape(-1).copy()
+    R = num_return_sequences
+    L = max(P, int(fin_len[:, :R].max()))
+    out = fin_seq[:, :R, :L].reshape(B * R, L).copy()
+    return (out, fin_score[:, :R].reshape(-1).copy()) if return_scores else out
+
+
+def score(model, input_ids, labels, attention_mask=None, n_threads=None):
+    """Per-token log-probabilities of `labels` under forced decoding (CTranslate2's
+    ``score_batch``) over a :class:`Decoder`.
+
+    The decoder is fed ``[decoder_start] + labels[:, :-1]`` (transformers'
+    ``shift_tokens_right``: a -100 fed back becomes ``pad_id``) and position t scores
+    ``labels[:, t]``: ``log_softmax(logits)[labels[:, t]]``, the log-softmax in float64 of the
+    model's logits (no logits processor). The start token is not scored: position 0 is the
+    first label.
+
+    Parameters
+    ----------
+    input_ids : int array (B, S)
+    labels : int array (B, T)
+        Target token ids; -100 marks positions to ignore (transformers' convention for
+        padding labels): they score 0.0, and a row stops being decoded after its last
+        non-ignored label. Sum a row for its sequence log-probability.
+    attention_mask : array (B, S), optional (default: positions holding ``pad_id`` are padding)
+    n_threads : int, optional
+
+    Returns
+    -------
+    ndarray float64 (B, T). A row's values do not depend on the other rows or the thread count.
+    """
+    ids, mask = model.check_sources(input_ids, attention_mask)
+    B, S = ids.shape
+    lab = check_labels(labels, B, model.vocab_size, model.max_decoder_positions)
+    T = lab.shape[1]
+    out = np.zeros((B, T), np.float64)
+    ignore = lab == -100
+    counted = ~ignore
+    if T == 0 or not counted.any():
+        return out
+    V = model.vocab_size
+    dec = np.empty((B, T), np.int64)
+    dec[:, 0] = model.decoder_start_id
+    dec[:, 1:] = np.where(ignore[:, :-1], model.pad_id, lab[:, :-1])
+    # the last position each row scores (-1: none)
+    last = np.where(counted.any(axis=1), T - 1 - np.argmax(counted[:, ::-1], axis=1), -1)
+    check_plan(model.plan_bytes(B, S, 1, T) + B * T * 8 * 3 + B * V * 8 * 3,
+               f"score(input_ids {ids.shape}, labels {lab.shape})")
+    state = model.start(ids, mask, num_beams=1, max_length=T, n_threads=n_threads)
+    nthr = _effective_n_threads(n_threads)
+    active = np.arange(B)
+    if (last < 0).any():                                      # nothing to score: leave now
+        active = np.flatnonzero(last >= 0)
+        state.select_sources(active)
+    for t in range(T):
+        logits = state.step(dec[active, t])
+        lp = log_softmax(logits.astype(np.float64), n_threads=nthr)
+        tok = lab[active, t]
+        ok = np.flatnonzero(tok >= 0)
+        out[active[ok], t] = lp[ok, tok[ok]]
+        done = last[active] <= t
+        if done.all():
+            break
+        if done.any():
+            keep = np.flatnonzero(~done)
+            state.select_sources(keep)
+            active = active[keep]
+    return out

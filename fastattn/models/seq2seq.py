@@ -656,7 +656,7 @@ class Seq2SeqTransformer:
         """Per-token log-probabilities (B, T) float64 of `labels` (B, T) given the sources
         (forced decoding, CTranslate2's ``score_batch``): see
         :func:`fastattn.generation.search.score` (a label of -100 is ignored and scores 0)."""
-        return score(self, input_ids, labels, attention_mask, n_threads=n_threads)
+        return score(self, input_ids, labels, attention_mask, n_threads)
 
     def generate(self, input_ids, attention_mask=None, *, do_sample=False, **kwargs):
         """Generate target token ids (transformers' ``generate`` semantics).
@@ -687,8 +687,8 @@ class Seq2SeqTransformer:
             <= num_beams; sampling: independent samples), source-major as transformers.
         decoder_input_ids : int array (B, P), optional
             A forced prefix (CTranslate2's target_prefix): decoding continues after it; the
-            start token is prepended unless every row begins with it. max_new_tokens counts
-            after the prefix.
+            start token is prepended when no row begins with it (a mix is a ValueError).
+            max_new_tokens counts after the prefix.
         return_scores : bool
             Also return the scores (see below).
         streamer : object with put() and end(), optional
@@ -701,9 +701,10 @@ class Seq2SeqTransformer:
         ndarray int64 (B * num_return_sequences, P + T): the prefix (the start token, then any
         decoder_input_ids), then the generated tokens, ``pad_id`` after a row's EOS; T is the
         longest row's length. With ``return_scores=True``, ``(ids, scores)``: beam search's
-        ``sequences_scores`` (the length-penalised score of each hypothesis, float32), or for
-        greedy search and sampling the sum of the generated tokens' log-probabilities (the
-        log-softmax of the processed scores, up to and including EOS; float64).
+        ``sequences_scores`` (the length-penalised score of each hypothesis), or for greedy
+        search and sampling the sum of the generated tokens' log-probabilities (the log-softmax
+        of the processed scores, up to and including EOS); float32. The full list of settings:
+        :func:`fastattn.generation.search.generate`.
         """
         return generate(self, input_ids, attention_mask, do_sample=do_sample, **kwargs)
 

@@ -5,11 +5,11 @@
 - Marian: ``sqrt(d) * token[ids] + sinusoid[t0 + t]`` (a fixed table, no norm);
 - BERT: ``LayerNorm(token[ids] + token_type[types] + position[pos])`` with learned positions,
   computed in one C pass (the rows gathered, summed in that order and normalised:
-  ``_kernels/_gemm.pyx``'s ``embed_layer_norm``).
+  ``_kernels/_embedding.pyx``'s ``embed_layer_norm``).
 """
 import numpy as np
 
-from .._kernels import _gemm as _g
+from .._kernels import _embedding as _emb
 from .._threads import _effective_n_threads
 from .._validation import check_dtype, check_eps, check_positive_int, check_real
 from ._module import _init_for, _Module
@@ -104,7 +104,7 @@ class Embedding(_Module):
             if tt is not None:
                 tt = np.ascontiguousarray(tt, dtype=np.intp)
             y = np.empty((flat.shape[0], d), dtype=self.dtype)
-            _g.embed_layer_norm(self._params["weight"], flat, types, tt, table, pos,
+            _emb.embed_layer_norm(self._params["weight"], flat, types, tt, table, pos,
                                 self.norm._params["weight"], self.norm._params.get("bias"),
                                 self.norm.eps, y, _effective_n_threads(n_threads))
             return y

@@ -151,8 +151,8 @@ def test_checkpoint_errors(tmp_path, checkpoint):
     with pytest.raises(ValueError, match="surprise_field"):
         fastattn.Seq2SeqTransformer.from_pretrained(bad)
     _write(bad, "config.json", cfg)
-    _write(bad, "generation_config.json", {"diversity_penalty": 0.5})
-    with pytest.raises(ValueError, match="diversity_penalty"):
+    _write(bad, "generation_config.json", {"typical_p": 0.5})
+    with pytest.raises(ValueError, match="typical_p"):
         fastattn.Seq2SeqTransformer.from_pretrained(bad)
     os.remove(bad / "generation_config.json")
     os.remove(bad / "model.safetensors")

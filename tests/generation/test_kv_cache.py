@@ -49,17 +49,17 @@ def test_reorder_any_thread_count_and_positions_past_length_untouched(n_threads)
 
 
 def test_copy_cache_rows_rejects_bad_arguments():
-    from fastattn._kernels import _search
+    from fastattn._kernels import _kv_cache
     buf = np.zeros((4, 2, 6, 3), np.float32)
     i64 = lambda *v: np.array(v, np.int64)
     with pytest.raises(ValueError, match="row indices"):
-        _search.copy_cache_rows([buf], [None], i64(), i64(0), i64(4), np.zeros(1, np.uint8), 3, 1)
+        _kv_cache.copy_cache_rows([buf], [None], i64(), i64(0), i64(4), np.zeros(1, np.uint8), 3, 1)
     with pytest.raises(ValueError, match="max_len"):
-        _search.copy_cache_rows([buf], [None], i64(), i64(0), i64(1), np.zeros(1, np.uint8), 7, 1)
+        _kv_cache.copy_cache_rows([buf], [None], i64(), i64(0), i64(1), np.zeros(1, np.uint8), 7, 1)
     with pytest.raises(ValueError, match="twin"):
-        _search.copy_cache_rows([buf], [None], i64(1), i64(0), i64(1), np.ones(1, np.uint8), 3, 1)
+        _kv_cache.copy_cache_rows([buf], [None], i64(1), i64(0), i64(1), np.ones(1, np.uint8), 3, 1)
     with pytest.raises(ValueError, match="shape and dtype"):
-        _search.copy_cache_rows([buf, buf.astype(np.float64)], [None, None], i64(), i64(0),
+        _kv_cache.copy_cache_rows([buf, buf.astype(np.float64)], [None, None], i64(), i64(0),
                                 i64(1), np.zeros(1, np.uint8), 3, 1)
 
 

@@ -402,7 +402,7 @@ def test_embedding_layer_is_the_step_by_step_ops(tmp_path, dtype, model_type):
 def test_embedding_kernel_refuses_bad_indexes():
     """The C embedding layer checks its own indexes and layouts (a ValueError, never a read
     outside a table), whatever its caller validated."""
-    from fastattn._kernels import _gemm
+    from fastattn._kernels import _embedding
     rng = np.random.default_rng(0)
     word = rng.standard_normal((10, 8)).astype(np.float32)
     types = rng.standard_normal((2, 8)).astype(np.float32)
@@ -410,7 +410,7 @@ def test_embedding_kernel_refuses_bad_indexes():
     g, b = np.ones(8, np.float32), np.zeros(8, np.float32)
     y = np.empty((3, 8), np.float32)
     idx = lambda *v: np.array(v, dtype=np.intp)
-    _gemm.embed_layer_norm(word, idx(0, 9, 3), types, idx(0, 1, 1), posn, idx(0, 1, 5), g, b,
+    _embedding.embed_layer_norm(word, idx(0, 9, 3), types, idx(0, 1, 1), posn, idx(0, 1, 5), g, b,
                            1e-5, y, 2)
     want = fastattn.layer_norm(word[[0, 9, 3]] + types[[0, 1, 1]] + posn[[0, 1, 5]], g, b, 1e-5)
     np.testing.assert_array_equal(y, want)
@@ -429,13 +429,13 @@ def test_embedding_kernel_refuses_bad_indexes():
     for args, match in cases:
         if match is None:                  # a reversed (negative-stride) index array
             with pytest.raises(ValueError, match="contiguous 1-D"):
-                _gemm.embed_layer_norm(*args, g, b, 1e-5, y, 2)
+                _embedding.embed_layer_norm(*args, g, b, 1e-5, y, 2)
             continue
         with pytest.raises(ValueError, match=match):
-            _gemm.embed_layer_norm(*args, g, b, 1e-5, y, 2)
+            _embedding.embed_layer_norm(*args, g, b, 1e-5, y, 2)
     with pytest.raises(ValueError, match="output must be a 2-D array"):
-        _gemm.embed_layer_norm(word, idx(0, 1, 2), None, None, posn, idx(0, 1, 2), g, b, 1e-5,
+        _embedding.embed_layer_norm(word, idx(0, 1, 2), None, None, posn, idx(0, 1, 2), g, b, 1e-5,
                                y.reshape(-1), 2)
     with pytest.raises(ValueError, match="gamma and beta"):
-        _gemm.embed_layer_norm(word, idx(0, 1, 2), None, None, posn, idx(0, 1, 2), g[:4], b,
+        _embedding.embed_layer_norm(word, idx(0, 1, 2), None, None, posn, idx(0, 1, 2), g[:4], b,
                                1e-5, y, 2)

@@ -105,6 +105,17 @@ CASES = [
     ("s2s().generate(ids, n_threads='2')", "TypeError", "n_threads"),
     ("s2s().generate(ids, bad_words_ids=[[200]])", "ValueError", "bad_words_ids"),
     ("s2s().generate(ids, suppress_tokens=list(range(97)))", "ValueError", "suppress_tokens"),
+    # decoding controls
+    ("s2s().generate(ids, do_sample=True, num_return_sequences=10**9, max_new_tokens=2)",
+     "MemoryError", "num_return_sequences"),
+    ("s2s().generate(ids, num_beams=2, num_return_sequences=3)", "ValueError",
+     "num_return_sequences"),
+    ("s2s().generate(ids, repetition_penalty=float('nan'))", "ValueError", "repetition_penalty"),
+    ("s2s().generate(ids, no_repeat_ngram_size=10**12, encoder_no_repeat_ngram_size=10**12)",
+     "ok", ""),
+    ("s2s().generate(ids, decoder_input_ids=np.ones((2, 70), int))", "ValueError",
+     "decoder_input_ids"),
+    ("fastattn.generation.score(s2s(), ids, np.full((2, 70), 5))", "ValueError", "labels"),
     # encode / logits
     ("s2s().encode(np.array([[5, 200]]))", "ValueError", "input_ids"),
     (f"s2s().encode({HUGE_IDS})", "MemoryError", "input_ids"),
@@ -223,7 +234,7 @@ def rss(key):
         if ln.startswith(key):
             return int(ln.split()[1]) * 1024
 cfg = json.loads(sys.argv[1])
-from fastattn.generation.search import _search_bytes
+from fastattn.generation.search import _generate_plan
 if cfg["kind"] == "encoder":
     m = fastattn.EncoderModel.from_pretrained(os.environ["ENC_DIR"])
     x = np.random.default_rng(0).integers(2, 60, size=(cfg["B"], cfg["S"]))
@@ -242,12 +253,11 @@ else:
         plan = m.plan_bytes(cfg["B"], cfg["S"], 1, T, chunk=T) + cfg["B"] * T * cfg["V"] * 4
         call = lambda: m.logits(x, y)
     else:
-        R = cfg.get("returns", 1)
-        n = cfg["B"] * (R if K == 1 else 1)
-        plan = m.plan_bytes(n, cfg["S"], K, T) + _search_bytes(n, K, T, cfg["V"])
+        kw = cfg.get("kw", {})
+        plan = _generate_plan(m, cfg["B"], cfg["S"], T, K, kw.get("num_return_sequences", 1),
+                              cfg.get("sample", False), kw.get("encoder_no_repeat_ngram_size", 0))
         call = lambda: m.generate(x, max_new_tokens=cfg["new"], min_new_tokens=cfg["new"],
-                                  num_beams=K, do_sample=cfg.get("sample", False), seed=0,
-                                  num_return_sequences=R)
+                                  num_beams=K, do_sample=cfg.get("sample", False), seed=0, **kw)
 before = rss("VmRSS")
 open("/proc/self/clear_refs", "w").write("5")     # the peak := now
 out = call()
@@ -264,8 +274,13 @@ PLAN_CASES = [
      "sample": True},
     {"kind": "generate", "V": 4000, "d": 256, "B": 8, "S": 200, "beams": 6, "new": 120},
     {"kind": "logits", "V": 16000, "d": 128, "B": 16, "S": 120, "beams": 1, "new": 100},
-    {"kind": "generate", "V": 12000, "d": 64, "B": 12, "S": 40, "beams": 1, "new": 30,
-     "sample": True, "returns": 4},
+    # decoding controls: k samples per source are k rows; scores, penalties, n-gram bans
+    {"kind": "generate", "V": 20000, "d": 64, "B": 8, "S": 30, "beams": 1, "new": 30,
+     "sample": True, "kw": {"num_return_sequences": 4, "return_scores": True,
+                            "repetition_penalty": 1.2, "no_repeat_ngram_size": 2}},
+    {"kind": "generate", "V": 8000, "d": 128, "B": 16, "S": 100, "beams": 4, "new": 40,
+     "kw": {"num_return_sequences": 2, "no_repeat_ngram_size": 3, "return_scores": True,
+            "encoder_no_repeat_ngram_size": 2}},
 ]
 SLACK = 24 << 20       # the interpreter's own: NumPy temporaries, OpenMP thread stacks
 
