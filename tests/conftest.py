@@ -6,6 +6,13 @@ import pytest
 
 import fastattn
 
+# Child interpreters (fresh-process tests, the fuzz harness) import the fastattn under test:
+# the one this process imported (an in-place build or the installed wheel), not whichever
+# another entry of sys.path would give them.
+_UNDER_TEST = os.path.dirname(os.path.dirname(os.path.abspath(fastattn.__file__)))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [_UNDER_TEST] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
 
 def pytest_report_header(config):
     import io
