@@ -68,14 +68,11 @@ def _child(args):
               f"{lib.get('version')} arch={lib.get('architecture')} "
               f"threads={lib.get('num_threads')}")
 
-    cfg = transformers.BertConfig(vocab_size=30522, hidden_size=384, num_hidden_layers=6,
-                                  num_attention_heads=12, intermediate_size=1536,
-                                  hidden_act="gelu", layer_norm_eps=1e-12,
-                                  max_position_embeddings=512, type_vocab_size=2)
-    torch.manual_seed(0)
-    tm = transformers.BertModel(cfg, add_pooling_layer=False).eval()
+    # the MiniLM-shaped random checkpoint `fastattn bench --models` uses too
+    from fastattn.benchmark._checkpoints import write_bert
     tmp = tempfile.mkdtemp(prefix="bench_encoder_")
-    tm.save_pretrained(tmp)
+    write_bert(tmp, seed=0)
+    tm = transformers.BertModel.from_pretrained(tmp, add_pooling_layer=False).eval()
     fm = fastattn.EncoderModel.from_pretrained(tmp)
 
     ort_sess = None

@@ -59,55 +59,17 @@ def loadavg():
 
 
 def build_checkpoint(path, seed=0):
-    """Write the random base-shape Marian (and its CTranslate2 conversion) once."""
-    import torch
-    from transformers import GenerationConfig, MarianConfig, MarianMTModel
-    cfg = MarianConfig(vocab_size=VOCAB, decoder_vocab_size=VOCAB, d_model=D_MODEL,
-                       encoder_layers=LAYERS, decoder_layers=LAYERS,
-                       encoder_attention_heads=HEADS, decoder_attention_heads=HEADS,
-                       encoder_ffn_dim=FFN, decoder_ffn_dim=FFN, max_position_embeddings=512,
-                       pad_token_id=PAD, decoder_start_token_id=PAD, eos_token_id=EOS,
-                       forced_eos_token_id=None, activation_function="swish",
-                       scale_embedding=True, share_encoder_decoder_embeddings=True,
-                       tie_word_embeddings=True)
-    torch.manual_seed(seed)
-    model = MarianMTModel(cfg).eval()
-    g = torch.Generator().manual_seed(seed + 1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "embed_positions" in name:
-                continue
-            if p.ndim == 2 and "embed" not in name and "shared" not in name:
-                p.copy_(torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5)
-            elif "layer_norm" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
-            elif p.ndim == 1:
-                p.copy_(0.2 * torch.randn(p.shape, generator=g))
-            else:
-                p.copy_(0.3 * torch.randn(p.shape, generator=g))
-        model.model.shared.weight[PAD] = 0      # CTranslate2 starts the decoder from zeros
-        model.final_logits_bias.copy_(torch.randn(model.final_logits_bias.shape, generator=g))
-    model.save_pretrained(path)
-    GenerationConfig(decoder_start_token_id=PAD, eos_token_id=EOS, pad_token_id=PAD).save_pretrained(path)
+    """Write the random base-shape Marian once (fastattn.benchmark._checkpoints.write_marian,
+    shared with `fastattn bench --models`)."""
+    from fastattn.benchmark._checkpoints import write_marian
+    write_marian(path, seed=seed, vocab_size=VOCAB, d_model=D_MODEL, layers=LAYERS, heads=HEADS,
+                 ffn=FFN)
 
 
 def convert_ct2(hf_path, out_path):
-    import ctranslate2
-
-    class _Vocab:
-        """The converter reads special tokens and the vocabulary from a tokenizer."""
-        eos_token, unk_token = "t0", "t1"
-
-        def get_vocab(self):
-            v = {f"t{i}": i for i in range(VOCAB - 1)}
-            v["<pad>"] = VOCAB - 1
-            return v
-
-    class _Converter(ctranslate2.converters.TransformersConverter):
-        def load_tokenizer(self, *args, **kwargs):
-            return _Vocab()
-
-    _Converter(hf_path).convert(out_path, force=True)
+    """CTranslate2's conversion (fastattn.benchmark._checkpoints.write_ct2_marian)."""
+    from fastattn.benchmark._checkpoints import write_ct2_marian
+    write_ct2_marian(hf_path, out_path)
 
 
 def median_min(xs):

@@ -39,6 +39,7 @@ from .nn import (FeedForward, LayerNorm, Linear, MultiHeadAttention, PositionalE
                  Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
                  TransformerEncoderLayer, sinusoidal_positions)
 from .models import EncoderModel, Seq2SeqTransformer
+from .text import SentenceEncoder, Translator
 
 __all__ = [
     "__version__",
@@ -60,4 +61,7 @@ __all__ = [
     "models",
     "EncoderModel",
     "Seq2SeqTransformer",
+    # text in, text out (fastattn.text)
+    "Translator",
+    "SentenceEncoder",
 ]

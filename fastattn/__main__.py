@@ -1,6 +1,9 @@
 """The `fastattn` command (also `python -m fastattn`).
 
-  fastattn bench [options]   fastattn side by side with the NumPy formula, PyTorch and ONNX Runtime
+  fastattn translate MODEL [options]   UTF-8 lines in, translations out (stdin / stdout by default)
+  fastattn embed MODEL --input FILE --output FILE.npy   sentence embeddings
+  fastattn bench [options]   fastattn side by side with the NumPy formula, PyTorch and ONNX Runtime,
+                             then whole models against transformers, CTranslate2 and ONNX Runtime
   fastattn info              build configuration, threads, BLAS, CPU
 """
 import argparse
@@ -11,20 +14,39 @@ import sys
 def build_parser():
     from . import benchmark
     from ._version import __version__
+    from .text import cli as text_cli
 
     parser = argparse.ArgumentParser(
         prog="fastattn",
-        description="fastattn: fused, tiled CPU attention. Run `fastattn bench --quick` for a "
-                    "one-minute comparison with the NumPy formula and, when installed, PyTorch and "
-                    "ONNX Runtime.")
+        description="fastattn: fused, tiled CPU attention and Transformer inference. "
+                    "`fastattn translate` / `fastattn embed` run model folders on text; "
+                    "`fastattn bench --quick` compares with the NumPy formula and, when "
+                    "installed, PyTorch and ONNX Runtime.")
     parser.add_argument("--version", action="version", version=f"fastattn {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{bench,info}", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="{translate,embed,bench,info}",
+                                required=True)
+    text_cli.add_translate_arguments(sub.add_parser(
+        "translate", help="translate UTF-8 lines with a Marian (OPUS-MT) folder",
+        description="Translate UTF-8 text, one source a line, with a translation model folder "
+                    "(config.json, model.safetensors, source.spm, target.spm, vocab.json). "
+                    "Lines are sorted by length into batches; the output has one line per input "
+                    "line, in input order, identical whatever the batching. A progress bar goes "
+                    "to stderr when the input is a file."))
+    text_cli.add_embed_arguments(sub.add_parser(
+        "embed", help="sentence embeddings of UTF-8 lines into a .npy file",
+        description="Embed UTF-8 text, one sentence a line, with a sentence-transformers or "
+                    "BERT-family folder, as sentence-transformers' encode does; writes a "
+                    "(lines, dim) float32 .npy."))
     bench = sub.add_parser(
-        "bench", help="time fastattn against the NumPy formula, PyTorch and ONNX Runtime",
+        "bench", help="time fastattn against the NumPy formula, PyTorch, ONNX Runtime, "
+                      "transformers and CTranslate2",
         description="Time fastattn side by side with the NumPy formula and, when installed, "
                     "PyTorch's scaled_dot_product_attention and ONNX Runtime (MultiHeadAttention "
-                    "and a MatMul/Softmax/MatMul graph), at the same thread budget. Progress goes "
-                    "to stderr, the tables to stdout.",
+                    "and a MatMul/Softmax/MatMul graph), at the same thread budget; then (the "
+                    "default run, or --models alone) whole models: a base-size Marian and a "
+                    "MiniLM-shaped encoder on random checkpoints built locally, against "
+                    "transformers, CTranslate2 and ONNX Runtime, each system in its own process. "
+                    "Progress goes to stderr, the tables to stdout.",
         epilog="Default shapes: 1x8xLxLx64 for L = 128 ... 8192 and the decode shape "
                "16x8x1x2048x64 (--quick: L <= 2048). For comparable numbers keep the machine "
                "otherwise idle and unset OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE.")
@@ -44,12 +66,34 @@ def info(out=None):
     return 0
 
 
+def _text_command(args):
+    """translate / embed: a failure is one line on stderr and exit status 2."""
+    from .text import cli as text_cli
+    run = text_cli.run_translate if args.command == "translate" else text_cli.run_embed
+    try:
+        return run(args)
+    except (text_cli.CommandError, FileNotFoundError, ValueError, TypeError, ImportError,
+            OSError, MemoryError) as exc:
+        if isinstance(exc, BrokenPipeError):
+            raise
+        msg = str(exc) or type(exc).__name__
+        if isinstance(exc, MemoryError):
+            msg = f"out of memory: {msg}"
+        print(f"fastattn {args.command}: error: {' '.join(msg.split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"fastattn {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
 def main(argv=None):
     parser, bench_parser = build_parser()
     args = parser.parse_args(argv)
     try:
         if args.command == "info":
             return info()
+        if args.command in ("translate", "embed"):
+            return _text_command(args)
         from . import benchmark
         benchmark.run_bench(args, bench_parser.error)
     except BrokenPipeError:  # `fastattn ... | head`: stop quietly (as the Python docs suggest)

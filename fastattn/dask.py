@@ -1,4 +1,5 @@
-"""Batch generation and encoding over a Dask cluster: ``fastattn.dask.generate`` / ``encode``.
+"""Batch inference over a Dask cluster: ``fastattn.dask.generate`` / ``encode`` (token ids) and
+``translate`` / ``embed`` (text, through the model folder's own tokenizer).
 
 Not imported by ``import fastattn``; needs ``pip install "fastattn[dask]"`` (dask[distributed]).
 
@@ -8,6 +9,10 @@ Not imported by ``import fastattn``; needs ``pip install "fastattn[dask]"`` (das
     bag = db.from_sequence(token_id_lists, npartitions=8)               # 1-D id sequences, no padding
     out = fastattn.dask.generate(bag, "path/to/marian", batch_size=32, num_beams=4)
     translations = out.compute()                                         # same order as `bag`
+
+    lines = db.read_text("corpus-*.txt").map(str.rstrip)                 # text in, text out
+    fastattn.dask.translate(lines, "opus-mt-en-de", batch_size=32).to_textfiles("out-*.txt")
+    vectors = fastattn.dask.embed(lines, "all-MiniLM-L6-v2").compute()   # (dim,) float32 each
 
 Design:
 - Dask does the scheduling, retries and data movement; fastattn adds nothing of its own. Each
@@ -37,7 +42,7 @@ import numpy as np
 
 from ._validation import check_token_ids
 
-__all__ = ["generate", "encode"]
+__all__ = ["generate", "encode", "translate", "embed"]
 
 _MODELS = {}                 # (path, dtype) -> model, per worker process
 _MODELS_LOCK = threading.Lock()
@@ -129,23 +134,11 @@ def _batches(items, batch_size, pad_id):
     Sequences of at most DIRECT_MAX_L tokens never share a batch with longer ones: the attention
     kernel reads keys in place for so few query rows and packs them for more, and the two
     paths round differently, so a short sequence padded past that length would not get the bits
-    it gets alone. Within each path, padding changes no bit of a row's result."""
-    from ._kernels._attention import DIRECT_MAX_L
-    order = sorted(range(len(items)), key=lambda i: (len(items[i]), i))
-    n_short = sum(len(items[i]) <= DIRECT_MAX_L for i in order)
-    for group in (order[:n_short], order[n_short:]):
-        yield from _padded(items, group, batch_size, pad_id)
-
-
-def _padded(items, order, batch_size, pad_id):
-    for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
-        S = max(len(items[i]) for i in idx)
-        ids = np.full((len(idx), S), pad_id, dtype=np.int64)
-        mask = np.zeros((len(idx), S), dtype=bool)
-        for r, i in enumerate(idx):
-            ids[r, :len(items[i])] = items[i]
-            mask[r, :len(items[i])] = True
+    it gets alone. Within each path, padding changes no bit of a row's result
+    (:mod:`fastattn.text.batching`, which fastattn.Translator / SentenceEncoder use too)."""
+    from .text.batching import length_batches, pad_batch
+    for idx in length_batches([len(a) for a in items], batch_size):
+        ids, mask = pad_batch([items[i] for i in idx], pad_id)
         yield idx, ids, mask
 
 
@@ -225,3 +218,97 @@ def encode(sources, model, *, batch_size=32, dtype=None):
     """Encode every item of a Dask bag of token id sequences: item i becomes the (S_i, d_model)
     array ``model.encode([s_i])[0]``. Arguments as :func:`generate`."""
     return _map(sources, model, batch_size, "encode", {}, dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# text in, text out: fastattn.Translator / SentenceEncoder per worker
+
+def _load_text(what, path, dtype):
+    key = (what, path, None if dtype is None else np.dtype(dtype).name)
+    with _MODELS_LOCK:
+        model = _MODELS.get(key)
+        if model is None:
+            from .text import SentenceEncoder, Translator
+            if what == "translate":
+                model = Translator(path, dtype=np.float32 if dtype is None else dtype)
+            else:
+                model = SentenceEncoder(path)
+            _MODELS[key] = model
+    return model
+
+
+def _run_text_partition(partition, part_index, what, path, dtype, options, kwargs):
+    from threadpoolctl import threadpool_limits
+    (part_index,) = part_index
+    texts = []
+    for j, item in enumerate(partition):
+        if not isinstance(item, str):
+            raise TypeError(f"texts: item {j} of partition {part_index} must be a str, got "
+                            f"{type(item).__name__}")
+        texts.append(item)
+    model = _load_text(what, path, dtype)
+    kwargs = dict(kwargs)
+    n_threads = kwargs.pop("n_threads", None) or _worker_threads()
+    with _COMPUTE_LOCK:
+        if what == "translate":
+            with threadpool_limits(limits=n_threads, user_api="blas"):
+                return model.translate(texts, n_threads=n_threads, **options, **kwargs)
+        # the encoder's kernels follow OpenMP's thread limit (threadpoolctl's, for this call)
+        with threadpool_limits(limits=n_threads):
+            out = model.encode(texts, **options)
+        return [row.copy() for row in out]
+
+
+def _map_text(texts, path, what, options, kwargs, dtype):
+    _require_dask()
+    import dask.bag as db
+    if not isinstance(texts, db.Bag):
+        raise TypeError(f"texts must be a dask.bag.Bag of str, got {type(texts).__name__}")
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a model folder path (str or os.PathLike), got "
+                        f"{type(path).__name__}")
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"path: no model folder at {path!r}")
+    from .text.batching import check_batching
+    check_batching(options.get("batch_size", 32), options.get("max_batch_tokens"))
+    parts = db.from_sequence(range(texts.npartitions), npartitions=texts.npartitions)
+    return texts.map_partitions(_run_text_partition, parts, what, os.path.abspath(path), dtype,
+                                dict(options), dict(kwargs))
+
+
+def translate(texts, path, *, batch_size=32, max_batch_tokens=None, src_lang=None, tgt_lang=None,
+              dtype=None, **generate_kwargs):
+    """Translate every string of a Dask bag with a translation model folder.
+
+    Each worker process loads ``fastattn.Translator(path)`` once; each partition is one task,
+    translated with :meth:`fastattn.Translator.translate` (sorted by length, batches of
+    ``batch_size`` lines or ``max_batch_tokens`` padded tokens) on the worker's threads.
+    Item i of the result is ``Translator(path).translate([texts_i], **kw)[0]``, whatever the
+    partitioning and batching (fastattn's row-invariance).
+
+    Parameters
+    ----------
+    texts : dask.bag.Bag of str
+    path : str or os.PathLike, a Marian (OPUS-MT) folder
+    batch_size, max_batch_tokens, src_lang, tgt_lang : as Translator.translate
+    dtype : float32 (default) or float64
+    **generate_kwargs : Seq2SeqTransformer.generate settings (num_beams, max_new_tokens, ...)
+
+    Returns
+    -------
+    dask.bag.Bag of str, in the order of `texts`.
+    """
+    options = {"batch_size": batch_size, "max_batch_tokens": max_batch_tokens,
+               "src_lang": src_lang, "tgt_lang": tgt_lang}
+    return _map_text(texts, path, "translate", options, generate_kwargs, dtype)
+
+
+def embed(texts, path, *, batch_size=32, normalize=None):
+    """Sentence embeddings of every string of a Dask bag: item i is the float32 vector
+    ``SentenceEncoder(path).encode([texts_i])[0]``, bitwise, whatever the partitioning.
+    Each worker process loads the folder once (see :func:`translate`)."""
+    if normalize is not None and not isinstance(normalize, (bool, np.bool_)):
+        raise TypeError(f"normalize must be True, False or None, got {normalize!r}")
+    options = {"batch_size": batch_size, "normalize": normalize}
+    return _map_text(texts, path, "embed", options, {}, None)

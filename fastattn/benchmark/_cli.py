@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _measure
 from ._measure import PeakMemory, Shape, _bench_case, _plan, measure_peak
-from ._report import environment, plot, print_report, progress_bar
+from ._report import environment, format_environment, plot, print_report, progress_bar
 from ._systems import LABELS, SYSTEM_CLASSES, SYSTEMS
 
 # ---------------------------------------------------------------------------------------------
@@ -81,6 +81,16 @@ def add_arguments(parser):
     parser.add_argument("--json", metavar="FILE", help="write all measurements to FILE")
     parser.add_argument("--plot", metavar="FILE.png",
                         help="draw time and GFLOP/s against L (needs matplotlib)")
+    parser.add_argument("--models", action="store_true",
+                        help="time only the whole models (a base Marian's generation, a "
+                             "MiniLM-shaped encoder) against transformers, CTranslate2 and ONNX "
+                             "Runtime, each system in its own process; the default run does "
+                             "this after the kernel table")
+    parser.add_argument("--no-models", action="store_true",
+                        help="the kernel table only (also implied by --shapes, --systems, "
+                             "--causal or --dtype float64)")
+    parser.add_argument("--models-dir", metavar="DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--models-tiny", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return parser
@@ -89,9 +99,58 @@ def add_arguments(parser):
 # ---------------------------------------------------------------------------------------------
 # the run
 
+def _with_models(args):
+    """The default run times the models after the kernels; a run that picks kernel shapes,
+    systems, the causal mask or float64 is about the kernels only."""
+    return not (args.no_models or args.shapes is not None or args.causal
+                or args.dtype != "float32" or list(args.systems) != list(SYSTEMS))
+
+
+def _write(result, args, out):
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1, default=str)
+        print(f"\nwrote {args.json}", file=out)
+    if args.plot:
+        if result.get("rows") is not None:
+            plot(result, args.plot)
+            print(f"wrote {args.plot}", file=out)
+        if result.get("models"):
+            from ._models import plot_models
+            stem, ext = os.path.splitext(args.plot)
+            path = args.plot if result.get("rows") is None else f"{stem}_models{ext or '.png'}"
+            plot_models(result["models"], path)
+            print(f"wrote {path}", file=out)
+
+
+def run_models_only(args, error, out=None):
+    """`fastattn bench --models`: the model tables alone."""
+    from ._models import run_models
+    out = out or sys.stdout
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            error("--plot needs matplotlib, which is not installed: pip install matplotlib "
+                  "(or pip install 'fastattn[plot]'), or leave out --plot")
+    env = environment()
+    print("fastattn bench --models", file=out)
+    print("=======================", file=out)
+    for line in format_environment(env):
+        print(line, file=out)
+    result = {"environment": env, "settings": {"threads": args.threads, "quick": args.quick},
+              "models": run_models(args, out)}
+    _write(result, args, out)
+    return result
+
+
 def run_bench(args, error, out=None):
     """Run the benchmark described by parsed `args`; print the tables; return the result dict."""
     out = out or sys.stdout
+    if getattr(args, "models", False):
+        if args.no_models:
+            error("--models and --no-models contradict each other")
+        return run_models_only(args, error, out)
     dtype = np.dtype(args.dtype).type
     settings = dict(_measure.QUICK if args.quick else _measure.FULL)
     if args.repeats:
@@ -162,15 +221,12 @@ def run_bench(args, error, out=None):
             bar.close()
     result["interrupted"] = interrupted
     print_report(result, out)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1, default=str)
-        print(f"\nwrote {args.json}", file=out)
-    if args.plot:
-        plot(result, args.plot)
-        print(f"wrote {args.plot}", file=out)
     if interrupted:
         print("fastattn bench: interrupted; the table shows what was measured", file=log)
+    elif _with_models(args):
+        from ._models import run_models
+        result["models"] = run_models(args, out)
+    _write(result, args, out)
     return result
 
 

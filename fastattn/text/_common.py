@@ -1,0 +1,49 @@
+"""What Translator and SentenceEncoder share: the folder's model type, quantize, n_threads."""
+import inspect
+import os
+
+from .._validation import check_n_threads
+from ..io.huggingface import read_json
+
+ENCODER_TYPES = ("bert", "roberta", "distilbert", "xlm-roberta", "camembert", "mpnet")
+TRANSLATION_TYPES = ("marian",)
+
+
+def check_folder(path):
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a model folder path (str or os.PathLike), got "
+                        f"{type(path).__name__}")
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"model folder not found: {path}")
+    return path
+
+
+def model_type(folder, where=None):
+    """config.json's model_type (FileNotFoundError / ValueError naming the file)."""
+    cfg = read_json(os.path.join(folder, "config.json"), "model config", dict)
+    mt = cfg.get("model_type")
+    if not isinstance(mt, str):
+        raise ValueError(f"{os.path.join(folder, 'config.json')} has no model_type")
+    return mt
+
+
+def check_quantize(quantize, loader):
+    """Keywords for `loader` (a from_pretrained): {} for None; {'quantize': 'int8'} when the
+    loader takes it; otherwise a ValueError saying int8 is not available yet."""
+    if quantize is None:
+        return {}
+    if quantize != "int8":
+        raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
+    try:
+        takes = "quantize" in inspect.signature(loader).parameters
+    except (TypeError, ValueError):      # pragma: no cover - builtins
+        takes = False
+    if takes:
+        return {"quantize": quantize}
+    raise ValueError("quantize='int8' is not available yet in this fastattn version (int8 "
+                     "weights are coming); use quantize=None for float32")
+
+
+def check_threads(n_threads):
+    return None if n_threads is None else check_n_threads(n_threads, "n_threads")

