@@ -59,6 +59,10 @@ NO_INDEX = r"No matching distribution|Could not find a version|connection|resolv
 
 
 def _run(cmd, **kw):
+    """A subprocess without PYTHONPATH (tests/conftest.py points it at the fastattn under test;
+    pip would take that for an installed fastattn and skip the wheel)."""
+    if "env" not in kw:
+        kw["env"] = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run(cmd, capture_output=True, text=True, **kw)
 
 
