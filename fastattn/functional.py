@@ -23,7 +23,7 @@ __all__ = ["scaled_dot_product_attention", "softmax", "log_softmax", "linear", "
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, *, is_causal=False, scale=None,
                                  enable_gqa=False, return_weights=False, out=None,
-                                 n_threads=None):
+                                 n_threads=None, _packed_only=False):
     """Fused scaled dot-product attention, ``softmax(query @ key.T * scale + mask) @ value``.
 
     Computed tile by tile with an online (max-subtracted) softmax: the L x S score matrix is
@@ -116,7 +116,10 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, *, is_causal
     dst = out
     if any(a is not None and np.may_share_memory(out, a) for a in (q, k, v, mask)):
         dst = np.empty(shape, dtype=dtype)         # the kernel reads the inputs while it writes
-    _k.sdpa(q, k, v, mask, dst, weights, tuple(lead), causal, scale, group, nthr)
+    # _packed_only (the models' full-sequence passes): never the in-place path that a call of
+    # at most 16 query rows takes, so that a row's result does not depend on the padded length
+    _k.sdpa(q, k, v, mask, dst, weights, tuple(lead), causal, scale, group, nthr,
+            bool(_packed_only))
     if dst is not out:
         out[...] = dst
     return (out, weights) if want_w else out

@@ -46,6 +46,7 @@ cdef extern from "fa_driver.h" nogil:
         int L, S, E, Ev, causal
         double scale
         int head_group
+        int packed_only
         int isa
         int bq
         int n_sp
@@ -126,7 +127,7 @@ cdef void _lead_strides(cnp.ndarray a, int nd, Py_ssize_t *strides, Py_ssize_t *
 
 
 cdef _problem(fa_problem *p, cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray m,
-              tuple lead, bint causal, double scale, int head_group):
+              tuple lead, bint causal, double scale, int head_group, bint packed_only=False):
     cdef int nd = len(lead), d
     if nd > FA_MAX_LEAD:
         raise ValueError(f"at most {FA_MAX_LEAD} leading dimensions are supported, got {nd}")
@@ -160,6 +161,7 @@ cdef _problem(fa_problem *p, cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.nd
     p.causal = causal
     p.scale = scale
     p.head_group = head_group
+    p.packed_only = packed_only
     p.isa = isa_now()
     fa_problem_tiling(p, cnp.PyArray_ITEMSIZE(q))
 
@@ -230,7 +232,8 @@ def plan(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, tuple lead, int n_threads)
 
 
 def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, weights,
-         tuple lead, bint causal, double scale, int head_group, int n_threads):
+         tuple lead, bint causal, double scale, int head_group, int n_threads,
+         bint packed_only=False):
     """Fused attention into `out` (and `weights` when not None).
 
     q (..., L, E), k (..., S, E), v (..., S, Ev), mask (..., L, S) bool/float or None:
@@ -243,7 +246,7 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
     cdef fa_problem p
     cdef fa_work w
     cdef cnp.ndarray m_arr = mask
-    _problem(&p, q, k, v, m_arr, lead, causal, scale, head_group)
+    _problem(&p, q, k, v, m_arr, lead, causal, scale, head_group, packed_only)
     _lead_strides(out, p.nd, p.o_lead, NULL)
     p.o_rs = _estride(out, out.ndim - 2)
     cdef int nthr = fa_team_size(n_threads, fa_parallel_items(&p))   # the team fa_sdpa_run opens

@@ -171,7 +171,7 @@ void fa_problem_tiling(fa_problem *p, int itemsize)
      * split into fixed chunks of FA_KEY_SPLIT (a rule of the shape alone, so results stay
      * bitwise independent of the thread count) merged through their row max and sum */
     p->n_sp = 1;
-    if (p->L <= FA_DIRECT_MAX_L) {
+    if (p->L <= FA_DIRECT_MAX_L && !p->packed_only) {
         p->n_ks = p->n_vs = 0;
         memset(p->kslab_lead, 0, sizeof p->kslab_lead);
         memset(p->vslab_lead, 0, sizeof p->vslab_lead);

@@ -59,6 +59,9 @@ typedef struct {
     int causal;                         /* top-left: query i sees keys j <= i */
     double scale;
     int head_group;                     /* grouped-query attention: q heads per k/v head */
+    int packed_only;                    /* never the in-place path of few query rows: a row's
+                                         * result then does not depend on how many rows its
+                                         * call has (padding), at some cost for L <= 16 */
     int isa;                            /* the kernel set it runs (FA_ISA_*, simd.h's state) */
     /* tiling (fa_problem_tiling fills these from the sizes above) */
     int itemsize, bk, pad, ncols_max, evp;

@@ -519,8 +519,10 @@ def pool(hidden, mask, modes, normalize):
             v = np.where(m[:, :, None], hidden, -np.inf).max(axis=1, initial=-np.inf)
         else:
             if summed is None:
-                # matmul: (B, 1, S) @ (B, S, H), padding weighted 0
-                summed = np.matmul(m[:, None, :].astype(hidden.dtype), hidden)[:, 0, :]
+                # each row's tokens added in their order, whatever padding follows them (a
+                # masked matmul over S summed in an order that depended on S)
+                summed = np.stack([hidden[b][m[b]].sum(axis=0) for b in range(B)]) if B \
+                    else np.zeros((0, H), hidden.dtype)
             safe = np.maximum(counts, 1)
             v = summed / (safe if mode == "mean" else np.sqrt(safe))
         v[empty] = 0

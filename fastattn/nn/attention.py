@@ -166,10 +166,12 @@ class MultiHeadAttention(_Module):
         return x2d[:, col:col + I].reshape(B, T, H, Dh).swapaxes(1, 2)
 
     def _attend(self, q, k, v, mask, causal, B, L, residual=None, norm=None, need_weights=False,
-                keep=None, n_threads=None, attn_threads=None):
+                keep=None, n_threads=None, attn_threads=None, padded=False):
         """Attention of q (B, H, L, Dh) over k, v (B, H, S, Dh), then W_O (+ residual, then the
         LayerNorm `norm`, both inside the output projection's GEMM) -> (B*L, E) (the rows `keep`
-        of it when given), and the (B, H, L, S) weights or None."""
+        of it when given), and the (B, H, L, S) weights or None. padded: L is a padded length
+        (a full-sequence pass): the kernel then takes the same path for every L, so that a
+        row's result does not depend on the padding of its batch."""
         # the heads written side by side into concat (B*L, E), W_O's input as it is; cache-line
         # aligned (_new_output), so that two heads never share a line: written by two threads at
         # once, such lines made an 8 x 8 x 128 x 128 x 64 call 5% slower, 32 x 12 x 128 x 128 x 32
@@ -178,7 +180,8 @@ class MultiHeadAttention(_Module):
         heads = concat.reshape(B, L, self.num_heads, self.head_dim).swapaxes(1, 2)
         res = scaled_dot_product_attention(
             q, k, v, mask, is_causal=causal, scale=self.scale, return_weights=need_weights,
-            out=heads, n_threads=n_threads if attn_threads is None else attn_threads)
+            out=heads, n_threads=n_threads if attn_threads is None else attn_threads,
+            _packed_only=padded)
         if keep is not None:
             concat = concat[keep.index]
         out = self.out_proj._forward(concat, residual, norm=norm, n_threads=n_threads)
@@ -211,7 +214,7 @@ class MultiHeadAttention(_Module):
             k = self._heads(self._proj(1)(xk, n_threads=n_threads), B, S, 0)
             v = self._heads(self._proj(2)(xv, n_threads=n_threads), B, S, 0)
         out, w = self._attend(q, k, v, kmask.mask, kmask.causal, B, L, residual, norm,
-                              need_weights, keep, n_threads, attn_threads)
+                              need_weights, keep, n_threads, attn_threads, padded=True)
         if need_weights and average:
             w = w.mean(axis=1)
         return out, w
