@@ -124,10 +124,17 @@ class _Module:
         epilogue. Packed on first use and again whenever a parameter array is replaced
         (load_state_dict does that); an in-place edit of a weight array is not seen (assign a
         new array, or call load_state_dict)."""
-        w = self._params[weight]
-        b = self._params.get(bias) if bias is not None else None
-        cache = self.__dict__.setdefault("_pack_cache", {})
+        params = self._params
+        w = params[weight]
+        b = None if bias is None else params.get(bias)
         key = (weight, rows, bias, bias_rows, activation)
+        try:
+            hit = self._pack_cache[key]
+            if hit[0] is w and hit[1] is b:
+                return hit[2]
+        except (AttributeError, KeyError):
+            pass
+        cache = self.__dict__.setdefault("_pack_cache", {})
         hit = cache.get(key)
         if hit is None or hit[0] is not w or hit[1] is not b:
             bias_rows = rows if bias_rows is None else bias_rows

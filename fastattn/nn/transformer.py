@@ -186,12 +186,20 @@ class TransformerDecoderLayer(_Layer):
         on the self-attention scores (T5's positions) or None. ln_threads: the pre-norm
         LayerNorms' thread count (a decode step's are microseconds of work)."""
         rows = n * T // n_src
-        return self._sublayers(x, (
-            (self.norm1, lambda h, r, nm: self.self_attn._step_self(
-                h, n, T, kv_append, r, nm, n_threads, self_mask)),
-            (self.norm2, lambda h, r, nm: self.multihead_attn._step_cross(
-                h, cross_k, cross_v, cross_mask, n_src, rows, r, nm, n_threads)),
-            (self.norm3, lambda h, r, nm: self.ff._forward(h, r, nm, n_threads))), ln_threads)
+        # _sublayers spelled out: a decode step runs this per layer and token, where every
+        # Python call counts (batch 1 is bound by reading the weights, ~2 ms a step)
+        if self.norm_first:
+            h = self.norm1._forward(x, n_threads=ln_threads)
+            x = self.self_attn._step_self(h, n, T, kv_append, x, None, n_threads, self_mask)
+            h = self.norm2._forward(x, n_threads=ln_threads)
+            x = self.multihead_attn._step_cross(h, cross_k, cross_v, cross_mask, n_src, rows, x,
+                                                None, n_threads)
+            return self.ff._forward(self.norm3._forward(x, n_threads=ln_threads), x, None,
+                                    n_threads)
+        x = self.self_attn._step_self(x, n, T, kv_append, x, self.norm1, n_threads, self_mask)
+        x = self.multihead_attn._step_cross(x, cross_k, cross_v, cross_mask, n_src, rows, x,
+                                            self.norm2, n_threads)
+        return self.ff._forward(x, x, self.norm3, n_threads)
 
     def __call__(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                  memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
