@@ -17,6 +17,7 @@ complex, object, str, ...   TypeError
 ==========================  =====================
 """
 import math
+import os
 from numbers import Integral, Real
 
 import numpy as np
@@ -514,3 +515,15 @@ def check_generation_setting(key, value, where=None):
                             f"{value!r}")
         return bool(value)
     return value
+
+
+def check_folder(path, name="path"):
+    """A model folder: an existing directory given as str or os.PathLike -> its str path
+    (TypeError / FileNotFoundError naming the argument and the path)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a folder path (str or os.PathLike), got "
+                        f"{type(path).__name__}")
+    folder = os.fspath(path)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"model folder not found: {folder}")
+    return folder

@@ -40,7 +40,7 @@ import uuid
 
 import numpy as np
 
-from ._validation import check_token_ids
+from ._validation import check_folder, check_token_ids
 
 __all__ = ["generate", "encode", "translate", "embed"]
 
@@ -264,12 +264,7 @@ def _map_text(texts, path, what, options, kwargs, dtype):
     import dask.bag as db
     if not isinstance(texts, db.Bag):
         raise TypeError(f"texts must be a dask.bag.Bag of str, got {type(texts).__name__}")
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a model folder path (str or os.PathLike), got "
-                        f"{type(path).__name__}")
-    path = os.fspath(path)
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"path: no model folder at {path!r}")
+    path = check_folder(path)
     from .text.batching import check_batching
     check_batching(options.get("batch_size", 32), options.get("max_batch_tokens"))
     parts = db.from_sequence(range(texts.npartitions), npartitions=texts.npartitions)

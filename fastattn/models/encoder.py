@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from .._memory import check_plan
-from .._validation import check_dtype, check_token_ids, hf_attention_mask
+from .._validation import check_dtype, check_folder, check_token_ids, hf_attention_mask
 from ..nn._masks import _KernelMask
 from ..nn._module import _Init
 from ..nn.attention import RowSubset
@@ -89,12 +89,7 @@ def _read_folder(path):
     of config.json + weights, its Pooling module the pooling config, and a Normalize module
     turns on L2 normalisation. Without modules.json: mean pooling, then normalisation.
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a folder path (str or os.PathLike), got "
-                        f"{type(path).__name__}")
-    root = os.fspath(path)
-    if not os.path.isdir(root):
-        raise FileNotFoundError(f"model folder not found: {root}")
+    root = check_folder(path)
     modules_path = os.path.join(root, "modules.json")
     if not os.path.exists(modules_path):
         return root, ("mean",), True, []

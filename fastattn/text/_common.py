@@ -2,21 +2,12 @@
 import inspect
 import os
 
-from .._validation import check_n_threads
+from .._validation import check_folder, check_n_threads  # noqa: F401 (check_folder: re-used)
 from ..io.huggingface import read_json
 
-ENCODER_TYPES = ("bert", "roberta", "distilbert", "xlm-roberta", "camembert", "mpnet")
+ENCODER_TYPES = ("bert", "roberta", "distilbert", "xlm-roberta", "camembert", "mpnet",
+                 "modernbert")
 TRANSLATION_TYPES = ("marian",)
-
-
-def check_folder(path):
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a model folder path (str or os.PathLike), got "
-                        f"{type(path).__name__}")
-    path = os.fspath(path)
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"model folder not found: {path}")
-    return path
 
 
 def model_type(folder, where=None):

@@ -33,6 +33,7 @@ import os
 import re
 import threading
 
+from .._validation import check_folder
 from ..io.huggingface import read_json
 from ._deps import require
 
@@ -510,12 +511,7 @@ def load_tokenizer(path, family=None):
     Raises FileNotFoundError naming what is missing, ImportError naming
     ``pip install "fastattn[text]"`` when sentencepiece / tokenizers is not installed.
     """
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a folder path (str or os.PathLike), got "
-                        f"{type(path).__name__}")
-    path = os.fspath(path)
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"model folder not found: {path}")
+    path = check_folder(path)
     has = lambda name: os.path.isfile(os.path.join(path, name))  # noqa: E731
     if family == "marian" or has("source.spm"):
         missing = [f for f in ("source.spm", "target.spm", "vocab.json") if not has(f)]

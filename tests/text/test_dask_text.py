@@ -48,7 +48,7 @@ def test_bad_inputs(client, marian, tmp_path):
     path, _ = marian
     with pytest.raises(TypeError, match="texts must be a dask.bag.Bag of str"):
         fdask.translate(["a"], path)
-    with pytest.raises(FileNotFoundError, match="path: no model folder"):
+    with pytest.raises(FileNotFoundError, match="model folder not found"):
         fdask.translate(db.from_sequence(["a"]), str(tmp_path / "nope"))
     with pytest.raises(ValueError, match="batch_size must be a positive integer"):
         fdask.embed(db.from_sequence(["a"]), path, batch_size=0)
