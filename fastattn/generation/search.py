@@ -264,6 +264,16 @@ def generate(model, input_ids, attention_mask=None, *, seed=None, n_threads=None
             streamer.end()
 
 
+def _drop_finished(state, done, active, *carried):
+    """The rows not `done` stay in the step batch (the state keeps their sources only):
+    `active` (their original rows) and each array of `carried` restricted to them."""
+    if not done.any():
+        return (active,) + carried
+    keep = np.flatnonzero(~done)
+    state.select_sources(keep)
+    return (active[keep],) + tuple(a[keep] for a in carried)
+
+
 def _scores_f32(logits):
     # transformers copies the last position's logits to float32 before any processing
     return logits if logits.dtype == _F32 else logits.astype(_F32)
@@ -321,11 +331,7 @@ def greedy_search(state, procs, p, B, rng=None, *, prefix=None, streams=None, so
         done = nxt == eos
         if done.all():
             break
-        if done.any():
-            keep = np.flatnonzero(~done)
-            state.select_sources(keep)
-            active = active[keep]
-            nxt = nxt[keep]
+        active, nxt = _drop_finished(state, done, active, nxt)
         tokens = nxt
     out = seqs[:, :cur]
     return (out, total.astype(_F32)) if return_scores else out
@@ -567,8 +573,5 @@ def score(model, input_ids, labels, attention_mask=None, n_threads=None):
         done = last[active] <= t
         if done.all():
             break
-        if done.any():
-            keep = np.flatnonzero(~done)
-            state.select_sources(keep)
-            active = active[keep]
+        active, = _drop_finished(state, done, active)
     return out
