@@ -42,6 +42,19 @@ def _save(path, tensors, config, generation=None):
             json.dump(generation, f, indent=1)
 
 
+def _writers(t, rng, d, bias, gain):
+    """lin(name, n_out, n_in), ln(name): random linear layers (N(0, 1/n_in) weights, N(0,
+    bias^2) biases) and LayerNorms (1 + N(0, gain^2) weights) of width d, written into t."""
+    def lin(name, n_out, n_in):
+        t[f"{name}.weight"] = rng.standard_normal((n_out, n_in), np.float32) / np.sqrt(n_in)
+        t[f"{name}.bias"] = bias * rng.standard_normal(n_out, np.float32)
+
+    def ln(name):
+        t[f"{name}.weight"] = 1.0 + gain * rng.standard_normal(d, np.float32)
+        t[f"{name}.bias"] = bias * rng.standard_normal(d, np.float32)
+    return lin, ln
+
+
 def write_marian(path, seed=0, **shape):
     """A random Marian checkpoint of the base shape (keywords override MARIAN_BASE)."""
     s = dict(MARIAN_BASE, **shape)
@@ -49,14 +62,7 @@ def write_marian(path, seed=0, **shape):
     pad = V - 1
     rng = np.random.default_rng(seed)
     t = {}
-
-    def lin(name, n_out, n_in):
-        t[f"{name}.weight"] = rng.standard_normal((n_out, n_in), np.float32) / np.sqrt(n_in)
-        t[f"{name}.bias"] = 0.2 * rng.standard_normal(n_out, np.float32)
-
-    def ln(name):
-        t[f"{name}.weight"] = 1.0 + 0.3 * rng.standard_normal(d, np.float32)
-        t[f"{name}.bias"] = 0.2 * rng.standard_normal(d, np.float32)
+    lin, ln = _writers(t, rng, d, bias=0.2, gain=0.3)
 
     emb = 0.3 * rng.standard_normal((V, d), np.float32)
     emb[pad] = 0
@@ -144,14 +150,7 @@ def write_bert(path, seed=0, **shape):
     V, H, L, I = s["vocab_size"], s["hidden"], s["layers"], s["intermediate"]
     rng = np.random.default_rng(seed)
     t = {}
-
-    def lin(name, n_out, n_in):
-        t[f"{name}.weight"] = rng.standard_normal((n_out, n_in), np.float32) / np.sqrt(n_in)
-        t[f"{name}.bias"] = 0.02 * rng.standard_normal(n_out, np.float32)
-
-    def ln(name):
-        t[f"{name}.weight"] = 1.0 + 0.1 * rng.standard_normal(H, np.float32)
-        t[f"{name}.bias"] = 0.02 * rng.standard_normal(H, np.float32)
+    lin, ln = _writers(t, rng, H, bias=0.02, gain=0.1)
 
     t["embeddings.word_embeddings.weight"] = 0.5 * rng.standard_normal((V, H), np.float32)
     t["embeddings.position_embeddings.weight"] = 0.1 * rng.standard_normal(

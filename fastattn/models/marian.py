@@ -18,18 +18,12 @@ __all__ = ["MarianLoader"]
 @register
 class MarianLoader(BartLoader):
     model_type = "marian"
-    architecture = {"normalize_before": False, "layernorm_embedding": False,
-                    "positions": "marian", "position_offset": 0}
-    fixed = {"normalize_before": False, "normalize_embedding": False,
-             "add_final_layer_norm": False, "static_position_embeddings": True,
-             "add_bias_logits": False, "is_decoder": False}
-    defaults = {
-        "vocab_size": 58101, "d_model": 1024, "encoder_layers": 12, "decoder_layers": 12,
-        "encoder_attention_heads": 16, "decoder_attention_heads": 16, "encoder_ffn_dim": 4096,
-        "decoder_ffn_dim": 4096, "activation_function": "gelu", "scale_embedding": False,
-        "max_position_embeddings": 1024, "tie_word_embeddings": True, "pad_token_id": 58100,
-        "eos_token_id": 0, "decoder_start_token_id": 58100, "bos_token_id": None,
-    }
+    # against BART: no embedding norm, Marian's sinusoids (the old fields say so)
+    architecture = dict(BartLoader.architecture, layernorm_embedding=False, positions="marian",
+                        position_offset=0)
+    fixed = dict(BartLoader.fixed, normalize_embedding=False, static_position_embeddings=True)
+    defaults = dict(BartLoader.defaults, vocab_size=58101, pad_token_id=58100, eos_token_id=0,
+                    decoder_start_token_id=58100, bos_token_id=None)
     extra_fields = ("share_encoder_decoder_embeddings", "decoder_vocab_size")
     start_fallback = "pad_token_id"       # no decoder_start_token_id: start from pad
 

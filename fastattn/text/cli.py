@@ -13,21 +13,13 @@ import tempfile
 
 import numpy as np
 
+from ..benchmark._cli import positive_int
+
 __all__ = ["add_translate_arguments", "add_embed_arguments", "run_translate", "run_embed"]
 
 
 class CommandError(Exception):
     """A failure to report as one line (exit status 2)."""
-
-
-def _positive(text):
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return n
 
 
 def add_translate_arguments(p):
@@ -36,19 +28,19 @@ def add_translate_arguments(p):
     p.add_argument("--output", metavar="FILE",
                    help="where the translations go, one a line (default stdout); written only "
                         "when every line is translated")
-    p.add_argument("--beams", type=_positive, metavar="N",
+    p.add_argument("--beams", type=positive_int, metavar="N",
                    help="beam size (default: the model's generation config)")
-    p.add_argument("--max-new-tokens", type=_positive, metavar="N",
+    p.add_argument("--max-new-tokens", type=positive_int, metavar="N",
                    help="longest translation in tokens (default: the model's generation config)")
-    p.add_argument("--batch-size", type=_positive, default=32, metavar="N",
+    p.add_argument("--batch-size", type=positive_int, default=32, metavar="N",
                    help="lines per batch, after sorting by length (default 32)")
-    p.add_argument("--max-batch-tokens", type=_positive, metavar="N",
+    p.add_argument("--max-batch-tokens", type=positive_int, metavar="N",
                    help="also cap a batch at N padded source tokens")
     p.add_argument("--quantize", choices=("int8",), help="int8 weights (when available)")
     p.add_argument("--src-lang", metavar="L", help="source language code (models that have them)")
     p.add_argument("--tgt-lang", metavar="L",
                    help="target language code of a multilingual model (e.g. fr for >>fr<<)")
-    p.add_argument("--threads", type=_positive, metavar="N", help="threads (default: all usable)")
+    p.add_argument("--threads", type=positive_int, metavar="N", help="threads (default: all usable)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -59,10 +51,10 @@ def add_embed_arguments(p):
     p.add_argument("--input", metavar="FILE", required=True, help="UTF-8 text, one sentence a line")
     p.add_argument("--output", metavar="FILE.npy", required=True,
                    help="the (lines, dim) float32 embeddings, NumPy .npy")
-    p.add_argument("--batch-size", type=_positive, default=32, metavar="N",
+    p.add_argument("--batch-size", type=positive_int, default=32, metavar="N",
                    help="sentences per batch, after sorting by length (default 32)")
     p.add_argument("--quantize", choices=("int8",), help="int8 weights (when available)")
-    p.add_argument("--threads", type=_positive, metavar="N", help="threads (default: all usable)")
+    p.add_argument("--threads", type=positive_int, metavar="N", help="threads (default: all usable)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 

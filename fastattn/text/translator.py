@@ -237,12 +237,7 @@ class Translator:
         worker.start()
         bar = progress_bar(progress, total=None, desc="translate")
         try:
-            while True:
-                item = q.get()
-                if item is _END:
-                    break
-                if isinstance(item, BaseException):
-                    raise item
+            for item in _drain(q):
                 yield from self._run(item, batch_size, max_batch_tokens, kw, bar)
         finally:
             stop.set()
@@ -288,20 +283,21 @@ class Translator:
         worker = threading.Thread(target=run, name="fastattn-translate-stream", daemon=True)
         worker.start()
         try:
-            while True:
-                item = q.get()
-                if item is _END:
-                    break
-                if isinstance(item, BaseException):
-                    if isinstance(item, TypeError) and "streamer" in str(item):
-                        raise TypeError("translate_stream needs Seq2SeqTransformer.generate to "
-                                        "accept streamer= (transformers' streamer protocol), "
-                                        f"which this fastattn's does not: {item}") from item
-                    raise item
-                yield item
+            yield from _drain(q)
         finally:
             cancel.set()
             worker.join()
+
+
+def _drain(q):
+    """The items a worker thread puts on `q` until _END; an exception it puts is raised here."""
+    while True:
+        item = q.get()
+        if item is _END:
+            return
+        if isinstance(item, BaseException):
+            raise item
+        yield item
 
 
 def _is_cjk(cp):
