@@ -70,6 +70,7 @@ class _Module:
         """Forget every packed weight of this module and its children (after their parameter
         arrays were written in place): the next call packs the current values."""
         self.__dict__.pop("_pack_cache", None)
+        self.__dict__.pop("_fast", None)
         for child in self._children.values():
             child._drop_packed()
 
@@ -112,7 +113,20 @@ class _Module:
         for name, arr in given.items():
             _, owner, key = expected[name]
             owner._params[key] = np.array(arr, dtype=dtype, order="C", copy=True)
+        self._drop_packed()
         return self
+
+    def _fast_packed(self, key, make):
+        """The PackedLinear `make()` returns, kept under `key` until _drop_packed: the decode
+        step's lookup (no key tuple, no identity checks of the parameters; every path that
+        replaces or rewrites a parameter array drops these)."""
+        fast = self.__dict__.get("_fast")
+        if fast is None:
+            fast = self.__dict__["_fast"] = {}
+        lin = fast.get(key)
+        if lin is None:
+            lin = fast[key] = make()
+        return lin
 
     @property
     def dtype(self):

@@ -139,6 +139,12 @@ class MultiHeadAttention(_Module):
     def _proj(self, which):
         """The packed q (0), k (1), v (2) projection, or q, k, v (None) / k, v (12) together
         when the weights are packed in in_proj_weight."""
+        fast = self.__dict__.get("_fast")
+        lin = fast.get(which) if fast else None
+        return lin if lin is not None else self._fast_packed(which,
+                                                             lambda: self._proj_packed(which))
+
+    def _proj_packed(self, which):
         E = self.inner_dim
         if self.packed:
             if which is None:

@@ -51,7 +51,11 @@ class Linear(_Module):
         (N, out_features), in one pass of fastattn's GEMM (the weight packed once); then `norm`
         (a LayerNorm over out_features) when given, inside the same GEMM (the same bits as
         norm._forward of the result)."""
-        packed = self._packed("weight", "bias", activation=activation)
+        fast = self.__dict__.get("_fast")
+        packed = fast.get(activation) if fast else None
+        if packed is None:
+            packed = self._fast_packed(activation, lambda: self._packed("weight", "bias",
+                                                                        activation=activation))
         if norm is None:
             return packed(x2d, residual, n_threads)
         return packed._then_layer_norm(x2d, residual, norm._params["weight"],

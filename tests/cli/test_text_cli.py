@@ -18,8 +18,11 @@ def run(*args, stdin=None, cwd=None):
     # the checkout under test (the in-place build), wherever pytest runs from
     import fastattn
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(fastattn.__file__)))
+    # `python -m` puts the working directory first on sys.path: from a checkout's root that
+    # would be the uncompiled source folder, so the child runs in tests/ unless told otherwise
     return subprocess.run([sys.executable, "-m", "fastattn", *map(str, args)], input=stdin,
-                          capture_output=True, cwd=cwd, env=env, timeout=600)
+                          capture_output=True, cwd=cwd or str(ROOT / "tests"), env=env,
+                          timeout=600)
 
 
 @pytest.fixture(scope="module")
