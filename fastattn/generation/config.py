@@ -12,6 +12,8 @@ what it needs from the model here: ``generation_config`` (the checked checkpoint
 """
 import os
 
+import numpy as np
+
 from .._validation import check_generation_setting
 from ..io.huggingface import read_json
 
@@ -27,11 +29,11 @@ GENERATION_DEFAULTS = {
     "top_k": 50, "top_p": 1.0, "length_penalty": 1.0, "bad_words_ids": None,
     "forced_eos_token_id": None, "suppress_tokens": None, "renormalize_logits": False,
     "num_return_sequences": 1, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
-    "encoder_no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0, "forced_bos_token_id": None,
 }
 # generation fields we read (special ids are read too); any other field must keep its neutral value
 _SPECIAL_IDS = ("eos_token_id", "pad_token_id", "decoder_start_token_id", "bos_token_id",
-                "forced_eos_token_id")
+                "forced_eos_token_id", "forced_bos_token_id")
 _GEN_READ = set(GENERATION_DEFAULTS) | set(_SPECIAL_IDS)
 # fields with no effect on the tokens generated
 GEN_IGNORED = {
@@ -46,7 +48,6 @@ GEN_IGNORED = {
 }
 # fields that change the tokens and are not implemented: only their neutral values are accepted
 GEN_NEUTRAL = {
-    "forced_bos_token_id": (None,),
     "remove_invalid_values": (False, None), "exponential_decay_length_penalty": (None,),
     "begin_suppress_tokens": (None,), "typical_p": (1.0, None), "epsilon_cutoff": (0.0, None),
     "eta_cutoff": (0.0, None), "diversity_penalty": (0.0, None), "num_beam_groups": (1, None),
@@ -182,6 +183,11 @@ def resolve_settings(model, user, prefix_len=1):
     if p["num_beams"] > 1 and nrs > p["num_beams"]:
         raise ValueError(f"num_return_sequences={nrs} must be <= num_beams={p['num_beams']} "
                          "(beam search returns its best finished hypotheses)")
+    fb = p["forced_bos_token_id"]
+    if fb is not None and (isinstance(fb, (bool, np.bool_)) or not isinstance(fb, (int, np.integer))
+                           or not 0 <= fb < model.vocab_size):
+        raise ValueError(f"forced_bos_token_id must be a token id in [0, {model.vocab_size}), "
+                         f"got {fb!r}")
     for key, own in (("eos_token_id", model.eos_id), ("pad_token_id", model.pad_id)):
         p[key] = ckpt.get(key, own)
         if p[key] is None:

@@ -26,7 +26,7 @@ from ..functional import log_softmax
 
 __all__ = [
     "RepetitionPenalty", "NoRepeatNGram", "EncoderNoRepeatNGram", "NoBadWords", "MinLength",
-    "ForcedEOS", "SuppressTokens", "Temperature", "TopK", "TopP",
+    "ForcedBOS", "ForcedEOS", "SuppressTokens", "Temperature", "TopK", "TopP",
     "Renormalize", "apply", "build_processors", "history",
 ]
 
@@ -211,21 +211,35 @@ class MinLength:
         return scores
 
 
-class ForcedEOS:
-    """At the last position allowed by `max_length`, EOS gets 0 and every other token -inf."""
+class _ForcedToken:
+    """When the sequence is `length` tokens long, `token_id` gets 0 and every other token -inf."""
 
     needs_history = False
     needs_sources = False
 
-    def __init__(self, max_length, eos_id):
-        self.max_length = max_length
-        self.eos_id = eos_id
+    def __init__(self, length, token_id):
+        self.length, self.token_id = length, token_id
 
     def __call__(self, seqs, scores):
-        if seqs.shape[1] == self.max_length - 1:
+        if seqs.shape[1] == self.length:
             scores[...] = _NEG_INF
-            scores[:, self.eos_id] = 0.0
+            scores[:, self.token_id] = 0.0
         return scores
+
+
+class ForcedBOS(_ForcedToken):
+    """The first generated token is `token_id` (mBART-50, M2M100, NLLB: the target language),
+    while the sequence holds only the start token (transformers' ForcedBOSTokenLogitsProcessor)."""
+
+    def __init__(self, token_id):
+        super().__init__(1, token_id)
+
+
+class ForcedEOS(_ForcedToken):
+    """At the last position allowed by `max_length`, EOS gets 0 and every other token -inf."""
+
+    def __init__(self, max_length, eos_id):
+        super().__init__(max_length - 1, eos_id)
 
 
 class SuppressTokens:
@@ -344,6 +358,8 @@ def build_processors(p, vocab, eos_id, sampling_min_keep=1, sources=None):
         procs.append(NoBadWords(p["bad_words_ids"], eos_id, vocab))
     if eos_id is not None and p["min_length"] > 0:
         procs.append(MinLength(p["min_length"], eos_id))
+    if p.get("forced_bos_token_id") is not None:
+        procs.append(ForcedBOS(p["forced_bos_token_id"]))
     if p["forced_eos_token_id"] is not None:
         procs.append(ForcedEOS(p["max_length"], p["forced_eos_token_id"]))
     if p["suppress_tokens"] is not None:

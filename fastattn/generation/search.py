@@ -137,7 +137,7 @@ GENERATE_KWARGS = ("max_new_tokens", "min_new_tokens", "num_beams", "length_pena
                    "early_stopping", "suppress_tokens", "bad_words_ids", "do_sample",
                    "temperature", "top_k", "top_p", "repetition_penalty", "no_repeat_ngram_size",
                    "encoder_no_repeat_ngram_size", "num_return_sequences", "decoder_input_ids",
-                   "return_scores", "streamer")
+                   "return_scores", "streamer", "forced_bos_token_id")
 
 
 def _decoder_prefix(dec, start, vocab):

@@ -555,3 +555,37 @@ def test_bad_combinations(ids):
                                              no_repeat_ngram_size=0,
                                              encoder_no_repeat_ngram_size=0,
                                              num_return_sequences=1), plain)
+
+
+# -- forced_bos_token_id (the target language of mBART-50, M2M100, NLLB) ---------------------
+
+@pytest.mark.parametrize("kw", [dict(forced_bos_token_id=7),
+                                dict(forced_bos_token_id=11, num_beams=3,
+                                     repetition_penalty=1.3)])
+def test_forced_bos_matches_transformers(checkpoint, src, kw):
+    path, hf = checkpoint("swish_untied")
+    model = fastattn.Seq2SeqTransformer.from_pretrained(path)
+    ids, mask = src
+    got = model.generate(ids, mask, max_new_tokens=12, **kw)
+    want = hf_generate(hf, ids, mask, max_new_tokens=12, do_sample=False, **kw)
+    np.testing.assert_array_equal(got, want)
+    assert np.all(got[:, 1] == kw["forced_bos_token_id"])
+
+
+def test_forced_bos_from_the_checkpoint_and_bad_values(checkpoint, src, tmp_path):
+    import json
+    import shutil
+    path, _ = checkpoint("swish_untied")
+    d = tmp_path / "fb"
+    shutil.copytree(path, d)
+    gen = json.load(open(d / "generation_config.json"))
+    json.dump(dict(gen, forced_bos_token_id=9), open(d / "generation_config.json", "w"))
+    model = fastattn.Seq2SeqTransformer.from_pretrained(d)
+    ids, mask = src
+    assert np.all(model.generate(ids, mask, max_new_tokens=3)[:, 1] == 9)
+    for bad in (-1, 10 ** 6, 2.5, True):
+        with pytest.raises(ValueError, match="forced_bos_token_id"):
+            model.generate(ids, mask, max_new_tokens=3, forced_bos_token_id=bad)
+    json.dump(dict(gen, forced_bos_token_id=10 ** 6), open(d / "generation_config.json", "w"))
+    with pytest.raises(ValueError, match="forced_bos_token_id"):
+        fastattn.Seq2SeqTransformer.from_pretrained(d)
