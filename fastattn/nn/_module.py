@@ -142,12 +142,6 @@ class _Module:
         w = params[weight]
         b = None if bias is None else params.get(bias)
         key = (weight, rows, bias, bias_rows, activation)
-        try:
-            hit = self._pack_cache[key]
-            if hit[0] is w and hit[1] is b:
-                return hit[2]
-        except (AttributeError, KeyError):
-            pass
         cache = self.__dict__.setdefault("_pack_cache", {})
         hit = cache.get(key)
         if hit is None or hit[0] is not w or hit[1] is not b:

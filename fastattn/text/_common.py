@@ -4,9 +4,9 @@ import os
 
 from .._validation import check_folder, check_n_threads  # noqa: F401 (check_folder: re-used)
 from ..io.huggingface import read_json
+from ..models.bert import SUPPORTED_MODEL_TYPES
 
-ENCODER_TYPES = ("bert", "roberta", "distilbert", "xlm-roberta", "camembert", "mpnet",
-                 "modernbert")
+ENCODER_TYPES = SUPPORTED_MODEL_TYPES          # what EncoderModel reads
 TRANSLATION_TYPES = ("marian",)
 
 

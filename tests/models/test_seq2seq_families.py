@@ -36,6 +36,19 @@ def _rel(a, b):
     return np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30)
 
 
+def _check_encoder_and_logits(model, hf, ids, mask, dec, dtype):
+    """encode and logits within 1e-4 (float32) / 1e-6 (float64) relative of transformers."""
+    with torch.no_grad():
+        t_ids, t_mask = torch.as_tensor(ids), torch.as_tensor(mask)
+        want_enc = hf.get_encoder()(input_ids=t_ids, attention_mask=t_mask).last_hidden_state
+        want_logits = hf(input_ids=t_ids, attention_mask=t_mask,
+                         decoder_input_ids=torch.as_tensor(dec)).logits
+    tol = 1e-4 if dtype == "float32" else 1e-6
+    m = mask.astype(bool)
+    assert _rel(model.encode(ids, mask)[m], want_enc.numpy()[m]) < tol
+    assert _rel(model.logits(ids, dec, mask), want_logits.numpy()) < tol
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("model_type", FAMILIES)
@@ -47,16 +60,7 @@ def test_encoder_and_logits_match_transformers(checkpoints, model_type, tied, dt
     ids, mask = padded_sources(model_type, rng, [9, 5, 7])
     dec = np.concatenate([np.full((3, 1), IDS[model_type]["decoder_start_token_id"]),
                           rng.integers(3, 80, size=(3, 6))], axis=1)
-    with torch.no_grad():
-        t_ids, t_mask = torch.as_tensor(ids), torch.as_tensor(mask)
-        want_enc = hf.get_encoder()(input_ids=t_ids, attention_mask=t_mask).last_hidden_state
-        want_logits = hf(input_ids=t_ids, attention_mask=t_mask,
-                         decoder_input_ids=torch.as_tensor(dec)).logits
-    tol = 1e-4 if dtype == "float32" else 1e-6
-    got_enc = model.encode(ids, mask)
-    m = mask.astype(bool)
-    assert _rel(got_enc[m], want_enc.numpy()[m]) < tol
-    assert _rel(model.logits(ids, dec, mask), want_logits.numpy()) < tol
+    _check_encoder_and_logits(model, hf, ids, mask, dec, dtype)
 
 
 @pytest.mark.parametrize("num_beams", [1, 3])
@@ -180,15 +184,7 @@ def test_t5_encoder_and_logits_match_transformers(checkpoints, model_type, tied,
     rng = np.random.default_rng(5)
     ids, mask = padded_sources(model_type, rng, [11, 6, 30])      # beyond max_distance 20
     dec = np.concatenate([np.zeros((3, 1), np.int64), rng.integers(2, 80, size=(3, 25))], axis=1)
-    with torch.no_grad():
-        t_ids, t_mask = torch.as_tensor(ids), torch.as_tensor(mask)
-        want_enc = hf.get_encoder()(input_ids=t_ids, attention_mask=t_mask).last_hidden_state
-        want_logits = hf(input_ids=t_ids, attention_mask=t_mask,
-                         decoder_input_ids=torch.as_tensor(dec)).logits
-    tol = 1e-4 if dtype == "float32" else 1e-6
-    m = mask.astype(bool)
-    assert _rel(model.encode(ids, mask)[m], want_enc.numpy()[m]) < tol
-    assert _rel(model.logits(ids, dec, mask), want_logits.numpy()) < tol
+    _check_encoder_and_logits(model, hf, ids, mask, dec, dtype)
 
 
 @pytest.mark.parametrize("num_beams", [1, 3])
