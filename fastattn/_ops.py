@@ -23,7 +23,9 @@ import os
 import numpy as np
 
 from ._kernels import _gemm as _g
+from ._kernels import _qgemm as _qg
 from ._kernels import _simd
+from ._quant import Int8Weight, check_quantize
 from ._threads import _effective_n_threads
 from ._validation import as_array, check_eps, check_out, kernel_ready, result_dtype
 
@@ -150,6 +152,33 @@ class _Packed:
             self.repack()
         return self.buf
 
+    def buffers(self):
+        return (self.weight,)
+
+    def gemm(self, x, bias, act, res, y, nthr, norm=None):
+        _g.gemm(x, self.current(), self.N, bias, act, res, y, nthr, norm)
+
+
+class _QPacked:
+    """An Int8Weight in the _Packed interface (its layout is the same for every kernel set)."""
+
+    __slots__ = ("q", "N", "K", "dtype")
+
+    def __init__(self, q):
+        self.q, self.N, self.K = q, q.N, q.K
+        self.dtype = np.dtype(np.float32)
+
+    @property
+    def weight(self):
+        return self.q.dequantize()
+
+    def buffers(self):
+        return (self.q.panels,)
+
+    def gemm(self, x, bias, act, res, y, nthr, norm=None):
+        q = self.q
+        _qg.gemm_int8(x, q.panels, q.scale, q.comp, q.N, bias, act, res, y, nthr, norm)
+
 
 def _linear_packed(x, packed, bias, act, residual, n_threads, out, x_name="x"):
     """Shared body of linear() and PackedLinear.__call__: x already an array, dtype checked."""
@@ -169,7 +198,8 @@ def _linear_packed(x, packed, bias, act, residual, n_threads, out, x_name="x"):
                          f"residual.shape={residual.shape}")
     if out is not None:
         check_out(out, "out", dtype, out_shape, aligned=True)
-        for name, a in ((x_name, x), ("weight", packed.weight), ("bias", bias)):
+        for name, a in ((x_name, x), ("bias", bias)) + tuple(("weight", w) for w in
+                                                                 packed.buffers()):
             if a is not None and np.may_share_memory(out, a):
                 raise ValueError(f"out must not overlap {name}")
         y = out
@@ -189,7 +219,7 @@ def _linear_packed(x, packed, bias, act, residual, n_threads, out, x_name="x"):
         r2 = kernel_ready(r2.reshape(M, N), dtype)
     if K == 0:
         x2 = np.zeros((M, 1), dtype=dtype)[:, :0]   # never read; a valid pointer and stride
-    _g.gemm(x2, packed.current(), N, bias, act, r2, y2, nthr)
+    packed.gemm(x2, bias, act, r2, y2, nthr)
     return y
 
 
@@ -245,9 +275,15 @@ class PackedLinear:
 
     Parameters
     ----------
-    weight : array_like, shape (N, K), float32 or float64 (integers become float64)
+    weight : array_like, shape (N, K), float32 or float64 (integers become float64), or an
+        ``Int8Weight`` (a weight quantized already)
     bias : array_like, shape (N,), optional
     activation : {None, 'relu', 'gelu', 'gelu_tanh', 'silu'}, optional
+    quantize : {None, 'int8'}, optional
+        'int8': the weight is quantized to int8 with one scale per output channel, each row of
+        x to int8 at every call (its own scale), the products summed exactly in int32 and the
+        result dequantized in float32 before the bias, activation and residual. Float32 only.
+        The result is the same bits on every CPU, for any thread count and batch.
 
     Examples
     --------
@@ -257,9 +293,10 @@ class PackedLinear:
     array([[0., 2., 3.]], dtype=float32)
     """
 
-    def __init__(self, weight, bias=None, activation=None):
+    def __init__(self, weight, bias=None, activation=None, quantize=None):
         self._act = _activation_code(activation)
         self._activation = activation
+        self._quantize = "int8" if isinstance(weight, Int8Weight) else check_quantize(quantize)
         self._bias = None
         self._packed = None
         self.weight = weight
@@ -272,6 +309,9 @@ class PackedLinear:
 
     @weight.setter
     def weight(self, value):
+        if self._quantize == "int8":
+            self._set_int8_weight(value)
+            return
         w = as_array(value, "weight")
         dtype = _common_dtype([("weight", w)])
         if w.ndim != 2:
@@ -287,6 +327,30 @@ class PackedLinear:
                                  f"{self._bias.shape}; set bias=None first to change N")
         self._packed = _Packed(kernel_ready(w, dtype))
 
+    def _set_int8_weight(self, value):
+        if isinstance(value, Int8Weight):
+            q = value
+        else:
+            w = as_array(value, "weight")
+            if w.dtype.kind == "f" and w.dtype != np.float32:
+                raise ValueError(f"quantize='int8' computes in float32: weight has dtype "
+                                 f"{w.dtype}, convert it first")
+            q = Int8Weight.from_float(w)
+        if self._bias is not None and self._bias.shape != (q.N,):
+            raise ValueError(f"weight.shape={q.shape} does not match the bias's "
+                             f"{self._bias.shape}; set bias=None first to change N")
+        self._packed = _QPacked(q)
+
+    @property
+    def quantize(self):
+        """'int8' for an int8 layer, else None."""
+        return self._quantize
+
+    @property
+    def int8_weight(self):
+        """The Int8Weight of an int8 layer (None for a float one)."""
+        return self._packed.q if self._quantize else None
+
     @property
     def bias(self):
         return self._bias
@@ -297,6 +361,14 @@ class PackedLinear:
             self._bias = None
             return
         b = as_array(value, "bias")
+        if self._quantize:
+            if b.dtype.kind == "f" and b.dtype != np.float32:
+                raise TypeError(f"bias has dtype {b.dtype}; an int8 layer computes in float32")
+            if b.shape != (self._packed.N,):
+                raise ValueError(f"bias must have shape (N,) = ({self._packed.N},), got "
+                                 f"bias.shape={b.shape}")
+            self._bias = _vector(b, np.dtype(np.float32))
+            return
         w = self._packed.weight
         if b.dtype.kind == "f":
             _common_dtype([("weight", w), ("bias", b)])
@@ -342,9 +414,29 @@ class PackedLinear:
                                       and a.shape == (pk.N,) and a.flags.c_contiguous
                                       and a.flags.aligned) for a in (gamma, beta))):
             y = _new_output((x.shape[0], pk.N), pk.dtype)
-            _g.gemm(x, pk.current(), pk.N, self._bias, self._act, residual, y,
-                    _effective_n_threads(n_threads), (gamma, beta, check_eps(eps)))
+            pk.gemm(x, self._bias, self._act, residual, y, _effective_n_threads(n_threads),
+                    (gamma, beta, check_eps(eps)))
             return y
+        if self._quantize:
+            # the int8 layers' LayerNorm is their own (the same bits on every CPU): convert the
+            # operands and take the fused path
+            def ready(a, shape, name):
+                a = as_array(a, name)
+                if a.dtype.kind == "f" and a.dtype != np.float32:
+                    raise TypeError(f"{name} has dtype {a.dtype}; an int8 layer computes in "
+                                    f"float32")
+                a = np.ascontiguousarray(a, dtype=np.float32)
+                if shape is not None and a.shape != shape:
+                    raise ValueError(f"{name} must have shape {shape}, got {a.shape}")
+                return a
+            x2 = ready(x, None, "x")
+            if x2.ndim != 2 or x2.shape[1] != pk.K or x2.shape[0] == 0:
+                raise ValueError(f"x must have shape (M, {pk.K}) with M >= 1, got {x2.shape}")
+            return self._then_layer_norm(
+                x2, None if residual is None else ready(residual, (x2.shape[0], pk.N),
+                                                        "residual"),
+                None if gamma is None else ready(gamma, (pk.N,), "gamma"),
+                None if beta is None else ready(beta, (pk.N,), "beta"), eps, n_threads)
         return layer_norm(self(x, residual, n_threads), gamma, beta, eps, n_threads=n_threads)
 
     def __call__(self, x, residual=None, n_threads=None, *, out=None):
@@ -358,26 +450,31 @@ class PackedLinear:
                     and out.shape == (x.shape[0], pk.N) and out.flags.c_contiguous
                     and out.flags.aligned and out.flags.writeable
                     and not np.may_share_memory(out, x)
-                    and not np.may_share_memory(out, pk.weight)
+                    and not any(np.may_share_memory(out, b) for b in pk.buffers())
                     and (self._bias is None or not np.may_share_memory(out, self._bias))
                     and (residual is None or not np.may_share_memory(out, residual))):
                 y = out
             else:
                 y = None                        # the general path checks and explains
             if y is not None:
-                _g.gemm(x, pk.current(), pk.N, self._bias, self._act, residual, y,
-                        _effective_n_threads(n_threads))
+                pk.gemm(x, self._bias, self._act, residual, y, _effective_n_threads(n_threads))
                 return y
         x = as_array(x, "x")
         residual = None if residual is None else as_array(residual, "residual")
-        w = self._packed.weight
-        _common_dtype([("weight", w), ("x", x), ("residual", residual)])
+        if self._quantize:
+            _common_dtype([("x", x), ("residual", residual)])
+            if x.dtype == np.float64 or (residual is not None and residual.dtype == np.float64):
+                raise TypeError("an int8 layer computes in float32: x and residual must be "
+                                "float32 (convert them first)")
+        else:
+            _common_dtype([("weight", self._packed.weight), ("x", x), ("residual", residual)])
         return _linear_packed(x, self._packed, self._bias, self._act, residual, n_threads, out)
 
     def __repr__(self):
         return (f"PackedLinear(in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self._bias is not None}, activation={self._activation!r}, "
-                f"dtype={self.dtype})")
+                f"dtype={self.dtype}" + (f", quantize={self._quantize!r})" if self._quantize
+                                         else ")"))
 
 
 def _elementwise(x, act, n_threads, name="x"):

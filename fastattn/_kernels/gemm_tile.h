@@ -772,5 +772,9 @@ FA_TARGET static void FA_NAME(item)(const FA_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
 #ifdef GM_WIDEN
 #undef GM_WIDEN
 #endif
+/* GM_KEEP_INSTANCE (the includer's): leave the simd.h instance open, so that a template included
+ * next can call this one's epilogue and LayerNorm rows (qgemm_tile.h ends it) */
+#ifndef GM_KEEP_INSTANCE
 #define FA_SIMD_END
 #include "simd.h"
+#endif

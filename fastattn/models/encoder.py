@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 from .._memory import check_plan
+from .._quant import Int8Weight, check_quantize
 from .._validation import check_dtype, check_folder, check_token_ids, hf_attention_mask
 from ..nn._masks import _KernelMask
 from ..nn._module import _Init
@@ -192,6 +193,7 @@ class EncoderModel:
         self.normalize = bool(normalize)
         self.max_seq_length = None
         self.dense = []          # sentence-transformers Dense modules: (Linear, activation)
+        self._quantize = None
         init = _Init.empty(self.dtype)
         c = config
         eps = c.layer_norm_eps
@@ -222,10 +224,15 @@ class EncoderModel:
         tensor's place), as read-only views: the layers run on packed copies of them."""
         out = {}
         for k, v in self._arrays().items():
-            view = v.view()
+            view = v.dequantize() if isinstance(v, Int8Weight) else v.view()
             view.flags.writeable = False
             out[k] = view
         return out
+
+    @property
+    def quantize(self):
+        """'int8' when the linear layers compute with int8 weights, else None."""
+        return self._quantize
 
     def _plan(self, B, S):
         """An upper bound of the bytes a forward over B x S tokens holds at once: the
@@ -250,10 +257,11 @@ class EncoderModel:
         return (f"EncoderModel(model_type={c.model_type!r}, layers={c.num_layers}, "
                 f"hidden_size={c.hidden_size}, heads={c.num_heads}, "
                 f"hidden_act={c.hidden_act!r}, dtype={self.dtype.name}, "
-                f"pooling={self.pooling}, normalize={self.normalize})")
+                f"pooling={self.pooling}, normalize={self.normalize}"
+                + (f", quantize={self._quantize!r})" if self._quantize else ")"))
 
     @classmethod
-    def from_pretrained(cls, path, dtype=np.float32):
+    def from_pretrained(cls, path, dtype=np.float32, quantize=None):
         """Load a local Hugging Face / sentence-transformers model folder.
 
         Parameters
@@ -264,6 +272,10 @@ class EncoderModel:
             modules.json points at them (Transformer, Pooling, optional Normalize).
         dtype : numpy.float32 or numpy.float64
             Compute dtype; the weights are converted once, at load.
+        quantize : None or 'int8'
+            'int8': the linear layers (attention projections, FFN, Dense modules) compute with
+            int8 weights (one scale per output channel) and int8 activations quantized per
+            row; embeddings, norms and attention stay float32. float32 only.
 
         Raises
         ------
@@ -276,19 +288,26 @@ class EncoderModel:
             dt = check_dtype(dtype)
         except TypeError as exc:
             raise ValueError(str(exc)) from None
+        check_quantize(quantize, dt)
         model_dir, pooling_cfg, normalize, dense = _read_folder(path)
         config = load_config(model_dir)
         pooling = pooling_cfg if isinstance(pooling_cfg, tuple) else \
             _pooling_from_config(os.path.join(pooling_cfg, "config.json"), config.hidden_size)
         model = cls(config, dt, pooling, normalize)
         load_weights(model_dir, config, model._arrays())
-        for layer in model.layers:
-            layer._prepack()
         width = config.hidden_size * len(pooling)
         for folder in dense:                     # sentence-transformers Dense modules
             lin, act = _read_dense(folder, width, dt)
             model.dense.append((lin, act))
             width = lin.out_features
+        if quantize is not None:
+            model._quantize = quantize
+            for module in model.layers + [lin for lin, _ in model.dense]:
+                module.quantize_(quantize)
+        for layer in model.layers:
+            layer._prepack()
+        for lin, _ in model.dense:
+            lin._prepack()
         model.max_seq_length = _st_max_seq_length(os.fspath(path), model_dir, config)
         return model
 

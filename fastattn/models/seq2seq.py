@@ -22,6 +22,7 @@ import os
 import numpy as np
 
 from .._memory import check_plan
+from .._quant import Int8Weight, check_quantize
 from .._validation import (check_choice, check_eps, check_option, check_real,
                            check_real_input, check_seed, check_token_ids, hf_attention_mask,
                            to_numpy)
@@ -141,7 +142,7 @@ class Seq2SeqTransformer:
                  norm="layer", bias=True, head_dim=None, attention_scale=None, gated_ffn=False,
                  relative_attention_num_buckets=None, relative_attention_max_distance=None,
                  output_scale=1.0, final_logits_bias=True, *, seed=0, dtype=np.float32,
-                 _state_dict=None):
+                 quantize=None, _state_dict=None):
         if dtype is None:              # np.dtype(None) would be float64
             raise TypeError("dtype must be float32 or float64, got None")
         try:
@@ -216,7 +217,13 @@ class Seq2SeqTransformer:
         check_generation_ids(gen, Vt, "generation_config")
         self.generation_config = gen
         self._dtype = dt
+        quantize = check_quantize(quantize, dt)
+        self._quantize = None                  # the float network first, then its int8 form
+        self._qparams = {}
         self._build(seed, _state_dict)
+        if quantize is not None:
+            self._quantize = quantize
+            self._apply_quantize()
 
     # ---------------------------------------------------------------------------------------
     # parameters
@@ -295,6 +302,29 @@ class Seq2SeqTransformer:
                 arr[...] = rng.standard_normal(arr.shape) / math.sqrt(arr.shape[1])
         self._drop_packed()
 
+    def _apply_quantize(self):
+        """Quantize the linear layers (encoder, decoder, output projection) to int8 and release
+        their float weights: the Hugging Face names of those weights move from _params (views)
+        to _qparams (Int8Weight, rows, shape: dequantized by state_dict)."""
+        for layer in (self.encoder, self.decoder, self.lm_head):
+            layer.quantize_(self._quantize)
+        arrays = {f"{lname}.{name}": arr for lname, layer in self._layers.items()
+                  for name, arr, _, _ in layer._named_params()}
+        qparams = {}
+        for hf, (name, rows, shape) in _bart.LOADERS[self._config["model_type"]].name_map(
+                self._config).items():
+            arr = arrays[name]
+            if isinstance(arr, Int8Weight):
+                qparams[hf] = (arr, rows, shape)
+                del self._params[hf]
+        self._qparams = qparams
+        self._drop_packed()
+
+    @property
+    def quantize(self):
+        """'int8' when the linear layers compute with int8 weights, else None."""
+        return self._quantize
+
     def _drop_packed(self):
         """The layers pack their weights again, now (as when the model was built)."""
         for layer in self._layers.values():
@@ -316,6 +346,11 @@ class Seq2SeqTransformer:
             view = v.view()
             view.flags.writeable = False
             out[k] = view
+        for k, (q, rows, shape) in self._qparams.items():      # int8: the values computed with
+            w = q.dequantize()
+            w = (w if rows is None else w[rows[0]:rows[1]]).reshape(shape)
+            w.flags.writeable = False
+            out[k] = w
         return out
 
     def load_state_dict(self, state_dict):
@@ -330,6 +365,13 @@ class Seq2SeqTransformer:
         if not hasattr(state_dict, "items"):
             raise TypeError("state_dict must be a mapping of names to arrays, got "
                             f"{type(state_dict).__name__}")
+        if self._quantize is not None:
+            # an int8 model: a new one from these float weights (a bad state_dict raises there
+            # and changes nothing here)
+            new = type(self)(**self._config, generation_config=self.generation_config,
+                             dtype=self._dtype, quantize=self._quantize, _state_dict=state_dict)
+            self.__dict__.update(new.__dict__)
+            return
         sd = {}
         for k, v in state_dict.items():
             if hasattr(v, "detach") and hasattr(v, "numpy"):
@@ -360,16 +402,19 @@ class Seq2SeqTransformer:
     # ---------------------------------------------------------------------------------------
 
     @classmethod
-    def from_state_dict(cls, state_dict, dtype=np.float32, **config):
+    def from_state_dict(cls, state_dict, dtype=np.float32, quantize=None, **config):
         """Build from a PyTorch-style state_dict (HF Marian names) and the architecture keywords."""
-        return cls(**config, dtype=dtype, _state_dict=state_dict)
+        return cls(**config, dtype=dtype, quantize=quantize, _state_dict=state_dict)
 
     @classmethod
-    def from_pretrained(cls, path, dtype=np.float32):
+    def from_pretrained(cls, path, dtype=np.float32, quantize=None):
         """Load a Hugging Face encoder-decoder folder: config.json, model.safetensors (or a
         sharded index) and generation_config.json when present; ``model_type`` ``marian``,
-        ``bart``, ``mbart``, ``pegasus`` or ``m2m_100`` (NLLB). No torch or transformers
-        needed."""
+        ``bart``, ``mbart``, ``pegasus``, ``m2m_100`` (NLLB), ``t5`` or ``mt5``. No torch or
+        transformers needed. ``quantize='int8'``: the linear layers (and the output
+        projection) compute with int8 weights, one scale per output channel, and int8
+        activations quantized per row; float32 only."""
+        check_quantize(quantize, dtype if dtype is not None else np.float32)
         path = os.fspath(path)
         if not os.path.isdir(path):
             raise FileNotFoundError(f"{path} is not a directory")
@@ -378,7 +423,8 @@ class Seq2SeqTransformer:
         check_generation_ids(gen, config["decoder_vocab_size"], os.path.join(
             path, "generation_config.json" if os.path.exists(
                 os.path.join(path, "generation_config.json")) else "config.json"))
-        return cls(**config, generation_config=gen, dtype=dtype, _state_dict=weights)
+        return cls(**config, generation_config=gen, dtype=dtype, quantize=quantize,
+                   _state_dict=weights)
 
     # ---------------------------------------------------------------------------------------
     # attributes
@@ -418,7 +464,8 @@ class Seq2SeqTransformer:
     def __repr__(self):
         c = self._config
         return (f"Seq2SeqTransformer(d_model={c['d_model']}, layers={c['encoder_layers']}+"
-                f"{c['decoder_layers']}, vocab={c['vocab_size']}, dtype={self._dtype})")
+                f"{c['decoder_layers']}, vocab={c['vocab_size']}, dtype={self._dtype}"
+                + (f", quantize={self._quantize!r})" if self._quantize else ")"))
 
     @property
     def max_decoder_positions(self):

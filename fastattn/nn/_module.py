@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from .._ops import PackedLinear
+from .._quant import Int8Weight, check_quantize
 from .._validation import check_seed, to_numpy
 from ..io.safetensors import read_module, save_module
 from ..io.torch_state_dict import as_numpy_state_dict, state_dict_dtype
@@ -59,6 +60,8 @@ class _Module:
     _params: dict
     _children: dict
     _config: dict
+    # the parameters that are linear-layer weights (packed by _packed): what quantize replaces
+    _LINEAR_PARAMS = ()
 
     def _named_params(self, prefix=""):
         for name, arr in self._params.items():
@@ -74,9 +77,40 @@ class _Module:
         for child in self._children.values():
             child._drop_packed()
 
+    def _modules(self):
+        yield self
+        for child in self._children.values():
+            yield from child._modules()
+
+    @property
+    def quantize(self):
+        """'int8' when the linear layers' weights are int8 (:meth:`quantize_`), else None."""
+        return self.__dict__.get("_quantize")
+
+    def quantize_(self, quantize="int8"):
+        """Quantize every linear layer of this module and its children to int8, in place (one
+        scale per output channel; the float weights are released). Embeddings, norms and
+        attention stay float32. Returns self."""
+        check_quantize(quantize, self.dtype)
+        if quantize is None:
+            if self.quantize is not None:
+                raise ValueError("quantize=None: an int8 module cannot be turned back into a "
+                                 "float one (load the float weights again)")
+            return self
+        for module in self._modules():
+            for name in module._LINEAR_PARAMS:
+                arr = module._params.get(name)
+                if isinstance(arr, np.ndarray):
+                    module._params[name] = Int8Weight.from_float(arr, name)
+            module.__dict__["_quantize"] = quantize
+        self._drop_packed()
+        return self
+
     def state_dict(self):
-        """A new dict of PyTorch parameter names -> copies of the arrays (the model's dtype)."""
-        return {name: arr.copy() for name, arr, _, _ in self._named_params()}
+        """A new dict of PyTorch parameter names -> copies of the arrays (the model's dtype;
+        an int8 layer's weight dequantized: the values it computes with)."""
+        return {name: arr.dequantize() if isinstance(arr, Int8Weight) else arr.copy()
+                for name, arr, _, _ in self._named_params()}
 
     def load_state_dict(self, state_dict):
         """Copy weights in by PyTorch name. Missing, unexpected or misshaped entries: ValueError
@@ -113,6 +147,8 @@ class _Module:
         for name, arr in given.items():
             _, owner, key = expected[name]
             owner._params[key] = np.array(arr, dtype=dtype, order="C", copy=True)
+            if owner.quantize is not None and key in owner._LINEAR_PARAMS:
+                owner._params[key] = Int8Weight.from_float(owner._params[key], name)
         self._drop_packed()
         return self
 
@@ -146,7 +182,10 @@ class _Module:
         hit = cache.get(key)
         if hit is None or hit[0] is not w or hit[1] is not b:
             bias_rows = rows if bias_rows is None else bias_rows
-            w_rows = w if rows is None else w[rows[0]:rows[1]]
+            if isinstance(w, Int8Weight):
+                w_rows = w if rows is None else w.rows(rows[0], rows[1])
+            else:
+                w_rows = w if rows is None else w[rows[0]:rows[1]]
             b_rows = b if b is None or bias_rows is None else b[bias_rows[0]:bias_rows[1]]
             hit = cache[key] = (w, b, PackedLinear(w_rows, b_rows, activation))
         return hit[2]

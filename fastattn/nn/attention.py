@@ -78,6 +78,8 @@ class MultiHeadAttention(_Module):
     heads or (B, H, L, S).
     """
 
+    _LINEAR_PARAMS = ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight")
+
     def __init__(self, embed_dim, num_heads, *, kdim=None, vdim=None, bias=True, dtype=np.float32,
                  seed=None, dropout=0.0, head_dim=None, scale=None, _init=None):
         embed_dim = check_positive_int(embed_dim, "embed_dim")

@@ -2,6 +2,7 @@
 import numpy as np
 
 from .._validation import check_dtype, check_last_dim, check_option, check_positive_int
+from .._quant import check_quantize
 from ._module import _init_for, _Module
 
 __all__ = ["Linear"]
@@ -11,11 +12,15 @@ class Linear(_Module):
     """y = x @ weight.T + bias; weight (out_features, in_features) as in torch.nn.Linear.
 
     Random init: Xavier-uniform weight, zero bias. ``lin(x)`` takes (..., in_features) and
-    returns (..., out_features) in the module's dtype.
+    returns (..., out_features) in the module's dtype. ``quantize='int8'``: the weight is
+    quantized to int8 (one scale per output channel) and each input row at every call (see
+    :class:`fastattn._ops.PackedLinear`); float32 only.
     """
 
+    _LINEAR_PARAMS = ("weight",)
+
     def __init__(self, in_features, out_features, bias=True, *, dtype=np.float32, seed=None,
-                 _init=None):
+                 quantize=None, _init=None):
         in_features = check_positive_int(in_features, "in_features")
         out_features = check_positive_int(out_features, "out_features")
         dtype = check_dtype(dtype)
@@ -27,6 +32,8 @@ class Linear(_Module):
         if bias:
             self._params["bias"] = init.zeros((out_features,))
         self._children = {}
+        if check_quantize(quantize, dtype) is not None:
+            self.quantize_(quantize)
 
     @classmethod
     def _config_from_state_dict(cls, sd, prefix, config):

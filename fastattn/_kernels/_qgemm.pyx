@@ -1,0 +1,186 @@
+# cython: language_level=3
+# Design:
+#   The int8 linear layer: y = act(dequant(q(x) @ Wq.T) + bias) + res, optionally followed by a
+#   LayerNorm of each row (the fused post-norm), on one OpenMP team. Scheme, packed layout and
+#   why the bits do not depend on the CPU: qgemm_kernels.h. Weights are quantised and packed
+#   in Python (fastattn/_quant.py: NumPy, the same on every machine); this module quantises the
+#   activations and runs the work items.
+#
+#   One parallel region, three loops: each row of x quantised into a workspace (M x Kp bytes
+#   and M scales, malloc'd at their exact size); the work items, an item being up to _MC rows
+#   by a column block (shape-only sizes: 256 columns, fewer when that leaves under 16 items),
+#   computed over the whole K by one thread; then, with a norm, each row of y normalised by one
+#   thread. An element's value depends on its row and column only (the integer sum is exact),
+#   so results are identical for any thread count and any batch composition.
+#
+# Kernels assume (fastattn/_quant.py checks all of it first): x float32 (M, K), last axis
+# contiguous, aligned; wp, sw, comp made by fastattn._quant.pack_int8 for this K and N; bias
+# (N,), res (M, N), y (M, N) float32 as in the float GEMM; y does not overlap anything else.
+
+from cython.parallel cimport parallel, prange
+from libc.stdint cimport int8_t, int32_t, uint8_t
+from libc.stdlib cimport free, malloc
+cimport numpy as cnp
+
+from fastattn._kernels._openmp cimport fa_team_open, fa_team_place, fa_team_t
+from fastattn._kernels._simd cimport isa_now
+
+cnp.import_array()
+
+cdef extern from "qgemm_kernels.h" nogil:
+    int QG_SCALAR, QG_AVX2, QG_AVX2_VNNI, QG_AVX512, QG_AVX512_VNNI, QG_N_VARIANTS
+    int QG_PANEL, QG_NGROUP, QG_MAX_K
+    ctypedef struct qg_kernels:
+        int mr
+        void (*quant)(const float *x, Py_ssize_t K, uint8_t *xq, Py_ssize_t kp, float *sx) noexcept nogil
+        void (*item)(const uint8_t *xq, Py_ssize_t kp, const float *sx, Py_ssize_t m,
+                     const int8_t *wp, const float *sw, const int32_t *comp, Py_ssize_t n0,
+                     Py_ssize_t nc, const float *bias, int act, const float *res,
+                     Py_ssize_t res_rs, float *y, Py_ssize_t y_rs) noexcept nogil
+        void (*ln)(const float *x, const float *res, Py_ssize_t n, const float *gamma,
+                   const float *beta, double eps, float *y) noexcept nogil
+    void qg_setup()
+    const qg_kernels *qg_kernels_for(int variant)
+    int qg_cpu_has(int variant)
+    int qg_variant_for(int level)
+
+qg_setup()
+
+VARIANTS = {"scalar": QG_SCALAR, "avx2": QG_AVX2, "avx2-vnni": QG_AVX2_VNNI,
+            "avx512": QG_AVX512, "avx512-vnni": QG_AVX512_VNNI}
+_NAMES = {v: k for k, v in VARIANTS.items()}
+PANEL = QG_PANEL
+NGROUP = QG_NGROUP
+MAX_K = QG_MAX_K
+
+cdef int _forced = -1       # a variant forced by set_variant (testing aid), else -1
+
+cdef enum:
+    _MC = 96                # rows per work item (a multiple of every variant's MR)
+    _NC = 256               # columns per work item, a multiple of QG_NGROUP ...
+    _MIN_ITEMS = 16         # ... lowered (to a multiple of QG_NGROUP) to get at least this many
+
+
+cdef inline Py_ssize_t _cdiv(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
+    return (a + b - 1) // b
+
+
+cdef inline int _variant_now() noexcept nogil:
+    return _forced if _forced >= 0 else qg_variant_for(isa_now())
+
+
+def variant():
+    """Name of the int8 kernel variant in use: set_variant's, else the best one for the
+    kernel set of fastattn's ISA state ('avx512-vnni', 'avx512', 'avx2-vnni', 'avx2', 'scalar')."""
+    return _NAMES[_variant_now()]
+
+
+def cpu_variants():
+    """The int8 variants this CPU can run."""
+    return [name for name, v in VARIANTS.items() if qg_cpu_has(v)]
+
+
+def set_variant(name):
+    """Force an int8 kernel variant (testing aid; None: back to automatic). Returns the name in
+    use. ValueError for an unknown name or one this CPU cannot run."""
+    global _forced
+    if name is None:
+        _forced = -1
+        return variant()
+    if name not in VARIANTS:
+        raise ValueError(f"int8 kernel variant must be one of {sorted(VARIANTS)} or None, "
+                         f"got {name!r}")
+    if not qg_cpu_has(VARIANTS[name]):
+        raise ValueError(f"this CPU cannot run the int8 kernel variant {name!r} "
+                         f"(it can: {cpu_variants()})")
+    _forced = VARIANTS[name]
+    return name
+
+
+cdef Py_ssize_t _col_block(Py_ssize_t M, Py_ssize_t N) noexcept nogil:
+    """Columns per work item: depends on the shape only (never on the thread count)."""
+    cdef Py_ssize_t n_mb = _cdiv(M, _MC)
+    cdef Py_ssize_t nc = _NC
+    if n_mb * _cdiv(N, nc) < _MIN_ITEMS:
+        nc = _cdiv(_cdiv(N, _MIN_ITEMS), QG_NGROUP) * QG_NGROUP
+        if nc < QG_NGROUP:
+            nc = QG_NGROUP
+    return nc
+
+
+def gemm_int8(cnp.ndarray x, cnp.ndarray wp, cnp.ndarray sw, cnp.ndarray comp, Py_ssize_t N,
+              object bias, int act, object res, cnp.ndarray y, int n_threads, object norm=None):
+    """y = act(dequant(q(x) @ Wq.T) + bias) + res, then LayerNorm(y) when norm = (gamma, beta,
+    eps) is given. x (M, K) float32; wp, sw, comp: pack_int8's for (N, K); M, N >= 1."""
+    # IN   x     (M, K)             float32, row stride x_rs
+    # IN   wp    (Npad * Kp,)       int8 panels; sw (Npad,) float32; comp (Npad,) int32
+    # IN   bias  (N,) or None; res (M, N) or None, row stride res_rs
+    # OUT  y     (M, N)             row stride y_rs
+    # WORK xq    (M, Kp) bytes, sx (M,) floats: malloc'd here at their exact size
+    cdef Py_ssize_t M = cnp.PyArray_DIMS(x)[0], K = cnp.PyArray_DIMS(x)[1]
+    cdef Py_ssize_t kp = _cdiv(K, 4) * 4
+    cdef Py_ssize_t x_rs = cnp.PyArray_STRIDES(x)[0] // 4
+    cdef Py_ssize_t y_rs = cnp.PyArray_STRIDES(y)[0] // 4
+    cdef Py_ssize_t res_rs = 0
+    cdef const float *bp = NULL
+    cdef const float *rp = NULL
+    cdef const float *gp = NULL
+    cdef const float *betap = NULL
+    cdef double eps = 0.0
+    cdef bint has_norm = norm is not None
+    if bias is not None:
+        bp = <const float *> cnp.PyArray_DATA(<cnp.ndarray> bias)
+    if res is not None:
+        rp = <const float *> cnp.PyArray_DATA(<cnp.ndarray> res)
+        res_rs = cnp.PyArray_STRIDES(<cnp.ndarray> res)[0] // 4
+    if has_norm:
+        gamma, beta, eps = norm
+        gp = <const float *> cnp.PyArray_DATA(<cnp.ndarray> gamma) if gamma is not None else NULL
+        betap = <const float *> cnp.PyArray_DATA(<cnp.ndarray> beta) if beta is not None else NULL
+    cdef const float *xp = <const float *> cnp.PyArray_DATA(x)
+    cdef const int8_t *wpp = <const int8_t *> cnp.PyArray_DATA(wp)
+    cdef const float *swp = <const float *> cnp.PyArray_DATA(sw)
+    cdef const int32_t *cp = <const int32_t *> cnp.PyArray_DATA(comp)
+    cdef float *yp = <float *> cnp.PyArray_DATA(y)
+    cdef const qg_kernels *kern = qg_kernels_for(_variant_now())
+    cdef Py_ssize_t nc = _col_block(M, N)
+    cdef Py_ssize_t n_nb = _cdiv(N, nc)
+    cdef Py_ssize_t n_mb = _cdiv(M, _MC)
+    cdef Py_ssize_t n_items = n_mb * n_nb
+    cdef Py_ssize_t r, l, i0, n0
+    cdef uint8_t *xq = <uint8_t *> malloc(<size_t>(M * kp))
+    cdef float *sx = <float *> malloc(<size_t>M * sizeof(float))
+    if xq == NULL or sx == NULL:
+        free(xq)
+        free(sx)
+        raise MemoryError(f"fastattn: cannot allocate the int8 GEMM's {M} x {kp} activation "
+                          f"workspace")
+    cdef fa_team_t team = fa_team_open(n_threads, n_items if n_items > M else M)
+    try:
+        with nogil, parallel(num_threads=team.n):
+            fa_team_place(&team)
+            for r in prange(M, schedule='static'):
+                kern.quant(xp + r * x_rs, K, xq + r * kp, kp, sx + r)
+            if M > _MC:
+                # column blocks outer: an item's weights are reused by the next row block's
+                # item while they are in L2 / L3
+                for l in prange(n_items, schedule='dynamic'):
+                    i0 = (l % n_mb) * _MC
+                    n0 = (l // n_mb) * nc
+                    kern.item(xq + i0 * kp, kp, sx + i0, _MC if M - i0 > _MC else M - i0, wpp,
+                              swp, cp, n0, nc if N - n0 > nc else N - n0, bp, act,
+                              (rp + i0 * res_rs) if rp != NULL else NULL, res_rs,
+                              yp + i0 * y_rs, y_rs)
+            else:
+                # one row block (a decode step): each thread streams a contiguous slice of the
+                # weights
+                for l in prange(n_items, schedule='static'):
+                    n0 = l * nc
+                    kern.item(xq, kp, sx, M, wpp, swp, cp, n0, nc if N - n0 > nc else N - n0,
+                              bp, act, rp, res_rs, yp, y_rs)
+            if has_norm:
+                for r in prange(M, schedule='static'):
+                    kern.ln(yp + r * y_rs, NULL, N, gp, betap, eps, yp + r * y_rs)
+    finally:
+        free(xq)
+        free(sx)

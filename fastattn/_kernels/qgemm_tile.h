@@ -1,0 +1,114 @@
+/* qgemm_tile.h -- the int8 linear layer's per-variant code around a micro-kernel: the row
+ * quantisation and the work item (register blocks, dequantisation, epilogue). Layout, scheme
+ * and the reproducibility argument: qgemm_kernels.h.
+ *
+ * The includer has opened a simd.h instance at 16 float lanes (FA_VW 16) and included
+ * gemm_tile.h in it with GM_KEEP_INSTANCE (for epilogue_row and ln_row), and defines
+ *   QG_MR      rows per register block (divides 12)
+ *   QG_NP      16-column panels per register block (QG_NP * 16 divides QG_NGROUP)
+ *   QG_MK(x, kp, mr, w, ps, tile, ahead)
+ *              the micro-kernel: tile[r * QG_NP * 16 + c] = sum_k x[r * kp + k] * w(c, k) for
+ *              r < mr (a constant), c < QG_NP * 16, k < kp; w: the first of QG_NP panels
+ *              ps bytes apart; ahead: prefetch the panels (the block reads them from memory)
+ * This header ends the instance. */
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#define QG_TW (QG_NP * 16)
+
+/* x (K floats) -> xq (kp bytes): u = round(x * 127 / max|x|) + 128, ties to even (the 1.5 * 2^23
+ * shift: exact for |v| <= 127), 128 in [K, kp); *sx = max|x| / 127. The same arithmetic on
+ * every variant (one multiply, one rounding an element). */
+FA_TARGET static void FA_NAME(qquant)(const float *x, ptrdiff_t K, uint8_t *xq, ptrdiff_t kp,
+                                      float *sx)
+{
+    float amax = 0.0f;
+    int bad = 0;
+    for (ptrdiff_t k = 0; k < K; k++) {
+        float a = fabsf(x[k]);
+        bad |= !(a <= FLT_MAX);                      /* inf or NaN */
+        amax = a > amax ? a : amax;
+    }
+    if (bad || amax == 0.0f) {
+        memset(xq, 128, (size_t)kp);
+        *sx = bad ? NAN : 0.0f;
+        return;
+    }
+    const float inv = 127.0f / amax;
+    for (ptrdiff_t k = 0; k < K; k++) {
+        float v = x[k] * inv;
+        v = (v + 12582912.0f) - 12582912.0f;
+        v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+        xq[k] = (uint8_t)((int)v + 128);
+    }
+    for (ptrdiff_t k = K; k < kp; k++) xq[k] = 128;
+    *sx = amax / 127.0f;
+}
+
+/* One work item: rows [0, m) of xq, columns [n0, n0 + nc) of y over the whole K. Register
+ * blocks of QG_MR rows x QG_TW columns; more than two row blocks: row blocks outer (the block's
+ * activation rows stay in L1 while the item's panels stream from L2), else panels outer (a
+ * decode step: each panel read from memory once). After a block's integer sums:
+ *   y = (float)(sum - comp[n]) * (sx[m] * sw[n]), then bias, activation, residual as
+ * gemm_tile.h's epilogue_row at 16 lanes (an element's bits do not depend on where it sits). */
+FA_TARGET static void FA_NAME(qitem)(const uint8_t *xq, ptrdiff_t kp, const float *sx,
+                                     ptrdiff_t m, const int8_t *wp, const float *sw,
+                                     const int32_t *comp, ptrdiff_t n0, ptrdiff_t nc,
+                                     const float *bias, int act, const float *res,
+                                     ptrdiff_t res_rs, float *y, ptrdiff_t y_rs)
+{
+    int32_t tile[QG_MR * QG_TW] __attribute__((aligned(64)));
+    const ptrdiff_t ps = kp * QG_PANEL;
+    const ptrdiff_t n_rb = (m + QG_MR - 1) / QG_MR, n_cb = (nc + QG_TW - 1) / QG_TW;
+    const int rows_outer = n_rb > 2;
+    for (ptrdiff_t b = 0; b < n_rb * n_cb; b++) {
+        ptrdiff_t rb = rows_outer ? b / n_cb : b % n_rb;
+        ptrdiff_t cb = rows_outer ? b % n_cb : b / n_rb;
+        ptrdiff_t i0 = rb * QG_MR, j0 = n0 + cb * QG_TW;
+        int mr = m - i0 < QG_MR ? (int)(m - i0) : QG_MR;
+        ptrdiff_t cols = n0 + nc - j0 < QG_TW ? n0 + nc - j0 : QG_TW;
+        const uint8_t *xb = xq + i0 * kp;
+        const int8_t *wb = wp + (j0 / QG_PANEL) * ps;
+        int ahead = i0 == 0;
+        switch (mr) {
+        case QG_MR: QG_MK(xb, kp, QG_MR, wb, ps, tile, ahead); break;
+        case 1: QG_MK(xb, kp, 1, wb, ps, tile, ahead); break;
+#if QG_MR > 2
+        case 2: QG_MK(xb, kp, 2, wb, ps, tile, ahead); break;
+#endif
+#if QG_MR > 3
+        case 3: QG_MK(xb, kp, 3, wb, ps, tile, ahead); break;
+#endif
+#if QG_MR > 4
+        case 4: QG_MK(xb, kp, 4, wb, ps, tile, ahead); break;
+#endif
+#if QG_MR > 5
+        case 5: QG_MK(xb, kp, 5, wb, ps, tile, ahead); break;
+#endif
+#if QG_MR > 6
+#error "QG_MR > 6: extend the remainder switch"
+#endif
+        default: break;
+        }
+        for (int r = 0; r < mr; r++) {
+            float *yr = y + (i0 + r) * y_rs + j0;
+            const int32_t *t = tile + r * QG_TW;
+            const float s = sx[i0 + r];
+            for (ptrdiff_t c = 0; c < cols; c++)
+                yr[c] = (float)(t[c] - comp[j0 + c]) * (s * sw[j0 + c]);
+            if (bias || act || res)
+                FA_NAME(epilogue_row)(yr, cols, bias ? bias + j0 : NULL, act,
+                                      res ? res + (i0 + r) * res_rs + j0 : NULL);
+        }
+    }
+}
+
+#undef QG_TW
+#undef QG_MR
+#undef QG_NP
+#undef QG_MK
+#undef GM_KEEP_INSTANCE
+#define FA_SIMD_END
+#include "simd.h"

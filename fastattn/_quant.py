@@ -1,0 +1,160 @@
+"""int8 weights: per-output-channel quantisation and the packed layout of the int8 GEMM.
+
+A weight W (N, K) becomes ``Wq = round(W / s)`` in [-127, 127] with one scale per row,
+``s[n] = max_k |W[n, k]| / 127`` (symmetric: no zero point, so the integer sum needs no
+correction but the activations' + 128), packed into 16-column panels of k-quads
+(``fastattn/_kernels/qgemm_kernels.h``). The layout does not depend on the CPU: a packed weight
+saved on one machine runs on any other. Everything here is NumPy and gives the same bytes on
+every machine.
+"""
+import numpy as np
+
+from ._kernels import _qgemm as _qg
+
+__all__ = ["Int8Weight", "QUANTIZE_MODES", "check_quantize"]
+
+QUANTIZE_MODES = (None, "int8")
+_PANEL = _qg.PANEL            # columns per panel
+_GROUP = _qg.NGROUP           # N is padded to a multiple of this
+MAX_K = _qg.MAX_K
+
+
+def check_quantize(quantize, dtype=None, name="quantize"):
+    """quantize itself (None or 'int8'); ValueError for anything else, or for 'int8' with a
+    dtype other than float32 (the int8 layers compute in float32)."""
+    if quantize is not None and not isinstance(quantize, str):
+        raise TypeError(f"{name} must be None or 'int8', got {type(quantize).__name__} "
+                        f"{quantize!r}")
+    if quantize not in QUANTIZE_MODES:
+        raise ValueError(f"{name} must be None or 'int8', got {quantize!r} (fastattn quantizes "
+                         f"weights to int8 only)")
+    if quantize == "int8" and dtype is not None and np.dtype(dtype) != np.float32:
+        raise ValueError(f"{name}='int8' computes in float32: it cannot be combined with "
+                         f"dtype={np.dtype(dtype).name}")
+    return quantize
+
+
+def _ceil(a, b):
+    return -(-a // b) * b
+
+
+def _aligned_bytes(n):
+    """n bytes (int8) starting on a 64-byte boundary."""
+    raw = np.empty(n + 64, np.int8)
+    off = -raw.ctypes.data % 64
+    return raw[off:off + n]
+
+
+class Int8Weight:
+    """A weight (N, K) quantised to int8 per output channel and packed for the int8 GEMM.
+
+    ``panels`` (Npad * Kp,) int8, ``scale`` (Npad,) float32, ``comp`` (Npad,) int32 (128 times
+    each row's sum, which takes the activations' offset out), N and K. Build with
+    :meth:`from_float`, or from saved arrays with :meth:`from_arrays`.
+    """
+
+    __slots__ = ("panels", "scale", "comp", "N", "K")
+
+    def __init__(self, panels, scale, comp, N, K):
+        self.panels, self.scale, self.comp, self.N, self.K = panels, scale, comp, N, K
+
+    # -- construction -------------------------------------------------------------------------
+    @classmethod
+    def from_float(cls, weight, name="weight"):
+        """Quantise a float (N, K) weight: one scale per row, round half to even."""
+        w = np.asarray(weight)
+        if w.ndim != 2:
+            raise ValueError(f"{name} must be 2-D (out_features N, in_features K), got shape "
+                             f"{w.shape}")
+        if w.dtype.kind not in "fiu":
+            raise TypeError(f"{name} must be a real array, got dtype {w.dtype}")
+        N, K = w.shape
+        if K > MAX_K:
+            raise ValueError(f"{name} has in_features K={K}; int8 layers take K <= {MAX_K} (the "
+                             f"int32 sums could overflow beyond)")
+        w = w.astype(np.float32, copy=False)
+        if not np.isfinite(w).all():
+            raise ValueError(f"{name} holds inf or NaN: it cannot be quantized to int8")
+        amax = np.abs(w).max(axis=1) if K else np.zeros(N, np.float32)
+        scale = (amax / np.float32(127)).astype(np.float32)
+        safe = np.where(scale > 0, scale, np.float32(1)).astype(np.float64)
+        q = np.rint(w.astype(np.float64) / safe[:, None])
+        q = np.clip(q, -127, 127).astype(np.int8)
+        return cls.from_int8(q, scale)
+
+    @classmethod
+    def from_int8(cls, q, scale):
+        """Pack int8 rows q (N, K) with their scales (N,)."""
+        N, K = q.shape
+        npad, kp = _ceil(max(N, 1), _GROUP), _ceil(K, 4)
+        full = np.zeros((npad, kp), np.int8)
+        full[:N, :K] = q
+        panels = _aligned_bytes(npad * kp)
+        panels[:] = full.reshape(npad // _PANEL, _PANEL, kp // 4, 4).transpose(0, 2, 1, 3).reshape(-1)
+        sc = np.zeros(npad, np.float32)
+        sc[:N] = scale
+        comp = np.zeros(npad, np.int32)
+        comp[:N] = 128 * q.sum(axis=1, dtype=np.int32)
+        return cls(panels, sc, comp, N, K)
+
+    @classmethod
+    def from_arrays(cls, panels, scale, comp, N, K, name="weight"):
+        """Rebuild from saved arrays (a pre-quantized folder), checking their sizes."""
+        N, K = int(N), int(K)
+        npad, kp = _ceil(max(N, 1), _GROUP), _ceil(K, 4)
+        for what, arr, size, dt in (("panels", panels, npad * kp, np.int8),
+                                    ("scale", scale, npad, np.float32),
+                                    ("comp", comp, npad, np.int32)):
+            if arr.dtype != dt or arr.ndim != 1 or arr.size != size:
+                raise ValueError(f"{name}: {what} must be a 1-D {np.dtype(dt).name} array of "
+                                 f"{size} elements for an int8 weight of shape ({N}, {K}), got "
+                                 f"{arr.dtype} {arr.shape}")
+        if K > MAX_K:
+            raise ValueError(f"{name}: in_features K={K} exceeds {MAX_K}")
+        return cls(panels, scale, comp, N, K)
+
+    # -- views --------------------------------------------------------------------------------
+    @property
+    def shape(self):
+        return (self.N, self.K)
+
+    @property
+    def dtype(self):
+        """The dtype the layer computes in (float32)."""
+        return np.dtype(np.float32)
+
+    @property
+    def nbytes(self):
+        return self.panels.nbytes + self.scale.nbytes + self.comp.nbytes
+
+    def int8(self):
+        """The quantised rows (N, K) int8, unpacked."""
+        kp = _ceil(self.K, 4)
+        npad = self.scale.size
+        full = self.panels.reshape(npad // _PANEL, kp // 4, _PANEL, 4).transpose(0, 2, 1, 3)
+        return np.ascontiguousarray(full.reshape(npad, kp)[:self.N, :self.K])
+
+    def dequantize(self):
+        """The weight the layer computes with, (N, K) float32: int8 rows times their scales."""
+        return self.int8().astype(np.float32) * self.scale[:self.N, None]
+
+    def rows(self, a, b):
+        """Rows [a, b) as an Int8Weight: a view of the panels when a is a multiple of 16 and the
+        kernel's reads (whole 64-column groups from a) stay inside these panels, else a copy."""
+        if (a, b) == (0, self.N):
+            return self
+        n = b - a
+        kp = _ceil(self.K, 4)
+        if a % _PANEL == 0 and a + _ceil(max(n, 1), _GROUP) <= self.scale.size:
+            p0 = a // _PANEL * kp * _PANEL
+            npad = _ceil(max(n, 1), _GROUP)
+            return Int8Weight(self.panels[p0:p0 + npad * kp], self.scale[a:a + npad],
+                              self._comp_rows(a, npad, n), n, self.K)
+        return Int8Weight.from_int8(self.int8()[a:b], self.scale[a:b])
+
+    def _comp_rows(self, a, npad, n):
+        # rows past n of a view belong to the next slice: their sums are computed and dropped
+        return self.comp[a:a + npad]
+
+    def __repr__(self):
+        return f"Int8Weight(shape=({self.N}, {self.K}))"
