@@ -7,6 +7,8 @@ correction but the activations' + 128), packed into 16-column panels of k-quads
 saved on one machine runs on any other. Everything here is NumPy and gives the same bytes on
 every machine.
 """
+import os
+
 import numpy as np
 
 from ._kernels import _qgemm as _qg
@@ -39,7 +41,10 @@ def _ceil(a, b):
 
 
 def _aligned_bytes(n):
-    """n bytes (int8) starting on a 64-byte boundary."""
+    """n bytes (int8) starting on a 64-byte boundary (exactly sized, and not aligned, under
+    the sanitizer: ci/sanitize.sh sets FASTATTN_SANITIZED, as for the float packed weights)."""
+    if os.environ.get("FASTATTN_SANITIZED"):
+        return np.empty(n, np.int8)
     raw = np.empty(n + 64, np.int8)
     off = -raw.ctypes.data % 64
     return raw[off:off + n]
@@ -148,13 +153,10 @@ class Int8Weight:
         if a % _PANEL == 0 and a + _ceil(max(n, 1), _GROUP) <= self.scale.size:
             p0 = a // _PANEL * kp * _PANEL
             npad = _ceil(max(n, 1), _GROUP)
+            # the view's padding columns are the next rows' (computed by the kernel, dropped)
             return Int8Weight(self.panels[p0:p0 + npad * kp], self.scale[a:a + npad],
-                              self._comp_rows(a, npad, n), n, self.K)
+                              self.comp[a:a + npad], n, self.K)
         return Int8Weight.from_int8(self.int8()[a:b], self.scale[a:b])
-
-    def _comp_rows(self, a, npad, n):
-        # rows past n of a view belong to the next slice: their sums are computed and dropped
-        return self.comp[a:a + npad]
 
     def __repr__(self):
         return f"Int8Weight(shape=({self.N}, {self.K}))"

@@ -13,6 +13,7 @@ SMALL = dict(vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2,
              decoder_ffn_dim=48, max_position_embeddings=64)
 # special ids per family: transformers' conventions
 IDS = {
+    "marian": dict(pad_token_id=VOCAB - 1, eos_token_id=0, decoder_start_token_id=VOCAB - 1),
     "bart": dict(pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
                  forced_eos_token_id=2),
     "mbart": dict(pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
