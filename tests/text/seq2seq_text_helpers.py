@@ -22,6 +22,9 @@ WORDS = ("the cat and dog ran over a hill was not here ka to mi ren su la po ne 
          "maison été très grand über schön café naïve ß").split()
 FAMILIES = ["bart", "mbart", "mbart50", "m2m_100", "nllb", "pegasus", "t5"]
 MODEL_TYPE = {"mbart50": "mbart", "nllb": "m2m_100"}
+# checkpoint seeds whose greedy translations of sentences(5, 30) vary (>= 16 distinct strings;
+# some seeds decode nearly everything to "" or to one repeated piece)
+SEEDS = {"mbart": 3, "mbart50": 1, "m2m_100": 1, "nllb": 3}
 
 
 def corpus(seed=0, n=500):
@@ -123,12 +126,13 @@ def top_id(tok):
     return max(ids)
 
 
-def make_folder(family, folder, seed=0):
+def make_folder(family, folder, seed=None):
     """A complete folder: tokenizer files and a random checkpoint of its vocabulary. Returns
     (transformers tokenizer, torch model)."""
     from seq2seq_checkpoints import make_checkpoint
     tok = build_tokenizer(family, folder)
     mt = MODEL_TYPE.get(family, family)
+    seed = SEEDS.get(family, 0) if seed is None else seed
     kw = dict(vocab_size=top_id(tok) + 1, tied=False, seed=seed)
     if mt == "t5":
         kw["feed_forward_proj"] = "gated-gelu"

@@ -7,7 +7,6 @@ transformers' own class builds from a model trained here and saves (seq2seq_text
 """
 import random
 
-import numpy as np
 import pytest
 
 pytest.importorskip("sentencepiece")
@@ -15,7 +14,8 @@ pytest.importorskip("tokenizers")
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from seq2seq_text_helpers import FAMILIES, build_tokenizer, make_folder, sentences  # noqa: E402
+from seq2seq_text_helpers import (FAMILIES, build_tokenizer, hf_tokenizer,  # noqa: E402
+                                  make_folder, sentences)
 
 from fastattn.text import (JsonTokenizer, M2M100Tokenizer, Translator,  # noqa: E402
                            load_tokenizer)
@@ -130,7 +130,7 @@ def test_translations_equal_transformers(family, kw):
     want = hf_translate(name, hf, model, TEXTS, tr.max_source_length, src, tgt, **kw)
     got = tr.translate(TEXTS, batch_size=8, src_lang=src, tgt_lang=tgt, **kw)
     assert got == want
-    assert len(set(got)) > len(TEXTS) // 3, got        # outputs vary: the test can fail
+    assert len(set(got)) > len(TEXTS) // 4, got        # outputs vary: the test can fail
     if name in LANGS:                                   # the constructor's defaults
         assert Translator(path, src_lang=src, tgt_lang=tgt).translate(TEXTS, **kw) == want
 
@@ -150,14 +150,9 @@ def test_language_codes_change_the_translation(family):
     assert a != b and a != c
     # default source language: the folder's (transformers' default for the family)
     assert tr.translate(texts, tgt_lang=tgt, **kw) == hf_translate(
-        name, build_default(name, path), model, texts, tr.max_source_length, None, tgt, **kw)
+        name, hf_tokenizer(path), model, texts, tr.max_source_length, None, tgt, **kw)
     assert tr.translate(texts, src_lang=other, tgt_lang=tgt, **kw) == hf_translate(
         name, hf, model, texts, tr.max_source_length, other, tgt, **kw)
-
-
-def build_default(name, path):
-    from seq2seq_text_helpers import hf_tokenizer
-    return hf_tokenizer(path)
 
 
 def test_same_strings_whatever_the_batching(family):
@@ -212,15 +207,62 @@ def test_quantize_is_checked_at_the_text_layer(family):
 
 def test_vocabulary_mismatch_is_named(family, tmp_path):
     import json
-    import os
     import shutil
     name, path, _, _ = family
     bad = tmp_path / "bad"
     shutil.copytree(path, bad)
-    cfg = json.loads((bad / "config.json").read_text())
-    cfg["vocab_size"] = 10
-    (bad / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ValueError):
+    if name == "m2m_100":
+        vocab = json.loads((bad / "vocab.json").read_text(encoding="utf-8"))
+        vocab["extra"] = 10_000
+        (bad / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    else:
+        tj = json.loads((bad / "tokenizer.json").read_text(encoding="utf-8"))
+        tj["added_tokens"].append(dict(tj["added_tokens"][-1], id=10_000, content="<extra>"))
+        (bad / "tokenizer.json").write_text(json.dumps(tj), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"the tokenizer's ids go up to \d+, but the "
+                                         r"model's vocab_size is \d+"):
         Translator(str(bad))
-    assert os.path.isdir(bad)
-    np.random.default_rng(0)
+
+
+def test_quantize_goes_to_from_pretrained_only_when_given():
+    from fastattn.text._common import check_quantize
+
+    def takes(path, dtype=None, quantize=None):
+        pass
+
+    def old(path, dtype=None):
+        pass
+    assert check_quantize(None, takes) == {} and check_quantize(None, old) == {}
+    assert check_quantize("int8", takes) == {"quantize": "int8"}
+    with pytest.raises(ValueError, match="quantize='int8' is not available yet"):
+        check_quantize("int8", old)
+    with pytest.raises(ValueError, match="quantize must be None or 'int8', got 'fp16'"):
+        check_quantize("fp16", takes)
+
+
+def test_cli_languages(family, tmp_path):
+    """`fastattn translate --src-lang --tgt-lang` writes what Translator.translate returns."""
+    import os
+    import subprocess
+    import sys
+
+    import fastattn
+    name, path, _, _ = family
+    if name not in LANGS:
+        pytest.skip("no language codes")
+    src, tgt = LANGS[name]
+    texts = sentences(11, 6)
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(fastattn.__file__)))
+    cmd = [sys.executable, "-m", "fastattn", "translate", path, "--input", str(tmp_path / "in.txt"),
+           "--output", str(tmp_path / "out.txt"), "--src-lang", src, "--tgt-lang", tgt,
+           "--max-new-tokens", "8", "--quiet"]
+    done = subprocess.run(cmd, capture_output=True, cwd=str(tmp_path), env=env, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()
+    want = Translator(path).translate(texts, src_lang=src, tgt_lang=tgt, max_new_tokens=8)
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8").split("\n")[:-1] == \
+        [w.replace("\n", " ") for w in want]
+    bad = subprocess.run([c if c != tgt else "xx_Q" for c in cmd], capture_output=True,
+                         cwd=str(tmp_path), env=env, timeout=300)
+    assert bad.returncode == 2 and b"tgt_lang='xx_Q'" in bad.stderr
+    assert b"Traceback" not in bad.stderr
