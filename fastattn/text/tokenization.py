@@ -14,9 +14,19 @@ sources, 5.x):
   dropped with ``skip_special_tokens``), joins runs of pieces with SentencePiece (the source
   model when the vocabularies are shared, as transformers 5 does), writes special tokens as
   themselves followed by a space, turns ``▁`` into spaces and strips the ends.
+- :class:`M2M100Tokenizer` (``sentencepiece.bpe.model``, ``vocab.json``; through
+  ``sentencepiece``): transformers' slow M2M100Tokenizer, the ``__xx__`` language tokens after
+  the vocabulary, a source written ``[__src__] pieces </s>``.
 - :class:`JsonTokenizer` (``tokenizer.json``, through ``tokenizers``): what a transformers
   "fast" tokenizer runs, with transformers' per-call settings (no padding, truncation
-  ``longest_first`` on the side the config names).
+  ``longest_first`` on the side the config names). BART, Pegasus, T5 use the file's own
+  post-processor; for mBART, mBART-50 and NLLB (tokenizer_class in tokenizer_config.json) the
+  source language token is placed as their transformers classes place it (mBART-50, NLLB:
+  ``[src] $A </s>``; mBART, NLLB with ``legacy_behaviour``: ``$A </s> [src]``), the language
+  codes being the file's added special tokens of the family's form (``en_XX``, ``eng_Latn``).
+  transformers 5 rebuilds these classes' normalizer and pre-tokenizer from the vocabulary and
+  keeps only the file's post-processor; fastattn runs the file as written, which is the same
+  pipeline for files transformers wrote.
 - :func:`bert_wordpiece` builds that pipeline for a BERT-family folder that ships only
   ``vocab.txt`` (as transformers' converter does: BertNormalizer with the folder's
   ``do_lower_case`` / ``strip_accents`` / ``tokenize_chinese_chars``, BertPreTokenizer,
@@ -24,10 +34,12 @@ sources, 5.x):
 
 :func:`load_tokenizer` picks the class from the folder's files. Language codes: ``tgt_lang``
 chooses a multilingual Marian model's target language (``>>fr<<`` written before the source
-text, as those models expect); a model without language codes raises ValueError for either
-``src_lang`` or ``tgt_lang``. Truncation: ``encode(..., max_length=n)`` keeps the first
-``n - 1`` pieces and the end token, what ``tokenizer(text, truncation=True, max_length=n)``
-gives.
+text, as those models expect); mBART / mBART-50 / NLLB / M2M100 write ``src_lang`` into the
+source and give ``tgt_lang``'s id through ``target_language_id`` (the generation's
+``forced_bos_token_id``); a model without language codes raises ValueError for either
+``src_lang`` or ``tgt_lang``. Truncation: ``encode(..., max_length=n)`` keeps the first pieces
+and the special tokens, ``n`` ids in all, what ``tokenizer(text, truncation=True,
+max_length=n)`` gives.
 """
 import os
 import re
