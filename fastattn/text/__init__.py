@@ -12,8 +12,9 @@ when a folder's tokenizer is read; no torch or transformers at run time.
 """
 from .batching import length_batches
 from .sentence_encoder import SentenceEncoder
-from .tokenization import JsonTokenizer, MarianTokenizer, Tokenizer, load_tokenizer
+from .tokenization import (JsonTokenizer, M2M100Tokenizer, MarianTokenizer, Tokenizer,
+                           load_tokenizer)
 from .translator import TextStreamer, Translator
 
 __all__ = ["Translator", "SentenceEncoder", "TextStreamer", "Tokenizer", "MarianTokenizer",
-           "JsonTokenizer", "load_tokenizer", "length_batches"]
+           "M2M100Tokenizer", "JsonTokenizer", "load_tokenizer", "length_batches"]

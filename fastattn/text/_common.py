@@ -7,7 +7,8 @@ from ..io.huggingface import read_json
 from ..models.bert import SUPPORTED_MODEL_TYPES
 
 ENCODER_TYPES = SUPPORTED_MODEL_TYPES          # what EncoderModel reads
-TRANSLATION_TYPES = ("marian",)
+# what Seq2SeqTransformer reads (m2m_100 covers NLLB)
+TRANSLATION_TYPES = ("marian", "bart", "mbart", "pegasus", "m2m_100", "t5", "mt5")
 
 
 def model_type(folder, where=None):

@@ -23,7 +23,9 @@ class CommandError(Exception):
 
 
 def add_translate_arguments(p):
-    p.add_argument("model", metavar="MODEL", help="a translation model folder (Marian / OPUS-MT)")
+    p.add_argument("model", metavar="MODEL",
+                   help="a translation model folder (Marian / OPUS-MT, BART, mBART, mBART-50, "
+                        "M2M100, NLLB, Pegasus, T5)")
     p.add_argument("--input", metavar="FILE", help="UTF-8 text, one source a line (default stdin)")
     p.add_argument("--output", metavar="FILE",
                    help="where the translations go, one a line (default stdout); written only "
@@ -37,9 +39,12 @@ def add_translate_arguments(p):
     p.add_argument("--max-batch-tokens", type=positive_int, metavar="N",
                    help="also cap a batch at N padded source tokens")
     p.add_argument("--quantize", choices=("int8",), help="int8 weights (when available)")
-    p.add_argument("--src-lang", metavar="L", help="source language code (models that have them)")
+    p.add_argument("--src-lang", metavar="L",
+                   help="source language code (mBART en_XX, M2M100 en, NLLB eng_Latn; default: "
+                        "the folder's)")
     p.add_argument("--tgt-lang", metavar="L",
-                   help="target language code of a multilingual model (e.g. fr for >>fr<<)")
+                   help="target language code of a multilingual model (mBART-50 de_DE, M2M100 "
+                        "de, NLLB deu_Latn, Marian fr for >>fr<<)")
     p.add_argument("--threads", type=positive_int, metavar="N", help="threads (default: all usable)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p

@@ -14,9 +14,19 @@ sources, 5.x):
   dropped with ``skip_special_tokens``), joins runs of pieces with SentencePiece (the source
   model when the vocabularies are shared, as transformers 5 does), writes special tokens as
   themselves followed by a space, turns ``▁`` into spaces and strips the ends.
+- :class:`M2M100Tokenizer` (``sentencepiece.bpe.model``, ``vocab.json``; through
+  ``sentencepiece``): transformers' slow M2M100Tokenizer, the ``__xx__`` language tokens after
+  the vocabulary, a source written ``[__src__] pieces </s>``.
 - :class:`JsonTokenizer` (``tokenizer.json``, through ``tokenizers``): what a transformers
   "fast" tokenizer runs, with transformers' per-call settings (no padding, truncation
-  ``longest_first`` on the side the config names).
+  ``longest_first`` on the side the config names). BART, Pegasus, T5 use the file's own
+  post-processor; for mBART, mBART-50 and NLLB (tokenizer_class in tokenizer_config.json) the
+  source language token is placed as their transformers classes place it (mBART-50, NLLB:
+  ``[src] $A </s>``; mBART, NLLB with ``legacy_behaviour``: ``$A </s> [src]``), the language
+  codes being the file's added special tokens of the family's form (``en_XX``, ``eng_Latn``).
+  transformers 5 rebuilds these classes' normalizer and pre-tokenizer from the vocabulary and
+  keeps only the file's post-processor; fastattn runs the file as written, which is the same
+  pipeline for files transformers wrote.
 - :func:`bert_wordpiece` builds that pipeline for a BERT-family folder that ships only
   ``vocab.txt`` (as transformers' converter does: BertNormalizer with the folder's
   ``do_lower_case`` / ``strip_accents`` / ``tokenize_chinese_chars``, BertPreTokenizer,
@@ -24,10 +34,12 @@ sources, 5.x):
 
 :func:`load_tokenizer` picks the class from the folder's files. Language codes: ``tgt_lang``
 chooses a multilingual Marian model's target language (``>>fr<<`` written before the source
-text, as those models expect); a model without language codes raises ValueError for either
-``src_lang`` or ``tgt_lang``. Truncation: ``encode(..., max_length=n)`` keeps the first
-``n - 1`` pieces and the end token, what ``tokenizer(text, truncation=True, max_length=n)``
-gives.
+text, as those models expect); mBART / mBART-50 / NLLB / M2M100 write ``src_lang`` into the
+source and give ``tgt_lang``'s id through ``target_language_id`` (the generation's
+``forced_bos_token_id``); a model without language codes raises ValueError for either
+``src_lang`` or ``tgt_lang``. Truncation: ``encode(..., max_length=n)`` keeps the first pieces
+and the special tokens, ``n`` ids in all, what ``tokenizer(text, truncation=True,
+max_length=n)`` gives.
 """
 import os
 import re
@@ -37,7 +49,8 @@ from .._validation import check_folder
 from ..io.huggingface import read_json
 from ._deps import require
 
-__all__ = ["Tokenizer", "MarianTokenizer", "JsonTokenizer", "bert_wordpiece", "load_tokenizer"]
+__all__ = ["Tokenizer", "MarianTokenizer", "M2M100Tokenizer", "JsonTokenizer", "bert_wordpiece",
+           "load_tokenizer"]
 
 _UNDERLINE = "\u2581"                 # SentencePiece's word-boundary mark
 _NO_LIMIT = 10 ** 9                   # transformers writes "no limit" as int(1e30)
@@ -100,6 +113,7 @@ class Tokenizer:
     family = None
     source_languages = ()
     target_languages = ()
+    default_src_lang = None
 
     def encode(self, texts, *, max_length=None, src_lang=None, tgt_lang=None):
         """list of str -> list of lists of int (special tokens included)."""
@@ -132,6 +146,17 @@ class Tokenizer:
     def _language_token(self, code):
         return code
 
+    def target_language_id(self, tgt_lang):
+        """The id generation must start with for ``tgt_lang`` (``forced_bos_token_id``), or None
+        when the model takes its target language another way (Marian: a code in the text) or
+        ``tgt_lang`` is None."""
+        return None
+
+    @property
+    def max_id(self):
+        """The largest id encode can write (the model's embedding must have that row)."""
+        raise NotImplementedError
+
     def __repr__(self):
         return f"{type(self).__name__}({self.path!r})"
 
@@ -149,7 +174,125 @@ class _Added:
         self.special = bool(special)
 
 
-class MarianTokenizer(Tokenizer):
+class _SpmVocabTokenizer(Tokenizer):
+    """What transformers' slow SentencePiece tokenizers with a ``vocab.json`` share (Marian,
+    M2M100): the vocabulary, the SentencePiece models, the added tokens and splitting the text
+    at them."""
+
+    def _named_specials(self):
+        """The special tokens the tokenizer names (eos_token, unk_token, ...), in transformers'
+        order."""
+        raise NotImplementedError
+
+    def _vocab_id(self, token):
+        """`token`'s id in the vocabulary, None when it has none."""
+        return self.encoder.get(token)
+
+    @property
+    def max_id(self):
+        return max(max(self.encoder.values()), max(self.added_by_id))
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def _vocab(self, path):
+        vocab = read_json(path, "vocabulary", dict)
+        for k, v in vocab.items():
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{path}: the id of {k!r} must be a non-negative integer, "
+                                 f"got {v!r}")
+        return vocab
+
+    def _spm(self, spm, name):
+        path = os.path.join(self.path, name)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"SentencePiece model not found: {path}")
+        proc = spm.SentencePieceProcessor()
+        try:
+            proc.Load(path)
+        except (OSError, RuntimeError) as exc:
+            raise ValueError(f"{path} is not a SentencePiece model: {exc}") from None
+        return proc
+
+    def _added_tokens(self, cfg, smap):
+        """The added tokens (special ones first, in transformers' order) with their ids and
+        splitting flags: tokenizer_config.json's added_tokens_decoder, else the vocab's ids."""
+        decl = cfg.get("added_tokens_decoder") or {}
+        if not isinstance(decl, dict):
+            raise ValueError(f"{self._cfg_path}: added_tokens_decoder must be a JSON object")
+        added = {}
+        for key, tok in decl.items():
+            try:
+                idx = int(key)
+            except ValueError:
+                raise ValueError(f"{self._cfg_path}: added_tokens_decoder key {key!r} is not "
+                                 "an id") from None
+            content = _content(tok)
+            if content is None:
+                raise ValueError(f"{self._cfg_path}: added_tokens_decoder[{key!r}] has no "
+                                 "content")
+            t = tok if isinstance(tok, dict) else {}
+            added[content] = _Added(content, idx, t.get("lstrip"), t.get("rstrip"),
+                                    t.get("single_word"), t.get("special", True))
+        extra = []
+        for name in ("additional_special_tokens", "extra_special_tokens"):
+            for src in (cfg, smap):
+                val = src.get(name)
+                if isinstance(val, list):
+                    extra += [c for c in map(_content, val) if c]
+        specials = list(self._named_specials())
+        specials += [t for t in dict.fromkeys(extra) if t not in specials]
+        specials += [t.content for t in added.values() if t.special and t.content not in specials]
+        vocab_size = len(self.encoder)
+        for tok in specials:
+            if tok not in added:        # transformers adds it: its vocab id, else a new one
+                idx = self._vocab_id(tok)
+                if idx is None:
+                    idx = vocab_size
+                    vocab_size += 1
+                added[tok] = _Added(tok, idx)
+        self.special_tokens = tuple(specials)
+        self.added = added
+        self.added_by_id = {t.id: t for t in added.values()}
+        contents = sorted(added, key=len, reverse=True)     # leftmost, then longest match
+        self._split_re = re.compile("(" + "|".join(map(re.escape, contents)) + ")") \
+            if contents else None
+
+    # -- encoding -----------------------------------------------------------------------------
+
+    def _token_id(self, token):
+        t = self.added.get(token)
+        if t is not None:
+            return t.id
+        return self.encoder.get(token, self.encoder[self.unk_token])
+
+    def _split(self, text):
+        """The text cut at added tokens, their strip / single-word flags applied."""
+        if self.split_special_tokens or self._split_re is None:
+            return [(text, False)] if text else []
+        parts = self._split_re.split(text)
+        # re.split with one group alternates text, token, text, ...: odd indices are tokens
+        toks = [(p, i % 2 == 1) for i, p in enumerate(parts)]
+        for i, (p, is_tok) in enumerate(toks):
+            if not is_tok:
+                continue
+            a = self.added[p]
+            left = toks[i - 1][0] if i > 0 else None
+            right = toks[i + 1][0] if i + 1 < len(toks) else None
+            if a.rstrip and right:
+                toks[i + 1] = (right.lstrip(), toks[i + 1][1])
+            if a.lstrip and left:
+                toks[i - 1] = (left.rstrip(), toks[i - 1][1])
+            if a.single_word:
+                if left and left[-1] != " ":
+                    toks[i - 1] = (toks[i - 1][0] + p, False)
+                    toks[i] = ("", False)
+                elif right and right[0] != " ":
+                    toks[i + 1] = (p + toks[i + 1][0], False)
+                    toks[i] = ("", False)
+        return [(p, is_tok) for p, is_tok in toks if p]
+
+
+class MarianTokenizer(_SpmVocabTokenizer):
     """A Marian (OPUS-MT) folder's tokenizer: ``source.spm`` / ``target.spm`` / ``vocab.json``.
 
     Encodes and decodes as ``transformers.MarianTokenizer`` does for the folder (see the module
@@ -210,105 +353,6 @@ class MarianTokenizer(Tokenizer):
                                       if k.startswith(">>") and k.endswith("<<")) \
             if not self.separate_vocabs else ()
 
-    # -- loading ------------------------------------------------------------------------------
-
-    def _vocab(self, path):
-        vocab = read_json(path, "Marian vocabulary", dict)
-        for k, v in vocab.items():
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"{path}: the id of {k!r} must be a non-negative integer, "
-                                 f"got {v!r}")
-        return vocab
-
-    def _spm(self, spm, name):
-        path = os.path.join(self.path, name)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"Marian SentencePiece model not found: {path}")
-        proc = spm.SentencePieceProcessor()
-        try:
-            proc.Load(path)
-        except (OSError, RuntimeError) as exc:
-            raise ValueError(f"{path} is not a SentencePiece model: {exc}") from None
-        return proc
-
-    def _added_tokens(self, cfg, smap):
-        """The added tokens (special ones first, in transformers' order) with their ids and
-        splitting flags: tokenizer_config.json's added_tokens_decoder, else the vocab's ids."""
-        decl = cfg.get("added_tokens_decoder") or {}
-        if not isinstance(decl, dict):
-            raise ValueError(f"{self._cfg_path}: added_tokens_decoder must be a JSON object")
-        added = {}
-        for key, tok in decl.items():
-            try:
-                idx = int(key)
-            except ValueError:
-                raise ValueError(f"{self._cfg_path}: added_tokens_decoder key {key!r} is not "
-                                 "an id") from None
-            content = _content(tok)
-            if content is None:
-                raise ValueError(f"{self._cfg_path}: added_tokens_decoder[{key!r}] has no "
-                                 "content")
-            t = tok if isinstance(tok, dict) else {}
-            added[content] = _Added(content, idx, t.get("lstrip"), t.get("rstrip"),
-                                    t.get("single_word"), t.get("special", True))
-        extra = []
-        for name in ("additional_special_tokens", "extra_special_tokens"):
-            for src in (cfg, smap):
-                val = src.get(name)
-                if isinstance(val, list):
-                    extra += [c for c in map(_content, val) if c]
-        specials = [self.eos_token, self.unk_token, self.pad_token]
-        specials += [t for t in dict.fromkeys(extra) if t not in specials]
-        specials += [t.content for t in added.values() if t.special and t.content not in specials]
-        vocab_size = len(self.encoder)
-        for tok in specials:
-            if tok not in added:        # transformers adds it: its vocab id, else a new one
-                idx = self.encoder.get(tok)
-                if idx is None:
-                    idx = vocab_size
-                    vocab_size += 1
-                added[tok] = _Added(tok, idx)
-        self.special_tokens = tuple(specials)
-        self.added = added
-        self.added_by_id = {t.id: t for t in added.values()}
-        contents = sorted(added, key=len, reverse=True)     # leftmost, then longest match
-        self._split_re = re.compile("(" + "|".join(map(re.escape, contents)) + ")") \
-            if contents else None
-
-    # -- encoding -----------------------------------------------------------------------------
-
-    def _token_id(self, token):
-        t = self.added.get(token)
-        if t is not None:
-            return t.id
-        return self.encoder.get(token, self.encoder[self.unk_token])
-
-    def _split(self, text):
-        """The text cut at added tokens, their strip / single-word flags applied."""
-        if self.split_special_tokens or self._split_re is None:
-            return [(text, False)] if text else []
-        parts = self._split_re.split(text)
-        # re.split with one group alternates text, token, text, ...: odd indices are tokens
-        toks = [(p, i % 2 == 1) for i, p in enumerate(parts)]
-        for i, (p, is_tok) in enumerate(toks):
-            if not is_tok:
-                continue
-            a = self.added[p]
-            left = toks[i - 1][0] if i > 0 else None
-            right = toks[i + 1][0] if i + 1 < len(toks) else None
-            if a.rstrip and right:
-                toks[i + 1] = (right.lstrip(), toks[i + 1][1])
-            if a.lstrip and left:
-                toks[i - 1] = (left.rstrip(), toks[i - 1][1])
-            if a.single_word:
-                if left and left[-1] != " ":
-                    toks[i - 1] = (toks[i - 1][0] + p, False)
-                    toks[i] = ("", False)
-                elif right and right[0] != " ":
-                    toks[i + 1] = (p + toks[i + 1][0], False)
-                    toks[i] = ("", False)
-        return [(p, is_tok) for p, is_tok in toks if p]
-
     def tokenize(self, text):
         """The token strings of `text` (no end token), as transformers' ``tokenize``."""
         out = []
@@ -343,6 +387,9 @@ class MarianTokenizer(Tokenizer):
 
     def _language_token(self, code):
         return code if code.startswith(">>") and code.endswith("<<") else f">>{code}<<"
+
+    def _named_specials(self):
+        return (self.eos_token, self.unk_token, self.pad_token)
 
     # -- decoding -----------------------------------------------------------------------------
 
@@ -389,7 +436,187 @@ def clean_up_tokenization(text):
 
 
 # ---------------------------------------------------------------------------------------------
+# M2M100: a SentencePiece model + vocab.json, language codes after the vocabulary
+
+# The language codes of M2M100 checkpoints, in the order their ids follow the vocabulary
+# (``language_codes`` in tokenizer_config.json picks the list; fairseq's order).
+M2M100_LANGUAGES = {
+    "m2m100": (
+        "af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy ga gd "
+        "gl gu ha he hi hr ht hu hy id ig ilo is it ja jv ka kk km kn ko lb lg ln lo lt lv mg "
+        "mk ml mn mr ms my ne nl no ns oc or pa pl ps pt ro ru sd si sk sl so sq sr ss su sv "
+        "sw ta th tl tn tr uk ur uz vi wo xh yi yo zh zu").split(),
+    "wmt21": "en ha is ja cs ru zh de".split(),
+}
+
+
+class M2M100Tokenizer(_SpmVocabTokenizer):
+    """An M2M100 folder's tokenizer: ``sentencepiece.bpe.model`` + ``vocab.json``.
+
+    Encodes and decodes as ``transformers.M2M100Tokenizer``: the text is split at the added
+    tokens, the rest cut into pieces by the SentencePiece model and looked up in vocab.json (a
+    piece not there is ``<unk>``); a source is ``[__src__] pieces [</s>]``. The language tokens
+    ``__xx__`` take the ids after the vocabulary, in the order of ``M2M100_LANGUAGES``; they
+    are special tokens (dropped by ``skip_special_tokens``, matched whole in the text) only when
+    tokenizer_config.json lists them among its additional / extra special tokens, as in
+    transformers 5. Decoding joins runs of pieces with SentencePiece, writes special tokens as
+    themselves (no space added) and strips the ends.
+    """
+
+    family = "m2m_100"
+
+    def __init__(self, path):
+        spm = require("sentencepiece", "reading an M2M100 tokenizer (sentencepiece.bpe.model)")
+        self.path = os.fspath(path)
+        cfg_path = os.path.join(self.path, "tokenizer_config.json")
+        cfg = read_json(cfg_path, "tokenizer config", dict) if os.path.isfile(cfg_path) else {}
+        self._cfg_path = cfg_path
+        smap_path = os.path.join(self.path, "special_tokens_map.json")
+        smap = read_json(smap_path, "special tokens map", dict) if os.path.isfile(smap_path) \
+            else {}
+        cls = cfg.get("tokenizer_class")
+        if cls is not None and cls not in ("M2M100Tokenizer",):
+            raise ValueError(f"{cfg_path}: tokenizer_class={cls!r} is not an M2M100 tokenizer")
+        kwargs = cfg.get("sp_model_kwargs") or {}
+        if not isinstance(kwargs, dict) or kwargs.get("enable_sampling"):
+            raise ValueError(f"{cfg_path}: sp_model_kwargs must be a JSON object without "
+                             "enable_sampling (fastattn encodes deterministically only)")
+        codes = cfg.get("language_codes", "m2m100")
+        if codes not in M2M100_LANGUAGES:
+            raise ValueError(f"{cfg_path}: language_codes={codes!r} must be one of "
+                             f"{', '.join(M2M100_LANGUAGES)}")
+        self.encoder = self._vocab(os.path.join(self.path, "vocab.json"))
+        self.decoder = {v: k for k, v in self.encoder.items()}
+        self.spm = self._spm(spm, "sentencepiece.bpe.model")
+        n = len(self.encoder)
+        self.lang_token_to_id = {f"__{c}__": n + i for i, c in enumerate(M2M100_LANGUAGES[codes])}
+        self.id_to_lang_token = {v: k for k, v in self.lang_token_to_id.items()}
+
+        def special(name, default):
+            return _content(cfg.get(name)) or _content(smap.get(name)) or default
+        self.bos_token = special("bos_token", "<s>")
+        self.eos_token = special("eos_token", "</s>")
+        self.sep_token = special("sep_token", "</s>")
+        self.unk_token = special("unk_token", "<unk>")
+        self.pad_token = special("pad_token", "<pad>")
+        if self.unk_token not in self.encoder:
+            raise ValueError(f"{os.path.join(self.path, 'vocab.json')} has no entry for the "
+                             f"unknown token {self.unk_token!r}")
+        self.model_max_length = _max_length(cfg.get("model_max_length", 1024), cfg_path)
+        self.clean_up_tokenization_spaces = bool(cfg.get("clean_up_tokenization_spaces", False))
+        self.split_special_tokens = bool(cfg.get("split_special_tokens", False))
+        self._added_tokens(cfg, smap)
+        self.unk_id = self._token_id(self.unk_token)
+        self.eos_id = self._token_id(self.eos_token)
+        self.pad_id = self._token_id(self.pad_token)
+        self.special_ids = frozenset(self._token_id(t) for t in self.special_tokens)
+        self.source_languages = self.target_languages = tuple(self.lang_token_to_id)
+        src = cfg.get("src_lang")
+        self.default_src_lang = src if isinstance(src, str) else "en"
+        if self._language_token(self.default_src_lang) not in self.lang_token_to_id:
+            raise ValueError(f"{cfg_path}: src_lang={src!r} is not one of the model's "
+                             "language codes")
+
+    def _named_specials(self):
+        return (self.bos_token, self.eos_token, self.unk_token, self.sep_token, self.pad_token)
+
+    def _vocab_id(self, token):
+        i = self.lang_token_to_id.get(token)
+        return self.encoder.get(token) if i is None else i
+
+    def _token_id(self, token):
+        t = self.added.get(token)
+        if t is not None:
+            return t.id
+        i = self._vocab_id(token)
+        return self.encoder[self.unk_token] if i is None else i
+
+    @property
+    def max_id(self):
+        return max(super().max_id, max(self.id_to_lang_token))
+
+    def _language_token(self, code):
+        return code if code.startswith("__") and code.endswith("__") else f"__{code}__"
+
+    def target_language_id(self, tgt_lang):
+        if tgt_lang is None:
+            return None
+        self.check_languages(None, tgt_lang)
+        return self.lang_token_to_id[self._language_token(tgt_lang)]
+
+    # -- encoding -----------------------------------------------------------------------------
+
+    def tokenize(self, text):
+        """The token strings of `text` (no language or end token), as transformers'
+        ``tokenize``."""
+        out = []
+        for chunk, is_token in self._split(text):
+            out.extend([chunk] if is_token else self.spm.encode(chunk, out_type=str))
+        return out
+
+    def encode(self, texts, *, max_length=None, src_lang=None, tgt_lang=None):
+        """Token ids of each text: the source language token, the pieces, ``</s>``;
+        ``max_length`` keeps the first ``max_length - 2`` pieces (``src_lang`` default: the
+        folder's, else "en")."""
+        texts = check_texts(texts)
+        max_length = _check_max_length(max_length, least=3)
+        self.check_languages(src_lang, tgt_lang)
+        lang = self.lang_token_to_id[self._language_token(
+            self.default_src_lang if src_lang is None else src_lang)]
+        out = []
+        for t in texts:
+            ids = [self._token_id(p) for p in self.tokenize(t)]
+            if max_length is not None:
+                ids = ids[:max_length - 2]
+            out.append([lang] + ids + [self.eos_id])
+        return out
+
+    # -- decoding -----------------------------------------------------------------------------
+
+    def decode(self, ids, skip_special_tokens=True):
+        """The text of a sequence of ids (transformers' ``decode``)."""
+        tokens = []
+        for i in ids:
+            i = int(i)
+            if skip_special_tokens and i in self.special_ids:
+                continue
+            a = self.added_by_id.get(i)
+            if a is not None:
+                tokens.append(a.content)
+            elif i in self.id_to_lang_token:
+                tokens.append(self.id_to_lang_token[i])
+            else:
+                tokens.append(self.decoder.get(i, self.unk_token))
+        specials = set(self.special_tokens)
+        run, text = [], ""
+        for tok in tokens:
+            if tok in specials:
+                text += self.spm.decode_pieces(run) + tok
+                run = []
+            else:
+                run.append(tok)
+        text = (text + self.spm.decode_pieces(run)).strip()
+        if self.clean_up_tokenization_spaces:
+            text = clean_up_tokenization(text)
+        return text
+
+
+# ---------------------------------------------------------------------------------------------
 # tokenizer.json (the `tokenizers` package)
+
+# tokenizer_class -> (the form of its language codes, the default source language, where the
+# source language token goes: "prefix", "suffix", or "legacy" = NllbTokenizer's
+# legacy_behaviour setting, False (prefix) by default)
+_LANGUAGE_SCHEMES = {}
+for _names, _scheme in ((("MBartTokenizer", "MBartTokenizerFast"),
+                         (r"[a-z]{2}_[A-Z]{2}", "en_XX", "suffix")),
+                        (("MBart50Tokenizer", "MBart50TokenizerFast"),
+                         (r"[a-z]{2}_[A-Z]{2}", "en_XX", "prefix")),
+                        (("NllbTokenizer", "NllbTokenizerFast"),
+                         (r"[a-z]{3}_[A-Z][a-z]{3}", "eng_Latn", "legacy"))):
+    for _n in _names:
+        _LANGUAGE_SCHEMES[_n] = _scheme
+
 
 class JsonTokenizer(Tokenizer):
     """A folder's ``tokenizer.json`` run by the ``tokenizers`` package with transformers' call
@@ -427,8 +654,66 @@ class JsonTokenizer(Tokenizer):
         pad = _content(cfg.get("pad_token"))
         pad_id = self._tk.token_to_id(pad) if pad else None
         self.pad_id = 0 if pad_id is None else int(pad_id)
-        self.special_ids = frozenset(
-            int(i) for i, t in self._tk.get_added_tokens_decoder().items() if t.special)
+        added = self._tk.get_added_tokens_decoder()
+        self.special_ids = frozenset(int(i) for i, t in added.items() if t.special)
+        # transformers 5 skips the clean-up for BPE models unless told to corrupt them anyway
+        if self.clean_up_tokenization_spaces and type(self._tk.model).__name__ == "BPE" and \
+                not cfg.get("clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_"
+                            "output"):
+            self.clean_up_tokenization_spaces = False
+        self._languages(cfg, cfg_path, added)
+
+    def _languages(self, cfg, cfg_path, added):
+        """The language codes of an mBART / mBART-50 / NLLB tokenizer (its added special tokens
+        of the family's form) and where the source language token goes."""
+        scheme = _LANGUAGE_SCHEMES.get(cfg.get("tokenizer_class"))
+        self._post = {}
+        if scheme is None:
+            self.lang_position = None
+            return
+        pattern, default, position = scheme
+        if position == "legacy":
+            position = "suffix" if cfg.get("legacy_behaviour", False) else "prefix"
+        self.lang_position = position
+        codes = tuple(t.content for t in added.values()
+                      if t.special and re.fullmatch(pattern, t.content))
+        if not codes:
+            raise ValueError(f"{cfg_path}: a {cfg['tokenizer_class']} without language codes "
+                             "among the tokenizer.json added tokens")
+        self.source_languages = self.target_languages = codes
+        src = cfg.get("src_lang")
+        self.default_src_lang = src if isinstance(src, str) else default
+        self.check_languages(self.default_src_lang, None)
+        eos = _content(cfg.get("eos_token")) or "</s>"
+        if self._tk.token_to_id(eos) is None:
+            raise ValueError(f"{cfg_path}: eos_token={eos!r} is not in tokenizer.json")
+        self._eos = eos
+
+    def _post_processor(self, src_lang):
+        """transformers' TemplateProcessing for a source in `src_lang`: ``lang $A </s>``
+        (mBART-50, NLLB) or ``$A </s> lang`` (mBART, NLLB with legacy_behaviour)."""
+        post = self._post.get(src_lang)
+        if post is None:
+            tk = require("tokenizers", "reading a tokenizer.json")
+            eos, lang = self._eos, src_lang
+            if self.lang_position == "prefix":
+                single, pair = [lang, "$A", eos], [lang, "$A", "$B", eos]
+            else:
+                single, pair = ["$A", eos, lang], ["$A", "$B", eos, lang]
+            post = self._post[src_lang] = tk.processors.TemplateProcessing(
+                single=single, pair=pair, special_tokens=[(eos, self._tk.token_to_id(eos)),
+                                                          (lang, self._tk.token_to_id(lang))])
+        return post
+
+    def target_language_id(self, tgt_lang):
+        if tgt_lang is None:
+            return None
+        self.check_languages(None, tgt_lang)
+        return int(self._tk.token_to_id(tgt_lang))
+
+    @property
+    def max_id(self):
+        return max(self._tk.get_vocab(with_added_tokens=True).values())
 
     def encode(self, texts, *, max_length=None, src_lang=None, tgt_lang=None, types=False):
         """Token ids of each text (the post-processor's special tokens included), truncated to
@@ -436,7 +721,10 @@ class JsonTokenizer(Tokenizer):
         texts = check_texts(texts)
         max_length = _check_max_length(max_length)
         self.check_languages(src_lang, tgt_lang)
-        with self._lock:                   # truncation is tokenizer state
+        with self._lock:                   # truncation and the language token: tokenizer state
+            if self.lang_position is not None:
+                self._tk.post_processor = self._post_processor(
+                    self.default_src_lang if src_lang is None else src_lang)
             if max_length != self._limit:
                 if max_length is None:
                     self._tk.no_truncation()
@@ -505,23 +793,45 @@ def bert_wordpiece(path):
 
 
 def load_tokenizer(path, family=None):
-    """The tokenizer of a model folder: Marian's SentencePiece files, else ``tokenizer.json``,
-    else a BERT ``vocab.txt``. ``family="marian"`` insists on the Marian files.
+    """The tokenizer of a model folder: Marian's SentencePiece files; M2M100's
+    ``sentencepiece.bpe.model`` + ``vocab.json``; else ``tokenizer.json``; else a BERT
+    ``vocab.txt``. ``family="marian"`` / ``"m2m_100"`` insists on that family's files (an
+    ``m2m_100`` folder with a tokenizer.json is NLLB's and reads it).
 
     Raises FileNotFoundError naming what is missing, ImportError naming
     ``pip install "fastattn[text]"`` when sentencepiece / tokenizers is not installed.
     """
     path = check_folder(path)
     has = lambda name: os.path.isfile(os.path.join(path, name))  # noqa: E731
-    if family == "marian" or has("source.spm"):
+    cls = None
+    if has("tokenizer_config.json"):
+        cls = read_json(os.path.join(path, "tokenizer_config.json"), "tokenizer config",
+                        dict).get("tokenizer_class")
+    if family == "marian" or has("source.spm") or cls in ("MarianTokenizer",
+                                                          "MarianTokenizerFast"):
         missing = [f for f in ("source.spm", "target.spm", "vocab.json") if not has(f)]
         if missing:
             raise FileNotFoundError(f"{path} has no Marian tokenizer: {', '.join(missing)} "
                                     "not found")
         return MarianTokenizer(path)
+    m2m_files = ("sentencepiece.bpe.model", "vocab.json")
+    if cls == "M2M100Tokenizer" or (family == "m2m_100" and not has("tokenizer.json")) or \
+            (not has("tokenizer.json") and all(map(has, m2m_files))):
+        missing = [f for f in m2m_files if not has(f)]
+        if missing:
+            raise FileNotFoundError(f"{path} has no M2M100 tokenizer: {', '.join(missing)} "
+                                    "not found")
+        return M2M100Tokenizer(path)
     if has("tokenizer.json"):
         return JsonTokenizer(path)
     if has("vocab.txt"):
         return bert_wordpiece(path)
+    spm = [f for f in ("spiece.model", "sentencepiece.bpe.model") if has(f)]
+    if spm:
+        raise FileNotFoundError(
+            f"{path} has {spm[0]} but no tokenizer.json: fastattn reads a T5 / Pegasus / mBART "
+            "/ NLLB tokenizer from its tokenizer.json (write one once with transformers: "
+            "AutoTokenizer.from_pretrained(path).save_pretrained(path))")
     raise FileNotFoundError(f"{path} has no tokenizer: none of source.spm (Marian), "
-                            "tokenizer.json or vocab.txt (BERT) was found")
+                            "sentencepiece.bpe.model + vocab.json (M2M100), tokenizer.json or "
+                            "vocab.txt (BERT) was found")

@@ -1,4 +1,5 @@
-"""Translator: text in, text out, for a translation model folder (Marian / OPUS-MT today).
+"""Translator: text in, text out, for a translation model folder (Marian / OPUS-MT, BART, mBART,
+mBART-50, M2M100, NLLB, Pegasus, T5 / mT5).
 
     import fastattn
     tr = fastattn.Translator("opus-mt-en-de")              # config.json, model.safetensors, *.spm
@@ -20,9 +21,14 @@ identical whatever the batching (batch size, token budget, its neighbours, trans
 translate_iterable): bit for bit in the scores, hence string for string. (CTranslate2 does not
 promise this: its batched kernels may round a row differently next to other rows.)
 
-Long lines: a source longer than the model accepts is truncated to its first
-``max_source_length - 1`` pieces plus the end token (``max_source_length`` = the smaller of the
-tokenizer's ``model_max_length`` and the model's ``max_position_embeddings``), which is what
+Language codes: mBART-50 and NLLB write ``[src_lang] tokens </s>``, mBART ``tokens </s>
+[src_lang]``, M2M100 ``[__src__] tokens </s>`` (as transformers' tokenizers); the target
+language is the first generated token (``forced_bos_token_id``). A multilingual Marian model
+reads ``>>tgt<<`` before the text.
+
+Long lines: a source longer than the model accepts is truncated to its first pieces plus the
+special tokens, ``max_source_length`` ids in all (the smaller of the tokenizer's
+``model_max_length`` and the model's ``max_position_embeddings``), which is what
 ``tokenizer(text, truncation=True, max_length=max_source_length)`` gives; transformers without
 truncation would fail on such a line.
 """
@@ -54,11 +60,20 @@ class Translator:
     Parameters
     ----------
     path : str or os.PathLike
-        A Marian (OPUS-MT) folder: config.json, model.safetensors, generation_config.json (when
-        present), source.spm, target.spm, vocab.json (tokenizer_config.json when present).
+        A translation model folder: config.json, model.safetensors, generation_config.json
+        (when present) and the tokenizer transformers saves for it: Marian (source.spm,
+        target.spm, vocab.json), M2M100 (sentencepiece.bpe.model, vocab.json), or the
+        tokenizer.json of BART, mBART, mBART-50, NLLB, Pegasus, T5 / mT5 (tokenizer_config.json
+        when present).
+    src_lang, tgt_lang : str, optional
+        The default language codes of :meth:`translate` (mBART / mBART-50 "en_XX", M2M100 "en"
+        or "__en__", NLLB "eng_Latn"; a multilingual Marian model's target "fr" or ">>fr<<").
+        Default source: the folder's tokenizer_config.json ``src_lang``, else transformers'
+        default for the family; default target: none (the checkpoint's
+        ``forced_bos_token_id``, if any, decides).
     quantize : None or "int8"
-        Weight quantisation; only None is available today ("int8" raises ValueError until the
-        model supports it).
+        Weight quantisation, passed to ``from_pretrained`` only when not None ("int8" raises
+        ValueError while the model does not take it).
     dtype : numpy.float32 or numpy.float64
     n_threads : int, optional
         Threads for each generate call (default: fastattn's, see ``fastattn.get_num_threads``).
@@ -66,11 +81,13 @@ class Translator:
     Attributes
     ----------
     model : fastattn.Seq2SeqTransformer
-    tokenizer : fastattn.text.MarianTokenizer
-    max_source_length : int, the longest source (in tokens, end token included) fed to the model
+    tokenizer : fastattn.text.Tokenizer (MarianTokenizer, M2M100Tokenizer or JsonTokenizer)
+    max_source_length : int, the longest source (in tokens, special tokens included) fed to the
+        model
     """
 
-    def __init__(self, path, *, quantize=None, dtype=np.float32, n_threads=None):
+    def __init__(self, path, *, src_lang=None, tgt_lang=None, quantize=None, dtype=np.float32,
+                 n_threads=None):
         path = check_folder(path)
         mt = model_type(path)
         if mt not in TRANSLATION_TYPES:
@@ -81,16 +98,18 @@ class Translator:
         extra = check_quantize(quantize, Seq2SeqTransformer.from_pretrained)
         self.n_threads = check_threads(n_threads)
         self.path = path
-        self.tokenizer = load_tokenizer(path, family="marian")
+        self.tokenizer = load_tokenizer(path, family=mt if mt in ("marian", "m2m_100") else None)
+        self.tokenizer.check_languages(src_lang, tgt_lang)
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.model = Seq2SeqTransformer.from_pretrained(path, dtype=dtype, **extra)
         self.quantize = quantize
         cfg = self.model.config
         # every id the tokenizer can write must be a row of the model's embedding
-        top = max(max(self.tokenizer.encoder.values()), max(self.tokenizer.added_by_id))
+        top = self.tokenizer.max_id
         if top >= cfg["vocab_size"]:
             raise ValueError(f"{path}: the tokenizer's ids go up to {top}, but the model's "
-                             f"vocab_size is {cfg['vocab_size']} (vocab.json and config.json "
-                             "do not belong together)")
+                             f"vocab_size is {cfg['vocab_size']} (the tokenizer files and "
+                             "config.json do not belong together)")
         limit = cfg["max_position_embeddings"]
         if self.tokenizer.model_max_length is not None:
             limit = min(limit, self.tokenizer.model_max_length)
@@ -100,21 +119,40 @@ class Translator:
         return f"Translator({self.path!r}, model={self.model!r})"
 
     @property
+    def source_languages(self):
+        """The language codes ``src_lang`` accepts (empty: the model has none)."""
+        return self.tokenizer.source_languages
+
+    @property
     def target_languages(self):
         """The language codes ``tgt_lang`` accepts (empty for a one-pair model)."""
         return self.tokenizer.target_languages
 
     # -- internals ----------------------------------------------------------------------------
 
+    def _languages(self, src_lang, tgt_lang):
+        """The call's language codes (the constructor's where not given), checked."""
+        src = self.src_lang if src_lang is None else src_lang
+        tgt = self.tgt_lang if tgt_lang is None else tgt_lang
+        self.tokenizer.check_languages(src, tgt)
+        return src, tgt
+
     def _encode(self, texts, src_lang, tgt_lang):
         return self.tokenizer.encode(texts, max_length=self.max_source_length,
                                      src_lang=src_lang, tgt_lang=tgt_lang)
 
-    def _gen_kwargs(self, generate_kwargs):
+    def _gen_kwargs(self, generate_kwargs, tgt_lang):
         kw = dict(generate_kwargs)
         if "streamer" in kw:
             raise TypeError("translate() does not take streamer=; use translate_stream()")
         kw.setdefault("n_threads", self.n_threads)
+        bos = self.tokenizer.target_language_id(tgt_lang)
+        if bos is not None:
+            given = kw.get("forced_bos_token_id")
+            if given is not None and given != bos:
+                raise ValueError(f"forced_bos_token_id={given!r} contradicts tgt_lang="
+                                 f"{tgt_lang!r} (id {bos}); give one of them")
+            kw["forced_bos_token_id"] = bos
         return kw
 
     def _run(self, rows, batch_size, max_batch_tokens, kw, bar):
@@ -143,9 +181,13 @@ class Translator:
         max_batch_tokens : int, optional
             Also cap each batch at this many padded source tokens (rows x longest row).
         src_lang, tgt_lang : str, optional
-            Language codes: ``tgt_lang`` picks the target of a multilingual Marian model
-            ("fr" or ">>fr<<", one of :attr:`target_languages`); a model without codes raises
-            ValueError. Marian models have no source language codes.
+            Language codes (default: the constructor's). mBART / mBART-50 / NLLB / M2M100:
+            ``src_lang`` is the language token of the source (where transformers' tokenizer
+            puts it), ``tgt_lang`` becomes ``forced_bos_token_id``. A multilingual Marian
+            model: ``tgt_lang`` ("fr" or ">>fr<<") is written before the source text; Marian
+            models have no source codes. A code the model does not have, or a code for a model
+            without codes (BART, Pegasus, T5), raises ValueError;
+            :attr:`source_languages` / :attr:`target_languages` list the valid ones.
         progress : bool
             A progress bar (lines) on stderr.
         **generate_kwargs
@@ -157,7 +199,8 @@ class Translator:
         """
         texts = check_texts(texts)
         batch_size, max_batch_tokens = check_batching(batch_size, max_batch_tokens)
-        kw = self._gen_kwargs(generate_kwargs)
+        src_lang, tgt_lang = self._languages(src_lang, tgt_lang)
+        kw = self._gen_kwargs(generate_kwargs, tgt_lang)
         rows = self._encode(texts, src_lang, tgt_lang)
         if not rows:
             return []
@@ -180,7 +223,7 @@ class Translator:
         next window while the current one is translated. Arguments as :meth:`translate`.
         """
         batch_size, max_batch_tokens = check_batching(batch_size, max_batch_tokens)
-        self.tokenizer.check_languages(src_lang, tgt_lang)
+        src_lang, tgt_lang = self._languages(src_lang, tgt_lang)
         if window is None:
             window = 16 * batch_size if batch_size is not None else 1024
         elif isinstance(window, bool) or not isinstance(window, int) or window < 1:
@@ -192,7 +235,7 @@ class Translator:
                             f"{type(iterable).__name__}") from None
         if isinstance(iterable, str):
             raise TypeError("iterable must be an iterable of str, got one str")
-        kw = self._gen_kwargs(generate_kwargs)
+        kw = self._gen_kwargs(generate_kwargs, tgt_lang)
         return self._iterate(it, window, batch_size, max_batch_tokens, src_lang, tgt_lang,
                              progress, kw)
 
@@ -257,7 +300,8 @@ class Translator:
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        kw = self._gen_kwargs(generate_kwargs)
+        src_lang, tgt_lang = self._languages(src_lang, tgt_lang)
+        kw = self._gen_kwargs(generate_kwargs, tgt_lang)
         beams = kw.setdefault("num_beams", 1)
         if beams != 1:
             raise ValueError(f"translate_stream decodes one hypothesis: num_beams must be 1, "
