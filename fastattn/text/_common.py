@@ -1,7 +1,7 @@
 """What Translator and SentenceEncoder share: the folder's model type, quantize, n_threads."""
-import inspect
 import os
 
+from .._quant import check_quantize as _check_quantize
 from .._validation import check_folder, check_n_threads  # noqa: F401 (check_folder: re-used)
 from ..io.huggingface import read_json
 from ..models.bert import SUPPORTED_MODEL_TYPES
@@ -20,21 +20,10 @@ def model_type(folder, where=None):
     return mt
 
 
-def check_quantize(quantize, loader):
-    """Keywords for `loader` (a from_pretrained): {} for None; {'quantize': 'int8'} when the
-    loader takes it; otherwise a ValueError saying int8 is not available yet."""
-    if quantize is None:
-        return {}
-    if quantize != "int8":
-        raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
-    try:
-        takes = "quantize" in inspect.signature(loader).parameters
-    except (TypeError, ValueError):      # pragma: no cover - builtins
-        takes = False
-    if takes:
-        return {"quantize": quantize}
-    raise ValueError("quantize='int8' is not available yet in this fastattn version (int8 "
-                     "weights are coming); use quantize=None for float32")
+def check_quantize(quantize):
+    """The from_pretrained keywords for `quantize`: {} for None, {'quantize': 'int8'};
+    ValueError naming `quantize` for anything else."""
+    return {} if _check_quantize(quantize) is None else {"quantize": quantize}
 
 
 def check_threads(n_threads):

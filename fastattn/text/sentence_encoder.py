@@ -86,7 +86,7 @@ class SentenceEncoder:
         if mt not in ENCODER_TYPES:
             raise ValueError(f"{os.path.join(tdir, 'config.json')}: model_type={mt!r} is not an "
                              f"encoder fastattn supports (supported: {', '.join(ENCODER_TYPES)})")
-        extra = check_quantize(quantize, EncoderModel.from_pretrained)
+        extra = check_quantize(quantize)
         self.n_threads = check_threads(n_threads)
         self.path = path
         self.model = EncoderModel.from_pretrained(path, **extra)

@@ -95,7 +95,7 @@ class Translator:
             raise ValueError(f"{os.path.join(path, 'config.json')}: model_type={mt!r} is not a "
                              f"translation model fastattn supports (supported: "
                              f"{', '.join(TRANSLATION_TYPES)}){hint}")
-        extra = check_quantize(quantize, Seq2SeqTransformer.from_pretrained)
+        extra = check_quantize(quantize)
         self.n_threads = check_threads(n_threads)
         self.path = path
         self.tokenizer = load_tokenizer(path, family=mt if mt in ("marian", "m2m_100") else None)

@@ -102,6 +102,26 @@ def test_translate_progress_bar_for_files(marian, tmp_path):
     assert len((tmp_path / "o.txt").read_text(encoding="utf-8").splitlines()) == 13
 
 
+def test_int8_round_trips(marian, minilm, tmp_path):
+    """--quantize int8 on both commands: what Translator / SentenceEncoder(quantize='int8')
+    return."""
+    from fastattn import SentenceEncoder, Translator
+    lines = _lines(6)
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    r = run("translate", marian, "--input", src, "--output", tmp_path / "o.txt",
+            "--max-new-tokens", 4, "--quantize", "int8", "--quiet")
+    assert r.returncode == 0, r.stderr.decode()
+    want = Translator(marian, quantize="int8").translate(lines, max_new_tokens=4)
+    assert (tmp_path / "o.txt").read_text(encoding="utf-8").split("\n")[:-1] == want
+    r = run("embed", minilm, "--input", src, "--output", tmp_path / "e.npy", "--quantize",
+            "int8", "--quiet")
+    assert r.returncode == 0, r.stderr.decode()
+    got = np.load(tmp_path / "e.npy")
+    assert np.array_equal(got, SentenceEncoder(minilm, quantize="int8").encode(lines))
+    assert not np.array_equal(got, SentenceEncoder(minilm).encode(lines))
+
+
 def test_embed_round_trip(minilm, tmp_path):
     from fastattn import SentenceEncoder
     lines = ["A man is eating food.", "", "Ünïcödé café", "x " * 400]
@@ -116,7 +136,7 @@ def test_embed_round_trip(minilm, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["missing_folder", "not_a_model", "wrong_type", "no_input",
-                                  "not_utf8", "bad_output_folder", "int8", "bad_lang",
+                                  "not_utf8", "bad_output_folder", "int4", "bad_lang",
                                   "bad_batch"])
 def test_translate_failures(marian, minilm, tmp_path, case):
     src = tmp_path / "in.txt"
@@ -136,8 +156,8 @@ def test_translate_failures(marian, minilm, tmp_path, case):
         frags = ["is not UTF-8 text"]
     elif case == "bad_output_folder":
         out, frags = tmp_path / "no" / "out.txt", ["cannot write", "does not exist"]
-    elif case == "int8":
-        extra, frags = ["--quantize", "int8"], ["quantize='int8' is not available yet"]
+    elif case == "int4":
+        extra, frags = ["--quantize", "int4"], ["argument --quantize: invalid choice: 'int4'"]
     elif case == "bad_lang":
         extra, frags = ["--tgt-lang", "fr"], ["tgt_lang='fr'", "no target language codes"]
     elif case == "bad_batch":

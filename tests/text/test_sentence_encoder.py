@@ -92,10 +92,8 @@ def test_bad_arguments(enc, minilm, tmp_path, marian):
         enc.encode(7)
     with pytest.raises(ValueError, match="batch_size must be a positive integer"):
         enc.encode(["a"], batch_size=0)
-    import inspect
-    if "quantize" not in inspect.signature(fastattn.EncoderModel.from_pretrained).parameters:
-        with pytest.raises(ValueError, match="quantize='int8' is not available yet"):
-            SentenceEncoder(minilm, quantize="int8")
+    with pytest.raises(ValueError, match="quantize must be None or 'int8', got 'int4'"):
+        SentenceEncoder(minilm, quantize="int4")
     with pytest.raises(FileNotFoundError, match="model folder not found"):
         SentenceEncoder(str(tmp_path / "nope"))
     with pytest.raises(ValueError, match="model_type='marian' is a translation model: use "

@@ -128,10 +128,6 @@ def test_languages_on_a_model_without_them(tr):
 
 def test_bad_arguments(marian, tr, tmp_path, minilm):
     path, _ = marian
-    import inspect
-    if "quantize" not in inspect.signature(fastattn.Seq2SeqTransformer.from_pretrained).parameters:
-        with pytest.raises(ValueError, match="quantize='int8' is not available yet"):
-            Translator(path, quantize="int8")
     with pytest.raises(ValueError, match="quantize must be None or 'int8'"):
         Translator(path, quantize="int4")
     with pytest.raises(FileNotFoundError, match="model folder not found"):

@@ -38,6 +38,14 @@ def family(request, tmp_path_factory):
     return request.param, path, tok, model
 
 
+@pytest.fixture(scope="module", params=[f for f in FAMILIES if f in LANGS])
+def lang_family(request, tmp_path_factory):
+    """The families with language codes (the tests of the codes themselves)."""
+    path = str(tmp_path_factory.mktemp(request.param + "-lang"))
+    tok, model = make_folder(request.param, path)
+    return request.param, path, tok, model
+
+
 def _hf_src(tok, family, src):
     if src is not None:
         tok.src_lang = src
@@ -135,10 +143,8 @@ def test_translations_equal_transformers(family, kw):
         assert Translator(path, src_lang=src, tgt_lang=tgt).translate(TEXTS, **kw) == want
 
 
-def test_language_codes_change_the_translation(family):
-    name, path, hf, model = family
-    if name not in LANGS:
-        pytest.skip("no language codes")
+def test_language_codes_change_the_translation(lang_family):
+    name, path, hf, model = lang_family
     tr = Translator(path)
     src, tgt = LANGS[name]
     other = {"mbart": "en_XX", "mbart50": "en_XX", "m2m_100": "en", "nllb": "eng_Latn"}[name]
@@ -200,7 +206,7 @@ def test_quantize_is_checked_at_the_text_layer(family):
     name, path, _, _ = family
     with pytest.raises(ValueError, match="quantize must be None or 'int8'"):
         Translator(path, quantize="int4")
-    with pytest.raises(ValueError, match="quantize"):
+    with pytest.raises(TypeError, match="quantize must be None or .int8., got bool"):
         Translator(path, quantize=True)
     assert Translator(path, quantize=None).quantize is None
 
@@ -226,30 +232,33 @@ def test_vocabulary_mismatch_is_named(family, tmp_path):
 
 def test_quantize_goes_to_from_pretrained_only_when_given():
     from fastattn.text._common import check_quantize
-
-    def takes(path, dtype=None, quantize=None):
-        pass
-
-    def old(path, dtype=None):
-        pass
-    assert check_quantize(None, takes) == {} and check_quantize(None, old) == {}
-    assert check_quantize("int8", takes) == {"quantize": "int8"}
-    with pytest.raises(ValueError, match="quantize='int8' is not available yet"):
-        check_quantize("int8", old)
+    assert check_quantize(None) == {}
+    assert check_quantize("int8") == {"quantize": "int8"}
     with pytest.raises(ValueError, match="quantize must be None or 'int8', got 'fp16'"):
-        check_quantize("fp16", takes)
+        check_quantize("fp16")
 
 
-def test_cli_languages(family, tmp_path):
+def test_int8_translator_equals_the_int8_model(family):
+    """Translator(quantize='int8') decodes with the int8 model, and its output does not depend
+    on the batching either."""
+    name, path, _, _ = family
+    tr = Translator(path, quantize="int8")
+    assert tr.model.quantize == "int8"
+    src, tgt = LANGS.get(name, (None, None))
+    got = tr.translate(TEXTS[:6], src_lang=src, tgt_lang=tgt, max_new_tokens=8)
+    assert got == tr.translate(TEXTS[:6], batch_size=1, src_lang=src, tgt_lang=tgt,
+                               max_new_tokens=8)
+    assert len(got) == 6 and all(isinstance(t, str) for t in got)
+
+
+def test_cli_languages(lang_family, tmp_path):
     """`fastattn translate --src-lang --tgt-lang` writes what Translator.translate returns."""
     import os
     import subprocess
     import sys
 
     import fastattn
-    name, path, _, _ = family
-    if name not in LANGS:
-        pytest.skip("no language codes")
+    name, path, _, _ = lang_family
     src, tgt = LANGS[name]
     texts = sentences(11, 6)
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
