@@ -12,6 +12,7 @@ import numpy as np
 
 from .._memory import check_plan
 from .._quant import Int8Weight, check_quantize
+from ..io import saved as _saved
 from .._validation import check_dtype, check_folder, check_token_ids, hf_attention_mask
 from ..nn._masks import _KernelMask
 from ..nn._module import _Init
@@ -132,8 +133,9 @@ _DENSE_ACTIVATIONS = {
 }
 
 
-def _read_dense(folder, in_features, dtype):
-    """A sentence-transformers Dense module: (Linear, activation or None)."""
+def _read_dense(folder, in_features, dtype, tensors=None, prefix=""):
+    """A sentence-transformers Dense module: (Linear, activation or None); its weights from
+    the folder, or from `tensors` (a saved folder's, names under `prefix`)."""
     cfg = _read_json(os.path.join(folder, "config.json"), "sentence-transformers Dense config",
                      dict)
     where = os.path.join(folder, "config.json")
@@ -152,8 +154,18 @@ def _read_dense(folder, in_features, dtype):
     bias = cfg.get("bias", True)
     if not isinstance(bias, bool):
         raise ValueError(f"Dense config field bias={bias!r} in {where} must be true or false")
-    tensors = read_safetensors(checkpoint_files(folder))
     lin = Linear(n_in, n_out, bias, dtype=dtype, _init=_Init.empty(dtype))
+    if tensors is not None:                      # a saved folder: mapped as they are
+        for ours in ("weight", "bias")[:1 + bias]:
+            t = tensors.get(prefix + ours)
+            if t is None or tuple(t.shape) != lin._params[ours].shape:
+                raise ValueError(f"{folder}: saved tensor {prefix + ours!r} is missing or not "
+                                 f"of shape {lin._params[ours].shape}")
+            lin._params[ours] = t
+            if isinstance(t, Int8Weight):
+                lin.__dict__["_quantize"] = "int8"
+        return lin, _DENSE_ACTIVATIONS[act]
+    tensors = read_safetensors(checkpoint_files(folder))
     for ours, theirs in (("weight", "linear.weight"), ("bias", "linear.bias"))[:1 + bias]:
         t = tensors.get(theirs)
         dst = lin._params[ours]
@@ -234,6 +246,43 @@ class EncoderModel:
         """'int8' when the linear layers compute with int8 weights, else None."""
         return self._quantize
 
+    def _saved_params(self):
+        out = dict(self._arrays())
+        for i, (lin, _) in enumerate(self.dense):
+            out.update((f"dense.{i}.{n}", a) for n, a, _, _ in lin._named_params())
+        return out
+
+    def save_pretrained(self, path):
+        """Write the model to the folder `path` in fastattn's own format (fastattn/io/saved.py):
+        int8 weights as their packed panels and scales, mapped by :meth:`from_pretrained` with
+        no quantizing or repacking. The folder the model came from is copied along but its
+        weight files (tokenizer, configs, sentence-transformers modules): a SentenceEncoder
+        loads the new folder."""
+        src = getattr(self, "_source", None)
+        rel = os.path.relpath(self._model_dir, src) if src else None
+        meta = {"class": type(self).__name__, "quantize": self._quantize,
+                "dtype": self.dtype.name}
+        _saved.write_folder(path, self._saved_params(), meta, source=src,
+                            model_dir=None if rel in (None, ".") else rel)
+
+    def _assign_saved(self, saved, model_dir):
+        """Put a saved folder's mapped arrays in place of the (empty) parameters."""
+        where = os.path.join(model_dir, _saved.WEIGHTS_FILE)
+        modules = [("embeddings", self.embeddings)] + [
+            (f"layers.{i}", layer) for i, layer in enumerate(self.layers)] + [
+            (n, m) for n, m in (("final_norm", self.final_norm),
+                                ("position_bias", self.position_bias)) if m is not None]
+        for prefix, module in modules:
+            for name, arr, owner, key in list(module._named_params()):
+                got = saved.get(f"{prefix}.{name}")
+                if got is None or tuple(got.shape) != tuple(arr.shape):
+                    raise ValueError(f"{where}: parameter {prefix}.{name} is missing or not of "
+                                     f"shape {arr.shape}")
+                owner._params[key] = got
+                if isinstance(got, Int8Weight):
+                    for m in module._modules():
+                        m.__dict__["_quantize"] = "int8"
+
     def _plan(self, B, S):
         """An upper bound of the bytes a forward over B x S tokens holds at once: the
         embeddings, q/k/v (and their zero-padded scatter), the heads' output, the projections,
@@ -293,13 +342,26 @@ class EncoderModel:
         config = load_config(model_dir)
         pooling = pooling_cfg if isinstance(pooling_cfg, tuple) else \
             _pooling_from_config(os.path.join(pooling_cfg, "config.json"), config.hidden_size)
+        saved = None
+        if _saved.is_saved_folder(model_dir):    # written by save_pretrained: mapped
+            meta = _saved.read_meta(model_dir, cls.__name__)
+            if meta.get("dtype") != dt.name:
+                raise ValueError(f"dtype={dt.name}: {os.path.join(model_dir, _saved.MODEL_FILE)}"
+                                 f" holds a {meta.get('dtype')} model")
+            saved = _saved.read_folder(model_dir)
+            if quantize is None and meta.get("quantize") is not None:
+                quantize = meta["quantize"]
         model = cls(config, dt, pooling, normalize)
-        load_weights(model_dir, config, model._arrays())
+        if saved is None:
+            load_weights(model_dir, config, model._arrays())
+        else:
+            model._assign_saved(saved, model_dir)
         width = config.hidden_size * len(pooling)
-        for folder in dense:                     # sentence-transformers Dense modules
-            lin, act = _read_dense(folder, width, dt)
+        for i, folder in enumerate(dense):       # sentence-transformers Dense modules
+            lin, act = _read_dense(folder, width, dt, saved, f"dense.{i}.")
             model.dense.append((lin, act))
             width = lin.out_features
+        model._source, model._model_dir = os.fspath(path), model_dir
         if quantize is not None:
             model._quantize = quantize
             for module in model.layers + [lin for lin, _ in model.dense]:

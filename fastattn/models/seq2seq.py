@@ -23,6 +23,7 @@ import numpy as np
 
 from .._memory import check_plan
 from .._quant import Int8Weight, check_quantize
+from ..io import saved as _saved
 from .._validation import (check_choice, check_eps, check_option, check_real,
                            check_real_input, check_seed, check_token_ids, hf_attention_mask,
                            to_numpy)
@@ -64,6 +65,9 @@ def _id(v, name, vocab, allow_none=False):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v < vocab:
         raise ValueError(f"{name} must be a token id in [0, {vocab}), got {v!r}")
     return int(v)
+
+
+_EMPTY = object()      # _build: no weights (from_pretrained maps a saved folder's in)
 
 
 class Seq2SeqTransformer:
@@ -279,17 +283,28 @@ class Seq2SeqTransformer:
             self.lm_head._params["weight"] = self.decoder_embed._params["weight"]
         self._layers = {"encoder_embed": self.encoder_embed, "decoder_embed": self.decoder_embed,
                         "encoder": self.encoder, "decoder": self.decoder, "lm_head": self.lm_head}
-        arrays = {f"{lname}.{name}": arr for lname, layer in self._layers.items()
-                  for name, arr, _, _ in layer._named_params()}
-        params = {}
-        for hf, (name, rows, shape) in _bart.LOADERS[c["model_type"]].name_map(c).items():
-            arr = arrays[name]
-            params[hf] = (arr if rows is None else arr[rows[0]:rows[1]]).reshape(shape)
-        self._params = params
+        self._map_params()
+        if sd is _EMPTY:
+            return                  # the parameters are about to be assigned (_from_saved)
         if sd is None:
             self._init_random(seed)
         else:
             self.load_state_dict(sd)
+
+    def _map_params(self):
+        """The parameters by Hugging Face name: views into the layers' float arrays
+        (_params), and the int8 weights with their rows and shape (_qparams)."""
+        arrays = {f"{lname}.{name}": arr for lname, layer in self._layers.items()
+                  for name, arr, _, _ in layer._named_params()}
+        params, qparams = {}, {}
+        for hf, (name, rows, shape) in _bart.LOADERS[self._config["model_type"]].name_map(
+                self._config).items():
+            arr = arrays[name]
+            if isinstance(arr, Int8Weight):
+                qparams[hf] = (arr, rows, shape)
+            else:
+                params[hf] = (arr if rows is None else arr[rows[0]:rows[1]]).reshape(shape)
+        self._params, self._qparams = params, qparams
 
     def _init_random(self, seed):
         rng = np.random.default_rng(check_seed(seed))
@@ -308,16 +323,7 @@ class Seq2SeqTransformer:
         to _qparams (Int8Weight, rows, shape: dequantized by state_dict)."""
         for layer in (self.encoder, self.decoder, self.lm_head):
             layer.quantize_(self._quantize)
-        arrays = {f"{lname}.{name}": arr for lname, layer in self._layers.items()
-                  for name, arr, _, _ in layer._named_params()}
-        qparams = {}
-        for hf, (name, rows, shape) in _bart.LOADERS[self._config["model_type"]].name_map(
-                self._config).items():
-            arr = arrays[name]
-            if isinstance(arr, Int8Weight):
-                qparams[hf] = (arr, rows, shape)
-                del self._params[hf]
-        self._qparams = qparams
+        self._map_params()
         self._drop_packed()
 
     @property
@@ -365,9 +371,9 @@ class Seq2SeqTransformer:
         if not hasattr(state_dict, "items"):
             raise TypeError("state_dict must be a mapping of names to arrays, got "
                             f"{type(state_dict).__name__}")
-        if self._quantize is not None:
-            # an int8 model: a new one from these float weights (a bad state_dict raises there
-            # and changes nothing here)
+        if self._quantize is not None or not all(v.flags.writeable for v in self._params.values()):
+            # an int8 model, or one whose weights are a read-only map of a saved folder: a new
+            # one from these float weights (a bad state_dict raises there and changes nothing)
             new = type(self)(**self._config, generation_config=self.generation_config,
                              dtype=self._dtype, quantize=self._quantize, _state_dict=state_dict)
             self.__dict__.update(new.__dict__)
@@ -418,13 +424,72 @@ class Seq2SeqTransformer:
         path = os.fspath(path)
         if not os.path.isdir(path):
             raise FileNotFoundError(f"{path} is not a directory")
+        if _saved.is_saved_folder(path):
+            return cls._from_saved(path, dtype, quantize)
         config, legacy, weights = _bart.read_checkpoint(path)
         gen = read_generation_config(path, legacy)
         check_generation_ids(gen, config["decoder_vocab_size"], os.path.join(
             path, "generation_config.json" if os.path.exists(
                 os.path.join(path, "generation_config.json")) else "config.json"))
-        return cls(**config, generation_config=gen, dtype=dtype, quantize=quantize,
-                   _state_dict=weights)
+        model = cls(**config, generation_config=gen, dtype=dtype, quantize=quantize,
+                    _state_dict=weights)
+        model._source = path
+        return model
+
+    def save_pretrained(self, path):
+        """Write the model to the folder `path` in fastattn's own format (fastattn/io/saved.py):
+        int8 weights as their packed panels and scales, so that :meth:`from_pretrained` maps
+        them with no quantizing or repacking; the tokenizer and configuration files of the
+        folder the model came from are copied along (a Translator can load the folder)."""
+        params = {f"{lname}.{name}": arr for lname, layer in self._layers.items()
+                  for name, arr, _, _ in layer._named_params()}
+        meta = {"class": "Seq2SeqTransformer", "quantize": self._quantize,
+                "dtype": self._dtype.name, "config": self._config,
+                "generation_config": self.generation_config}
+        _saved.write_folder(path, params, meta, source=getattr(self, "_source", None))
+
+    @classmethod
+    def _from_saved(cls, path, dtype, quantize):
+        """A folder written by save_pretrained: its arrays mapped, not copied."""
+        meta = _saved.read_meta(path, cls.__name__)
+        where = os.path.join(path, _saved.MODEL_FILE)
+        saved_q, saved_dt = meta.get("quantize"), meta.get("dtype")
+        if saved_q not in (None, "int8") or saved_dt not in ("float32", "float64"):
+            raise ValueError(f"{where}: quantize={saved_q!r}, dtype={saved_dt!r} is not a "
+                             f"model fastattn writes")
+        check_quantize(quantize, dtype)
+        if dtype is not None and np.dtype(dtype) != np.dtype(saved_dt):
+            raise ValueError(f"dtype={np.dtype(dtype).name}: {where} holds a {saved_dt} model "
+                             f"(load it with dtype={saved_dt}, or save it in that dtype)")
+        if quantize is None and saved_q is not None:
+            quantize = saved_q                  # an int8 folder loads as int8
+        try:
+            model = cls(**meta["config"], generation_config=meta.get("generation_config"),
+                        dtype=saved_dt, _state_dict=_EMPTY)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise ValueError(f"{where}: its config does not describe a valid model: "
+                             f"{exc}") from None
+        params = _saved.read_folder(path)
+        for lname, layer in model._layers.items():
+            for name, arr, owner, key in list(layer._named_params()):
+                got = params.get(f"{lname}.{name}")
+                if got is None or tuple(got.shape) != tuple(arr.shape):
+                    raise ValueError(f"{os.path.join(path, _saved.WEIGHTS_FILE)}: parameter "
+                                     f"{lname}.{name} is missing or not of shape {arr.shape}")
+                owner._params[key] = got
+        if saved_q is not None:
+            for layer in (model.encoder, model.decoder, model.lm_head):
+                for m in layer._modules():
+                    m.__dict__["_quantize"] = saved_q
+        model._quantize = saved_q
+        model._map_params()
+        if quantize is not None and saved_q is None:
+            model._quantize = quantize          # a float folder quantized at load
+            model._apply_quantize()
+        else:
+            model._drop_packed()
+        model._source = path
+        return model
 
     # ---------------------------------------------------------------------------------------
     # attributes

@@ -1,0 +1,171 @@
+"""fastattn's own model folders: what ``save_pretrained`` writes and ``from_pretrained`` maps.
+
+A folder holds, next to the source folder's own files (tokenizer, config.json, sentence-
+transformers modules; its weight files are not copied):
+  fastattn_model.json          {"format": "fastattn", "format_version": 1, "class": ...,
+                                "quantize": "int8" or null, "dtype": ..., and the class's own
+                                fields (the architecture, the generation defaults)}
+  fastattn_model.safetensors   the parameters by fastattn.nn name, in the layout they are used
+                                in: an int8 weight as its packed panels (``NAME.int8_panels``,
+                                int8), scales (``NAME.int8_scale``, float32) and offset sums
+                                (``NAME.int8_comp``, int32) -- no repacking at load -- and every
+                                other parameter as its float array. A parameter shared by two
+                                layers (a tied embedding) is stored once; the metadata's
+                                ``fastattn_ties`` names the others, ``fastattn_int8`` each int8
+                                weight's (N, K).
+The tensors start on 64-byte boundaries (the int8 panels first, each a multiple of 64 bytes)
+and are read through one read-only memory map: nothing is copied at load, and processes that
+load the same folder share its pages (the operating system's page cache).
+"""
+import json
+import os
+import shutil
+
+import numpy as np
+
+from .._quant import Int8Weight
+
+__all__ = ["FORMAT_VERSION", "MODEL_FILE", "WEIGHTS_FILE", "is_saved_folder", "write_folder",
+           "read_folder"]
+
+FORMAT_VERSION = 1
+MODEL_FILE = "fastattn_model.json"
+WEIGHTS_FILE = "fastattn_model.safetensors"
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ckpt")
+_WEIGHT_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+_DTYPES = {"F32": np.float32, "F64": np.float64, "I8": np.int8, "I32": np.int32}
+_CODES = {np.dtype(v): k for k, v in _DTYPES.items()}
+_INT8_PARTS = ("int8_panels", "int8_scale", "int8_comp")
+
+
+def is_saved_folder(path):
+    return os.path.isfile(os.path.join(path, MODEL_FILE))
+
+
+def _copy_source(src, dst):
+    """The source folder's files but its weights (tokenizer, configs, modules)."""
+    for root, dirs, files in os.walk(src):
+        rel = os.path.relpath(root, src)
+        out = os.path.join(dst, rel) if rel != "." else dst
+        os.makedirs(out, exist_ok=True)
+        for f in files:
+            if f.endswith(_WEIGHT_SUFFIXES) or f in _WEIGHT_NAMES or f in (MODEL_FILE,):
+                continue
+            shutil.copy2(os.path.join(root, f), os.path.join(out, f))
+
+
+def write_folder(path, params, meta, source=None, model_dir=None):
+    """Write `params` (fastattn.nn name -> float ndarray or Int8Weight) and `meta` (JSON) to the
+    folder `path` (made if missing); `source`: a folder whose non-weight files are copied first;
+    `model_dir`: the subfolder (of `path`) the two files go to (default: `path` itself)."""
+    path = os.fspath(path)
+    if source is not None and os.path.abspath(source) != os.path.abspath(path):
+        _copy_source(source, path)
+    target = os.path.join(path, model_dir) if model_dir else path
+    os.makedirs(target, exist_ok=True)
+    tensors, ties, int8 = [], {}, {}
+    seen = {}
+    for name, arr in params.items():
+        key = id(arr.panels if isinstance(arr, Int8Weight) else arr)
+        if key in seen:
+            ties[name] = seen[key]
+            continue
+        seen[key] = name
+        if isinstance(arr, Int8Weight):
+            int8[name] = [arr.N, arr.K]
+            for part, a in zip(_INT8_PARTS, (arr.panels, arr.scale, arr.comp)):
+                tensors.append((f"{name}.{part}", np.ascontiguousarray(a)))
+        else:
+            tensors.append((name, np.ascontiguousarray(arr)))
+    # the int8 panels first (their sizes are multiples of 64 bytes), then the rest
+    tensors.sort(key=lambda t: (not t[0].endswith(".int8_panels"), t[1].nbytes % 64 != 0))
+    header, offset = {}, 0
+    for name, a in tensors:
+        if a.dtype not in _CODES:
+            raise TypeError(f"{name}: dtype {a.dtype} cannot be saved")
+        header[name] = {"dtype": _CODES[a.dtype], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    header["__metadata__"] = {"format": "fastattn", "fastattn_ties": json.dumps(ties),
+                              "fastattn_int8": json.dumps(int8)}
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-(8 + len(blob)) % 64)               # the data starts 64-byte aligned
+    tmp = os.path.join(target, WEIGHTS_FILE + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(len(blob).to_bytes(8, "little"))
+        f.write(blob)
+        for _, a in tensors:
+            f.write(a.tobytes(order="C"))
+    os.replace(tmp, os.path.join(target, WEIGHTS_FILE))
+    doc = {"format": "fastattn", "format_version": FORMAT_VERSION, **meta}
+    with open(os.path.join(target, MODEL_FILE), "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+
+
+def read_meta(path, cls_name):
+    """The folder's fastattn_model.json, checked: ValueError naming the file otherwise."""
+    where = os.path.join(path, MODEL_FILE)
+    try:
+        with open(where, encoding="utf-8") as f:
+            meta = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{where}: cannot read it as JSON ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != "fastattn":
+        raise ValueError(f"{where}: not a fastattn model file (no \"format\": \"fastattn\")")
+    version = meta.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"{where}: format_version={version!r} is not a positive integer")
+    if version > FORMAT_VERSION:
+        raise ValueError(f"{where}: format_version {version} was written by a newer fastattn; "
+                         f"this version reads format_version <= {FORMAT_VERSION} (upgrade "
+                         f"fastattn, or save the model again from its float folder)")
+    if meta.get("class") != cls_name:
+        raise ValueError(f"{where}: holds a {meta.get('class')!r}, not a {cls_name}")
+    return meta
+
+
+def read_folder(path):
+    """The parameters of `path`'s fastattn_model.safetensors (name -> read-only ndarray, a view
+    of one memory map, or Int8Weight over such views), ties resolved."""
+    where = os.path.join(path, WEIGHTS_FILE)
+    if not os.path.isfile(where):
+        raise FileNotFoundError(f"{where} not found (the weights of a folder written by "
+                                f"save_pretrained)")
+    size = os.path.getsize(where)
+    try:
+        with open(where, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if not 0 < n <= size - 8:
+                raise ValueError("the header length does not fit the file")
+            header = json.loads(f.read(n))
+        meta = header.pop("__metadata__", {})
+        ties = json.loads(meta.get("fastattn_ties", "{}"))
+        int8 = json.loads(meta.get("fastattn_int8", "{}"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{where}: not a readable fastattn weights file ({exc})") from None
+    data = np.memmap(where, dtype=np.uint8, mode="r") if size > 8 + n else np.zeros(0, np.uint8)
+    base = 8 + n
+    raw = {}
+    for name, info in header.items():
+        try:
+            dt = np.dtype(_DTYPES[info["dtype"]])
+            a, b = info["data_offsets"]
+            shape = tuple(int(s) for s in info["shape"])
+            if not (0 <= a <= b <= size - base) or b - a != dt.itemsize * int(np.prod(shape)):
+                raise ValueError("its data offsets do not fit its shape or the file")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: tensor {name!r}: {exc}") from None
+        raw[name] = np.ndarray(shape, dt, buffer=data, offset=base + a)
+    params = {}
+    for name, (N, K) in int8.items():
+        try:
+            parts = [raw.pop(f"{name}.{p}") for p in _INT8_PARTS]
+        except KeyError as exc:
+            raise ValueError(f"{where}: int8 weight {name!r} has no {exc.args[0]!r}") from None
+        params[name] = Int8Weight.from_arrays(*parts, N, K, name=f"{where}: {name}")
+    params.update(raw)
+    for alias, name in ties.items():
+        if name not in params:
+            raise ValueError(f"{where}: {alias!r} is tied to {name!r}, which is not in the file")
+        params[alias] = params[name]
+    return params
