@@ -124,10 +124,12 @@ def _convert_ct2(path, model, workdir):
             from transformers.utils import logging as hf_logging
             level = hf_logging.get_verbosity()
             hf_logging.set_verbosity_error()     # BertModel's pooler, absent here, is reported
+            hf_logging.disable_progress_bar()
             try:
                 (write_ct2_marian if model == "marian" else write_ct2_bert)(path, out)
             finally:
                 hf_logging.set_verbosity(level)
+                hf_logging.enable_progress_bar()
         except Exception as exc:     # the converter's own errors: report, go on without it
             return f"conversion failed: {type(exc).__name__}: {exc}"
         with open(stamp, "w") as f:
@@ -238,6 +240,13 @@ def report_model(model, runs, out):
     if int8s:
         p("  in brackets: a float32 system's output vs transformers', an int8 system's vs its "
           "own float32 output")
+    for s8 in int8s:
+        s32 = s8[:-len("-int8")]
+        if s32 in floats:
+            each = [float(np.median(a["samples_s"])) / float(np.median(b["samples_s"]))
+                    for a, b in zip(runs[s32]["rows"], runs[s8]["rows"])]
+            p(f"  {LABELS[s8]} speed-up vs its float32, per work: "
+              + " / ".join(f"{x:.2f}x" for x in each))
     for s in MODEL_SYSTEMS:
         r = runs.get(s, {})
         if r.get("skipped"):
