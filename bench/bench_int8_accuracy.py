@@ -395,6 +395,9 @@ def marian(args, workdir, minilm_folder):
     same = (greedy["CTranslate2 float32"] == greedy["fastattn float32"])
     log(f"check, CTranslate2 float32 vs fastattn float32: log-prob |diff| mean {d.mean():.2e} "
         f"max {d.max():.2e}; greedy tokens equal {same.mean():.4f}")
+    if d.mean() > 1e-3:
+        log("WARNING: CTranslate2 float32 and fastattn float32 disagree on this checkpoint (not "
+            "explained yet); the CTranslate2 int8 row below compares CTranslate2 with itself only")
     log("| int8 system vs its float32 | log-prob mean abs diff per token | max | mean log-prob "
         "float32 / int8 | greedy tokens identical | sequences identical | mean common prefix |")
     log("|---|---:|---:|---:|---:|---:|---:|")
