@@ -40,7 +40,7 @@ def fastattn_origin():
     pkg = os.path.dirname(os.path.abspath(fastattn.__file__))
     root = os.path.dirname(pkg)
     how = "installed copy"
-    if os.path.isdir(os.path.join(root, ".git")):
+    if os.path.exists(os.path.join(root, ".git")):     # a file in a git worktree
         try:
             rev = subprocess.run(["git", "-C", root, "describe", "--always", "--dirty"],
                                  capture_output=True, text=True, timeout=10).stdout.strip()

@@ -13,6 +13,14 @@ threads everywhere. Timed runs alternate between the systems with a ~0.15 s slee
 medians (and minimums) are reported. Each import order (torch first, fastattn first) runs in its own child process.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_encoder.py [--onnx] [--profile]
+
+--int8 times the last hidden state of 32 x 128 and 1 x 16 tokens (the same checkpoint) with
+fastattn, CTranslate2 and ONNX Runtime in float32 and in int8 instead (fastattn
+``quantize="int8"``, CTranslate2 ``compute_type="int8"``, ONNX Runtime on
+``quantize_dynamic``'s copy of the export), each system in a process of its own (the children
+of ``fastattn bench --models``, fastattn.benchmark._model_child); an int8 system's output is
+compared with its own float32 system's. A fastattn build without int8 prints "fastattn int8:
+not available in this build" and times the others.
 """
 import argparse
 import os
@@ -210,6 +218,27 @@ def _child(args):
     return 0
 
 
+INT8_SYSTEMS = ("fastattn", "ctranslate2", "onnxruntime", "fastattn-int8", "ctranslate2-int8",
+                "onnxruntime-int8")
+
+
+def _int8_run(args):
+    """--int8: one child process per system (fastattn.benchmark._models.run_model)."""
+    from fastattn.benchmark import _models
+    from _common import fastattn_origin
+    workdir = os.path.join(tempfile.gettempdir(), "fastattn_bench_encoder_int8")
+    os.makedirs(workdir, exist_ok=True)
+    path = _models.build(workdir, "encoder")
+    print(f"# {fastattn_origin()}; each system in a process of its own; {args.repeats} timed "
+          f"calls at 32x128 ({5 * args.repeats} at 1x16) after a warm-up")
+    print("\n## last hidden state, median ms per call")
+    runs = _models.run_model("encoder", path, INT8_SYSTEMS, args.threads, args.repeats, workdir)
+    _models.report_model("encoder", runs, sys.stdout)
+    with open("/proc/loadavg") as f:
+        print(f"# loadavg after: {f.read().strip()}")
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -221,6 +250,9 @@ def main(argv=None):
     ap.add_argument("--profile", action="store_true", help="break fastattn's time down by op")
     ap.add_argument("--no-embed", action="store_true",
                     help="time the hidden state only (no pooled-embedding systems)")
+    ap.add_argument("--int8", action="store_true",
+                    help="float32 and int8 of fastattn, CTranslate2, ONNX Runtime, one process "
+                         "each")
     ap.add_argument("--order", choices=["torch-first", "fastattn-first"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.order:
@@ -236,6 +268,8 @@ def main(argv=None):
           f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE')}")
     print("# model: BERT 6 layers, hidden 384, 12 heads, intermediate 1536, exact GELU, "
           "eps 1e-12, float32; threads", args.threads)
+    if args.int8:
+        return _int8_run(args)
     rc = 0
     here = os.path.abspath(__file__)
     passthrough = [a for a in (argv if argv is not None else sys.argv[1:])]

@@ -10,6 +10,12 @@ Run (2 threads, OpenBLAS variables unset as the peers' figures were measured):
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS=2 \
         python bench/bench_generate.py --repeats 5
+
+--int8 times fastattn and CTranslate2 in float32 and in int8 (fastattn ``quantize="int8"``,
+CTranslate2 ``compute_type="int8"``) instead, each system in a process of its own (the children
+of ``fastattn bench --models``, fastattn.benchmark._model_child), on the same checkpoint and
+works; an int8 system's tokens are compared with its own float32 system's. A fastattn build
+without int8 prints "fastattn int8: not available in this build" and times the others.
 """
 import argparse
 import json
@@ -184,6 +190,30 @@ def profile_step(hf_dir, threads, batch=8, beams=1, steps=NEW_TOKENS):
     print(f"| **step** | {1000 * per_step:.2f} | 100% |")
 
 
+INT8_SYSTEMS = ("fastattn", "ctranslate2", "fastattn-int8", "ctranslate2-int8")
+
+
+def int8_run(args, hf_dir):
+    """--int8: one child process per system (fastattn.benchmark._models.run_model)."""
+    from fastattn.benchmark import _models
+    model_name, flags = cpu_flags()
+    print(f"# CPU: {model_name}; flags: {' '.join(flags)}; os.cpu_count()={os.cpu_count()}")
+    print(f"# loadavg before: {' '.join(loadavg())}; threads: {args.threads}; "
+          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')}, "
+          f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE')}")
+    print(f"# fastattn {fastattn.__version__}, numpy {np.__version__}; each system in a process "
+          f"of its own; {args.repeats} timed calls per work after a warm-up")
+    print(f"\n## Marian base shape ({BATCH} x {SRC_LEN} -> {NEW_TOKENS} tokens, batch 1 the "
+          "first source), median ms per call")
+    runs = _models.run_model("marian", hf_dir, INT8_SYSTEMS, args.threads, args.repeats,
+                             args.dir)
+    _models.report_model("marian", runs, sys.stdout)
+    print(f"\n# loadavg after: {' '.join(loadavg())}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(runs, f, indent=1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
@@ -194,6 +224,8 @@ def main():
     ap.add_argument("--systems", default="fastattn,transformers,ct2")
     ap.add_argument("--works", default="0,1,2", help="indices into the work list")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--int8", action="store_true",
+                    help="float32 and int8 of fastattn and CTranslate2, one process each")
     ap.add_argument("--profile-step", action="store_true",
                     help="only print where one decode step's time goes (fastattn)")
     args = ap.parse_args()
@@ -204,6 +236,8 @@ def main():
     ct2_dir = os.path.join(args.dir, "ct2")
     if not os.path.exists(os.path.join(hf_dir, "model.safetensors")):
         build_checkpoint(hf_dir)
+    if args.int8:
+        return int8_run(args, hf_dir)
     import torch
     torch.set_num_threads(args.threads)
     if "ct2" in systems and not os.path.exists(os.path.join(ct2_dir, "model.bin")):

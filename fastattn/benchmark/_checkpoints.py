@@ -11,7 +11,8 @@ transformers, CTranslate2's converter, an ONNX export) reads the same weights:
   that fastattn.Translator can read the folder as an OPUS-MT download.
 - :func:`write_bert`: a BERT of the all-MiniLM-L6-v2 shape (6 layers, hidden 384, 12 heads,
   intermediate 1536, exact GELU, eps 1e-12).
-- :func:`write_ct2_marian`: the CTranslate2 conversion of a Marian folder (token names t<id>).
+- :func:`write_ct2_marian`, :func:`write_ct2_bert`: the CTranslate2 conversion of a folder
+  written here (token names t<id>: the folders have no tokenizer).
 """
 import io
 import json
@@ -21,7 +22,7 @@ import random
 import numpy as np
 
 __all__ = ["MARIAN_BASE", "MINILM", "write_marian", "write_marian_tokenizer", "write_bert",
-           "write_ct2_marian", "synthetic_lines"]
+           "write_ct2_marian", "write_ct2_bert", "synthetic_lines"]
 
 MARIAN_BASE = dict(vocab_size=32000, d_model=512, layers=6, heads=8, ffn=2048,
                    max_position_embeddings=512)
@@ -176,19 +177,22 @@ def write_bert(path, seed=0, **shape):
     return config
 
 
-def write_ct2_marian(hf_path, out_path):
-    """CTranslate2's conversion of a Marian folder written by write_marian (tokens t<id>)."""
+def _ct2_convert(hf_path, out_path, names):
+    """CTranslate2's TransformersConverter on a folder without a tokenizer: the vocabulary it
+    asks the tokenizer for is made of token names t<id> (`names` maps the special ones)."""
     import ctranslate2
     with open(os.path.join(hf_path, "config.json")) as f:
         V = json.load(f)["vocab_size"]
 
     class _Vocab:
         """The converter reads special tokens and the vocabulary from a tokenizer."""
-        eos_token, unk_token = "t0", "t1"
+        eos_token, unk_token = names.get(0, "t0"), "t1"
 
         def get_vocab(self):
-            v = {f"t{i}": i for i in range(V - 1)}
-            v["<pad>"] = V - 1
+            v = {f"t{i}": i for i in range(V)}
+            for i, name in names.items():
+                del v[f"t{i}"]
+                v[name] = i
             return v
 
     class _Converter(ctranslate2.converters.TransformersConverter):
@@ -196,3 +200,17 @@ def write_ct2_marian(hf_path, out_path):
             return _Vocab()
 
     _Converter(hf_path).convert(out_path, force=True)
+
+
+def write_ct2_marian(hf_path, out_path):
+    """CTranslate2's conversion of a Marian folder written by write_marian (tokens t<id>, the
+    last one <pad>)."""
+    with open(os.path.join(hf_path, "config.json")) as f:
+        V = json.load(f)["vocab_size"]
+    _ct2_convert(hf_path, out_path, {V - 1: "<pad>"})
+
+
+def write_ct2_bert(hf_path, out_path):
+    """CTranslate2's conversion of a BERT folder written by write_bert (tokens t<id>); an
+    Encoder of it takes token ids."""
+    _ct2_convert(hf_path, out_path, {})

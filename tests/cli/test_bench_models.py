@@ -40,8 +40,38 @@ def test_bench_models_tiny(tmp_path, capsys):
     for r in runs["encoder"]["fastattn"]["rows"]:
         assert float(r["vs_transformers"].split()[-1]) < 1e-4
     assert "Marian base" in text and "MiniLM-shaped BERT" in text and "fastattn speed-up" in text
+    _check_int8_rows(runs, text)
     if png is not None:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _check_int8_rows(runs, text):
+    """The int8 systems: each timed in its child, its outputs compared with its own float32
+    system's; fastattn int8 either measured or skipped with the line the benches print."""
+    for model in ("marian", "encoder"):
+        fa8 = runs[model]["fastattn-int8"]
+        if not fa8["rows"]:
+            assert fa8["skipped"].startswith("fastattn int8: not available in this build")
+            assert "fastattn int8: not available in this build" in text
+        for r in fa8["rows"]:
+            assert r["samples_s"] and r["vs_float32"]
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        return
+    for r in runs["marian"]["ctranslate2-int8"]["rows"]:
+        n, of = map(int, r["vs_float32"].split()[0].split("/"))
+        assert of > 0
+        assert n > of // 2, r          # int8 may change a few greedy / beam tokens, not most
+    for system in ("ctranslate2-int8", "onnxruntime-int8"):
+        rows = runs["encoder"][system]["rows"]
+        if system == "onnxruntime-int8" and not rows:
+            assert "onnx" in runs["encoder"][system]["skipped"].lower()
+            continue
+        assert len(rows) == 2
+        for r in rows:             # quantized (not the float32 graph), and close to it
+            diff = float(r["vs_float32"].split()[-1])
+            assert 1e-4 < diff < 0.5, (system, r)
 
 
 def test_default_run_includes_models_only_when_not_narrowed():
