@@ -281,8 +281,9 @@ class PackedLinear:
     activation : {None, 'relu', 'gelu', 'gelu_tanh', 'silu'}, optional
     quantize : {None, 'int8'}, optional
         'int8': the weight is quantized to int8 with one scale per output channel, each row of
-        x to int8 at every call (its own scale), the products summed exactly in int32 and the
-        result dequantized in float32 before the bias, activation and residual. Float32 only.
+        x to 8 bits over its own range at every call (a scale and a zero point), the products
+        summed exactly in int32 and the result dequantized in float32 before the bias,
+        activation and residual. Float32 only.
         The result is the same bits on every CPU, for any thread count and batch.
 
     Examples

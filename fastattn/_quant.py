@@ -1,8 +1,7 @@
 """int8 weights: per-output-channel quantisation and the packed layout of the int8 GEMM.
 
 A weight W (N, K) becomes ``Wq = round(W / s)`` in [-127, 127] with one scale per row,
-``s[n] = max_k |W[n, k]| / 127`` (symmetric: no zero point, so the integer sum needs no
-correction but the activations' + 128), packed into 16-column panels of k-quads
+``s[n] = max_k |W[n, k]| / 127`` (symmetric, no zero point), packed into 16-column panels of k-quads
 (``fastattn/_kernels/qgemm_kernels.h``). The layout does not depend on the CPU: a packed weight
 saved on one machine runs on any other. Everything here is NumPy and gives the same bytes on
 every machine.
@@ -53,8 +52,8 @@ def _aligned_bytes(n):
 class Int8Weight:
     """A weight (N, K) quantised to int8 per output channel and packed for the int8 GEMM.
 
-    ``panels`` (Npad * Kp,) int8, ``scale`` (Npad,) float32, ``comp`` (Npad,) int32 (128 times
-    each row's sum, which takes the activations' offset out), N and K. Build with
+    ``panels`` (Npad * Kp,) int8, ``scale`` (Npad,) float32, ``comp`` (Npad,) int32 (each row's
+    sum: the activations' zero point times it is added back), N and K. Build with
     :meth:`from_float`, or from saved arrays with :meth:`from_arrays`.
     """
 
@@ -99,7 +98,7 @@ class Int8Weight:
         sc = np.zeros(npad, np.float32)
         sc[:N] = scale
         comp = np.zeros(npad, np.int32)
-        comp[:N] = 128 * q.sum(axis=1, dtype=np.int32)
+        comp[:N] = q.sum(axis=1, dtype=np.int32)
         return cls(panels, sc, comp, N, K)
 
     @classmethod

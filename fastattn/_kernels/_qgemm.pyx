@@ -6,8 +6,8 @@
 #   in Python (fastattn/_quant.py: NumPy, the same on every machine); this module quantises the
 #   activations and runs the work items.
 #
-#   One parallel region, three loops: each row of x quantised into a workspace (M x Kp bytes
-#   and M scales, malloc'd at their exact size); the work items, an item being up to _MC rows
+#   One parallel region, three loops: each row of x quantised into a workspace (M x Kp bytes,
+#   M scales and M zero points, malloc'd at their exact size); the work items, an item being up to _MC rows
 #   by a column block (shape-only sizes: 256 columns, fewer when that leaves under 16 items),
 #   computed over the whole K by one thread; then, with a norm, each row of y normalised by one
 #   thread. An element's value depends on its row and column only (the integer sum is exact),
@@ -32,8 +32,10 @@ cdef extern from "qgemm_kernels.h" nogil:
     int QG_PANEL, QG_NGROUP, QG_MAX_K
     ctypedef struct qg_kernels:
         int mr
-        void (*quant)(const float *x, Py_ssize_t K, uint8_t *xq, Py_ssize_t kp, float *sx) noexcept nogil
-        void (*item)(const uint8_t *xq, Py_ssize_t kp, const float *sx, Py_ssize_t m,
+        void (*quant)(const float *x, Py_ssize_t K, uint8_t *xq, Py_ssize_t kp, float *sx,
+                      float *zx) noexcept nogil
+        void (*item)(const uint8_t *xq, Py_ssize_t kp, const float *sx, const float *zx,
+                     Py_ssize_t m,
                      const int8_t *wp, const float *sw, const int32_t *comp, Py_ssize_t n0,
                      Py_ssize_t nc, const float *bias, int act, const float *res,
                      Py_ssize_t res_rs, float *y, Py_ssize_t y_rs) noexcept nogil
@@ -116,7 +118,7 @@ def gemm_int8(cnp.ndarray x, cnp.ndarray wp, cnp.ndarray sw, cnp.ndarray comp, P
     # IN   wp    (Npad * Kp,)       int8 panels; sw (Npad,) float32; comp (Npad,) int32
     # IN   bias  (N,) or None; res (M, N) or None, row stride res_rs
     # OUT  y     (M, N)             row stride y_rs
-    # WORK xq    (M, Kp) bytes, sx (M,) floats: malloc'd here at their exact size
+    # WORK xq    (M, Kp) bytes (+1: K = 0), sx, zx (M,) floats: malloc'd at their exact size
     cdef Py_ssize_t M = cnp.PyArray_DIMS(x)[0], K = cnp.PyArray_DIMS(x)[1]
     cdef Py_ssize_t kp = _cdiv(K, 4) * 4
     cdef Py_ssize_t x_rs = cnp.PyArray_STRIDES(x)[0] // 4
@@ -148,8 +150,9 @@ def gemm_int8(cnp.ndarray x, cnp.ndarray wp, cnp.ndarray sw, cnp.ndarray comp, P
     cdef Py_ssize_t n_mb = _cdiv(M, _MC)
     cdef Py_ssize_t n_items = n_mb * n_nb
     cdef Py_ssize_t r, l, i0, n0
-    cdef uint8_t *xq = <uint8_t *> malloc(<size_t>(M * kp))
-    cdef float *sx = <float *> malloc(<size_t>M * sizeof(float))
+    cdef uint8_t *xq = <uint8_t *> malloc(<size_t>(M * kp) + 1)
+    cdef float *sx = <float *> malloc(<size_t>(2 * M) * sizeof(float))
+    cdef float *zx = sx + M
     if xq == NULL or sx == NULL:
         free(xq)
         free(sx)
@@ -160,14 +163,14 @@ def gemm_int8(cnp.ndarray x, cnp.ndarray wp, cnp.ndarray sw, cnp.ndarray comp, P
         with nogil, parallel(num_threads=team.n):
             fa_team_place(&team)
             for r in prange(M, schedule='static'):
-                kern.quant(xp + r * x_rs, K, xq + r * kp, kp, sx + r)
+                kern.quant(xp + r * x_rs, K, xq + r * kp, kp, sx + r, zx + r)
             if M > _MC:
                 # column blocks outer: an item's weights are reused by the next row block's
                 # item while they are in L2 / L3
                 for l in prange(n_items, schedule='dynamic'):
                     i0 = (l % n_mb) * _MC
                     n0 = (l // n_mb) * nc
-                    kern.item(xq + i0 * kp, kp, sx + i0, _MC if M - i0 > _MC else M - i0, wpp,
+                    kern.item(xq + i0 * kp, kp, sx + i0, zx + i0, _MC if M - i0 > _MC else M - i0, wpp,
                               swp, cp, n0, nc if N - n0 > nc else N - n0, bp, act,
                               (rp + i0 * res_rs) if rp != NULL else NULL, res_rs,
                               yp + i0 * y_rs, y_rs)
@@ -176,7 +179,7 @@ def gemm_int8(cnp.ndarray x, cnp.ndarray wp, cnp.ndarray sw, cnp.ndarray comp, P
                 # weights
                 for l in prange(n_items, schedule='static'):
                     n0 = l * nc
-                    kern.item(xq, kp, sx, M, wpp, swp, cp, n0, nc if N - n0 > nc else N - n0,
+                    kern.item(xq, kp, sx, zx, M, wpp, swp, cp, n0, nc if N - n0 > nc else N - n0,
                               bp, act, rp, res_rs, yp, y_rs)
             if has_norm:
                 for r in prange(M, schedule='static'):

@@ -3,10 +3,12 @@
  *   y = act(dequant(xq @ Wq.T) + bias) + res,   then optionally LayerNorm(y) row by row
  *
  * Weights: int8, one float scale per output channel (row of W), symmetric in [-127, 127].
- * Activations: quantised per row at run time, q = round(x * 127 / max|x|) in [-127, 127], stored
- * as u = q + 128 (0..255: the unsigned operand of vpdpbusd); the + 128 is taken out again by
- * comp[n] = 128 * sum_k Wq[n, k], precomputed with the weights. The sum over k is an exact
- * int32 (|q w| <= 127 * 127 a term, K <= 65536 terms: no overflow), so every variant and every
+ * Activations: quantised per row at run time to u8 over the row's own range [lo, hi] (a zero
+ * point: u = round((x - lo) * 255 / (hi - lo)), the unsigned operand of vpdpbusd), so a row
+ * uses all 256 levels whatever its sign balance (GELU outputs, >= -0.17, get twice the levels
+ * of a symmetric [-max, max] scale); the zero point's term lo * sum_k Wq[n, k] is added back
+ * with comp[n] = sum_k Wq[n, k], precomputed with the weights. The sum over k is an exact
+ * int32 (|u w| <= 255 * 127 a term, K <= 65536 terms: no overflow), so every variant and every
  * blocking gives the same integer; the float part (dequantisation, bias, activation, residual,
  * LayerNorm) runs the same lane-wise code at the same width (16 float lanes, nothing fused:
  * the extension is built with -ffp-contract=off) on every variant, so the output bits do not
@@ -17,8 +19,8 @@
  *   [16 p, 16 p + 16) of y, Kp * 16 bytes at wp + p * Kp * 16:
  *     wp[p * Kp * 16 + (k / 4) * 64 + j * 4 + k % 4] = Wq[16 p + j, k]    (0 in the padding)
  *   so one k-quad of a panel is 64 bytes: 16 columns x 4 consecutive k, what one vpdpbusd of a
- *   broadcast activation quad consumes. sw (Npad,) float scales, comp (Npad,) int32: 0 in the
- *   padding.
+ *   broadcast activation quad consumes. sw (Npad,) float scales, comp (Npad,) int32 row sums: 0
+ *   in the padding.
  */
 #ifndef FASTATTN_QGEMM_KERNELS_H
 #define FASTATTN_QGEMM_KERNELS_H
@@ -43,11 +45,11 @@ enum {
 
 typedef struct {
     int mr;              /* rows per register block (divides 12) */
-    /* one row: x (K floats) -> xq (kp bytes, u = q + 128, 128 in the padding), *sx its scale
-     * (NaN when the row holds inf or NaN: the row's outputs are then NaN) */
-    void (*quant)(const float *x, ptrdiff_t K, uint8_t *xq, ptrdiff_t kp, float *sx);
+    /* one row: x (K floats) -> xq (kp bytes, 0 in the padding), *sx its scale and *zx its zero
+     * point (NaN when the row holds inf or NaN: the row's outputs are then NaN) */
+    void (*quant)(const float *x, ptrdiff_t K, uint8_t *xq, ptrdiff_t kp, float *sx, float *zx);
     /* rows [0, m) of xq (row stride kp), columns [n0, n0 + nc) of y (n0 a multiple of 64) */
-    void (*item)(const uint8_t *xq, ptrdiff_t kp, const float *sx, ptrdiff_t m,
+    void (*item)(const uint8_t *xq, ptrdiff_t kp, const float *sx, const float *zx, ptrdiff_t m,
                  const int8_t *wp, const float *sw, const int32_t *comp, ptrdiff_t n0,
                  ptrdiff_t nc, const float *bias, int act, const float *res, ptrdiff_t res_rs,
                  float *y, ptrdiff_t y_rs);

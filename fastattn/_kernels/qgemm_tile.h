@@ -18,43 +18,52 @@
 
 #define QG_TW (QG_NP * 16)
 
-/* x (K floats) -> xq (kp bytes): u = round(x * 127 / max|x|) + 128, ties to even (the 1.5 * 2^23
- * shift: exact for |v| <= 127), 128 in [K, kp); *sx = max|x| / 127. The same arithmetic on
- * every variant (one multiply, one rounding an element). */
+/* x (K floats) -> xq (kp bytes) over the row's own range [lo, hi]:
+ *   u = round((x - lo) * 255 / (hi - lo)) in [0, 255], ties to even (the 1.5 * 2^23 shift:
+ *   exact for 0 <= v <= 255), 0 in [K, kp); *sx = (hi - lo) / 255, *zx = lo
+ * so x ~ lo + sx u. A constant row: u = 0, sx = 0, zx = the constant (exact). A row holding inf
+ * or NaN: sx = zx = NaN (its outputs are NaN). The same arithmetic on every variant. */
 FA_TARGET static void FA_NAME(qquant)(const float *x, ptrdiff_t K, uint8_t *xq, ptrdiff_t kp,
-                                      float *sx)
+                                      float *sx, float *zx)
 {
-    float amax = 0.0f;
+    float lo = K ? x[0] : 0.0f, hi = lo;
     int bad = 0;
     for (ptrdiff_t k = 0; k < K; k++) {
-        float a = fabsf(x[k]);
-        bad |= !(a <= FLT_MAX);                      /* inf or NaN */
-        amax = a > amax ? a : amax;
+        float v = x[k];
+        bad |= !(fabsf(v) <= FLT_MAX);               /* inf or NaN */
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
     }
-    if (bad || amax == 0.0f) {
-        memset(xq, 128, (size_t)kp);
-        *sx = bad ? NAN : 0.0f;
+    memset(xq, 0, (size_t)kp);
+    if (bad || !(hi - lo <= FLT_MAX)) {              /* (hi - lo overflowing: NaN rows too) */
+        *sx = *zx = NAN;
         return;
     }
-    const float inv = 127.0f / amax;
-    for (ptrdiff_t k = 0; k < K; k++) {
-        float v = x[k] * inv;
-        v = (v + 12582912.0f) - 12582912.0f;
-        v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
-        xq[k] = (uint8_t)((int)v + 128);
+    *zx = lo;
+    if (hi == lo) {
+        *sx = 0.0f;
+        return;
     }
-    for (ptrdiff_t k = K; k < kp; k++) xq[k] = 128;
-    *sx = amax / 127.0f;
+    const float inv = 255.0f / (hi - lo);
+    for (ptrdiff_t k = 0; k < K; k++) {
+        float v = (x[k] - lo) * inv;
+        v = (v + 12582912.0f) - 12582912.0f;
+        v = v > 255.0f ? 255.0f : (v < 0.0f ? 0.0f : v);
+        xq[k] = (uint8_t)(int)v;
+    }
+    *sx = (hi - lo) / 255.0f;
 }
 
 /* One work item: rows [0, m) of xq, columns [n0, n0 + nc) of y over the whole K. Register
  * blocks of QG_MR rows x QG_TW columns; more than two row blocks: row blocks outer (the block's
  * activation rows stay in L1 while the item's panels stream from L2), else panels outer (a
  * decode step: each panel read from memory once). After a block's integer sums:
- *   y = (float)(sum - comp[n]) * (sx[m] * sw[n]), then bias, activation, residual as
+ *   y = ((float)sum * sx[m] + zx[m] * (float)rsum[n]) * sw[n]
+ * (rsum[n] = sum_k Wq[n, k]: the zero point's term), then bias, activation, residual as
  * gemm_tile.h's epilogue_row at 16 lanes (an element's bits do not depend on where it sits). */
 FA_TARGET static void FA_NAME(qitem)(const uint8_t *xq, ptrdiff_t kp, const float *sx,
-                                     ptrdiff_t m, const int8_t *wp, const float *sw,
+                                     const float *zx, ptrdiff_t m, const int8_t *wp,
+                                     const float *sw,
                                      const int32_t *comp, ptrdiff_t n0, ptrdiff_t nc,
                                      const float *bias, int act, const float *res,
                                      ptrdiff_t res_rs, float *y, ptrdiff_t y_rs)
@@ -95,9 +104,9 @@ FA_TARGET static void FA_NAME(qitem)(const uint8_t *xq, ptrdiff_t kp, const floa
         for (int r = 0; r < mr; r++) {
             float *yr = y + (i0 + r) * y_rs + j0;
             const int32_t *t = tile + r * QG_TW;
-            const float s = sx[i0 + r];
+            const float s = sx[i0 + r], z = zx[i0 + r];
             for (ptrdiff_t c = 0; c < cols; c++)
-                yr[c] = (float)(t[c] - comp[j0 + c]) * (s * sw[j0 + c]);
+                yr[c] = ((float)t[c] * s + z * (float)comp[j0 + c]) * sw[j0 + c];
             if (bias || act || res)
                 FA_NAME(epilogue_row)(yr, cols, bias ? bias + j0 : NULL, act,
                                       res ? res + (i0 + r) * res_rs + j0 : NULL);

@@ -34,20 +34,24 @@ def _restore():
 
 
 def quantize_rows(x):
-    """The documented activation quantisation: q = round_half_even(x * (127 / max|x|))."""
-    amax = np.abs(x).max(axis=1).astype(np.float32)
+    """The documented activation quantisation, over each row's range [lo, hi]:
+    u = round_half_even((x - lo) * (255 / (hi - lo))), scale (hi - lo) / 255, zero point lo."""
+    lo, hi = x.min(axis=1), x.max(axis=1)
+    span = (hi - lo).astype(np.float32)
     with np.errstate(divide="ignore"):
-        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
-    q = np.clip(np.rint((x * inv[:, None]).astype(np.float32)), -127, 127).astype(np.int64)
-    return q, (amax / np.float32(127)).astype(np.float32)
+        inv = np.where(span > 0, np.float32(255) / span, np.float32(0)).astype(np.float32)
+    u = np.clip(np.rint(((x - lo[:, None]) * inv[:, None]).astype(np.float32)), 0, 255)
+    return u.astype(np.int64), (span / np.float32(255)).astype(np.float32), lo
 
 
 def reference(x, q):
-    """The dequantised sums, exactly as the kernels compute them."""
-    xq, sx = quantize_rows(x)
-    acc = xq @ q.int8().astype(np.int64).T                 # exact
-    scale = (sx[:, None] * q.scale[None, :q.N]).astype(np.float32)
-    return acc.astype(np.float32) * scale
+    """The dequantised sums, exactly as the kernels compute them (float32 step by step)."""
+    u, sx, zx = quantize_rows(x)
+    wq = q.int8().astype(np.int64)
+    acc = (u @ wq.T).astype(np.float32)                    # exact, then rounded once
+    rsum = wq.sum(axis=1).astype(np.float32)
+    t = acc * sx[:, None] + zx[:, None] * rsum[None, :]
+    return (t * q.scale[None, :q.N]).astype(np.float32)
 
 
 def data(M, K, N, seed=0):
@@ -188,6 +192,21 @@ def test_non_finite_rows_give_nan_rows_only():
     assert np.isnan(y[1]).all() and np.isnan(y[2]).all()
     assert np.isfinite(y[0]).all()
     np.testing.assert_array_equal(y[3], b)          # a zero row: the bias alone
+
+
+def test_zero_point_uses_the_row_range():
+    """A row of non-negative values (a ReLU / GELU output) gets all 256 levels: its error is
+    about half that of a symmetric [-max, max] scale's."""
+    rng = np.random.default_rng(9)
+    x = np.abs(rng.standard_normal((64, 256))).astype(np.float32)
+    w = rng.standard_normal((128, 256)).astype(np.float32)
+    lin = ops.PackedLinear(w, quantize="int8")
+    exact = x.astype(np.float64) @ lin.int8_weight.dequantize().astype(np.float64).T
+    err = np.abs(lin(x) - exact).mean()
+    step = np.abs(x).max(axis=1, keepdims=True) / 127          # the symmetric scale's step
+    sym = (np.rint(x / step) * step).astype(np.float64) @ \
+        lin.int8_weight.dequantize().astype(np.float64).T
+    assert err < 0.7 * np.abs(sym - exact).mean()
 
 
 def test_rows_view_equals_copy():
