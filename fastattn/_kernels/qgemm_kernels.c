@@ -78,6 +78,23 @@ static void qg_imk_scalar(const uint8_t *x, ptrdiff_t kp, int mr, const int8_t *
 #include "qgemm_tile.h"
 
 #if FA_X86
+/* "is any lane true" for 16-lane masks (VANY): one test instruction rather than a lane loop;
+ * it only decides whether a tail is computed, never a lane's value */
+__attribute__((target("avx2"))) static inline int qg_any16_avx2(const void *m)
+{
+    __m256i a, b;
+    memcpy(&a, m, 32);
+    memcpy(&b, (const char *)m + 32, 32);
+    return !_mm256_testz_si256(_mm256_or_si256(a, b), _mm256_or_si256(a, b));
+}
+__attribute__((target("avx512f"))) static inline int qg_any16_avx512(const void *m)
+{
+    __m512i a;
+    memcpy(&a, m, 64);
+    return _mm512_test_epi32_mask(a, a) != 0;
+}
+#define QG_ANY_AVX2(m) ({ __typeof__(m) qg_m_ = (m); qg_any16_avx2(&qg_m_); })
+#define QG_ANY_AVX512(m) ({ __typeof__(m) qg_m_ = (m); qg_any16_avx512(&qg_m_); })
 #define QG_TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define QG_TARGET_AVX2_VNNI __attribute__((target("avx2,fma,avxvnni")))
 #define QG_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma")))
@@ -91,6 +108,9 @@ static void qg_imk_scalar(const uint8_t *x, ptrdiff_t kp, int mr, const int8_t *
 #define GM_NV 4
 #define GM_KC 256
 #define FA_TARGET QG_TARGET_AVX2
+#if FA_GNU_VECTORS
+#define FA_ANY(m) QG_ANY_AVX2(m)
+#endif
 #define GM_KEEP_INSTANCE
 #include "gemm_tile.h"
 
@@ -133,6 +153,9 @@ qg_imk_avx2(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, ptrdi
 #define GM_NV 4
 #define GM_KC 256
 #define FA_TARGET QG_TARGET_AVX2_VNNI
+#if FA_GNU_VECTORS
+#define FA_ANY(m) QG_ANY_AVX2(m)
+#endif
 #define GM_KEEP_INSTANCE
 #include "gemm_tile.h"
 
@@ -172,6 +195,9 @@ qg_imk_avx2vnni(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, p
 #define GM_NV 4
 #define GM_KC 256
 #define FA_TARGET QG_TARGET_AVX512
+#if FA_GNU_VECTORS
+#define FA_ANY(m) QG_ANY_AVX512(m)
+#endif
 #define GM_KEEP_INSTANCE
 #include "gemm_tile.h"
 
@@ -217,6 +243,9 @@ qg_imk_avx512(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, ptr
 #define GM_NV 4
 #define GM_KC 256
 #define FA_TARGET QG_TARGET_AVX512_VNNI
+#if FA_GNU_VECTORS
+#define FA_ANY(m) QG_ANY_AVX512(m)
+#endif
 #define GM_KEEP_INSTANCE
 #include "gemm_tile.h"
 

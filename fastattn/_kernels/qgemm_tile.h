@@ -54,13 +54,41 @@ FA_TARGET static void FA_NAME(qquant)(const float *x, ptrdiff_t K, uint8_t *xq, 
     *sx = (hi - lo) / 255.0f;
 }
 
+/* bias, activation, residual over n elements of one row (bias, res offset alike): four vectors
+ * at a time through act_n (GELU's interval tests shared by the four), the rest through
+ * epilogue_row; act_n's lane arithmetic is epilogue_row's act_vec's, so an element's bits do
+ * not depend on which path it takes. */
+FA_TARGET static void FA_NAME(qepilogue)(float *y, ptrdiff_t n, const float *bias, int act,
+                                         const float *res)
+{
+    ptrdiff_t j = 0;
+#if FA_VW > 1
+    for (; j + 4 * FA_VW <= n; j += 4 * FA_VW) {
+        V v[4];
+        for (int i = 0; i < 4; i++) {
+            v[i] = VLOAD(y + j + i * FA_VW);
+            if (bias) v[i] = v[i] + VLOAD(bias + j + i * FA_VW);
+        }
+        if (act) FA_NAME(act_n)(v, 4, act);
+        for (int i = 0; i < 4; i++) {
+            if (res) v[i] = v[i] + VLOAD(res + j + i * FA_VW);
+            VSTORE(y + j + i * FA_VW, v[i]);
+        }
+    }
+#endif
+    if (j < n)
+        FA_NAME(epilogue_row)(y + j, n - j, bias ? bias + j : NULL, act, res ? res + j : NULL);
+}
+
 /* One work item: rows [0, m) of xq, columns [n0, n0 + nc) of y over the whole K. Register
  * blocks of QG_MR rows x QG_TW columns; more than two row blocks: row blocks outer (the block's
  * activation rows stay in L1 while the item's panels stream from L2), else panels outer (a
  * decode step: each panel read from memory once). After a block's integer sums:
  *   y = ((float)sum * sx[m] + zx[m] * (float)rsum[n]) * sw[n]
- * (rsum[n] = sum_k Wq[n, k]: the zero point's term), then bias, activation, residual as
- * gemm_tile.h's epilogue_row at 16 lanes (an element's bits do not depend on where it sits). */
+ * (rsum[n] = sum_k Wq[n, k]: the zero point's term) into y; then bias, activation, residual
+ * (qepilogue) over the item's whole width, a row block's rows at a time once their last
+ * column block is done (rows outer) or every row at the end (panels outer): one call per row
+ * and up to 256 columns rather than one per register block. */
 FA_TARGET static void FA_NAME(qitem)(const uint8_t *xq, ptrdiff_t kp, const float *sx,
                                      const float *zx, ptrdiff_t m, const int8_t *wp,
                                      const float *sw,
@@ -107,11 +135,16 @@ FA_TARGET static void FA_NAME(qitem)(const uint8_t *xq, ptrdiff_t kp, const floa
             const float s = sx[i0 + r], z = zx[i0 + r];
             for (ptrdiff_t c = 0; c < cols; c++)
                 yr[c] = ((float)t[c] * s + z * (float)comp[j0 + c]) * sw[j0 + c];
-            if (bias || act || res)
-                FA_NAME(epilogue_row)(yr, cols, bias ? bias + j0 : NULL, act,
-                                      res ? res + (i0 + r) * res_rs + j0 : NULL);
         }
+        if ((bias || act || res) && rows_outer && cb == n_cb - 1)
+            for (int r = 0; r < mr; r++)
+                FA_NAME(qepilogue)(y + (i0 + r) * y_rs + n0, nc, bias ? bias + n0 : NULL, act,
+                                   res ? res + (i0 + r) * res_rs + n0 : NULL);
     }
+    if ((bias || act || res) && !rows_outer)
+        for (ptrdiff_t r = 0; r < m; r++)
+            FA_NAME(qepilogue)(y + r * y_rs + n0, nc, bias ? bias + n0 : NULL, act,
+                               res ? res + r * res_rs + n0 : NULL);
 }
 
 #undef QG_TW
