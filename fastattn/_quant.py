@@ -12,7 +12,7 @@ import numpy as np
 
 from ._kernels import _qgemm as _qg
 
-__all__ = ["Int8Weight", "QUANTIZE_MODES", "check_quantize"]
+__all__ = ["Int8Weight", "Int8Rows", "QUANTIZE_MODES", "check_quantize"]
 
 QUANTIZE_MODES = (None, "int8")
 _PANEL = _qg.PANEL            # columns per panel
@@ -76,15 +76,7 @@ class Int8Weight:
         if K > MAX_K:
             raise ValueError(f"{name} has in_features K={K}; int8 layers take K <= {MAX_K} (the "
                              f"int32 sums could overflow beyond)")
-        w = w.astype(np.float32, copy=False)
-        if not np.isfinite(w).all():
-            raise ValueError(f"{name} holds inf or NaN: it cannot be quantized to int8")
-        amax = np.abs(w).max(axis=1) if K else np.zeros(N, np.float32)
-        scale = (amax / np.float32(127)).astype(np.float32)
-        safe = np.where(scale > 0, scale, np.float32(1)).astype(np.float64)
-        q = np.rint(w.astype(np.float64) / safe[:, None])
-        q = np.clip(q, -127, 127).astype(np.int8)
-        return cls.from_int8(q, scale)
+        return cls.from_int8(*_quantize_rows(w, name))
 
     @classmethod
     def from_int8(cls, q, scale):
@@ -159,3 +151,63 @@ class Int8Weight:
 
     def __repr__(self):
         return f"Int8Weight(shape=({self.N}, {self.K}))"
+
+
+def _quantize_rows(w, name):
+    """int8 rows and their scales (the per-output-channel scheme of Int8Weight.from_float)."""
+    w = np.asarray(w)
+    if w.ndim != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {w.shape}")
+    w = w.astype(np.float32, copy=False)
+    if not np.isfinite(w).all():
+        raise ValueError(f"{name} holds inf or NaN: it cannot be quantized to int8")
+    amax = np.abs(w).max(axis=1) if w.shape[1] else np.zeros(w.shape[0], np.float32)
+    scale = (amax / np.float32(127)).astype(np.float32)
+    safe = np.where(scale > 0, scale, np.float32(1)).astype(np.float64)
+    q = np.clip(np.rint(w.astype(np.float64) / safe[:, None]), -127, 127).astype(np.int8)
+    return q, scale
+
+
+class Int8Rows:
+    """An embedding table (V, d) as int8 rows with one float32 scale per row (row-major: a
+    lookup gathers whole rows). The same numbers as Int8Weight.from_float of the table: a tied
+    output projection and its embedding dequantize to the same values."""
+
+    __slots__ = ("q", "scale")
+
+    def __init__(self, q, scale):
+        self.q, self.scale = q, scale
+
+    @classmethod
+    def from_float(cls, table, name="weight"):
+        return cls(*_quantize_rows(table, name))
+
+    @classmethod
+    def from_arrays(cls, q, scale, name="weight"):
+        if q.dtype != np.int8 or q.ndim != 2 or scale.dtype != np.float32 or \
+                scale.shape != (q.shape[0],):
+            raise ValueError(f"{name}: int8 rows must be an int8 (V, d) array with a float32 (V,) "
+                             f"scale, got {q.dtype} {q.shape} and {scale.dtype} {scale.shape}")
+        return cls(q, scale)
+
+    @property
+    def shape(self):
+        return self.q.shape
+
+    @property
+    def dtype(self):
+        return np.dtype(np.float32)
+
+    @property
+    def nbytes(self):
+        return self.q.nbytes + self.scale.nbytes
+
+    def take(self, ids):
+        """Rows `ids` (1-D intp) dequantized: (n, d) float32, each row on its own."""
+        return self.q[ids].astype(np.float32) * self.scale[ids, None]
+
+    def dequantize(self):
+        return self.q.astype(np.float32) * self.scale[:, None]
+
+    def __repr__(self):
+        return f"Int8Rows(shape={self.shape})"

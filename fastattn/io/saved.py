@@ -8,8 +8,10 @@ transformers modules; its weight files are not copied):
   fastattn_model.safetensors   the parameters by fastattn.nn name, in the layout they are used
                                 in: an int8 weight as its packed panels (``NAME.int8_panels``,
                                 int8), scales (``NAME.int8_scale``, float32) and offset sums
-                                (``NAME.int8_comp``, int32) -- no repacking at load -- and every
-                                other parameter as its float array. A parameter shared by two
+                                (``NAME.int8_comp``, int32) -- no repacking at load --, an int8
+                                embedding table as its rows (``NAME.int8_rows``) and scales
+                                (``NAME.int8_row_scale``), every other parameter as its float
+                                array. A parameter shared by two
                                 layers (a tied embedding) is stored once; the metadata's
                                 ``fastattn_ties`` names the others, ``fastattn_int8`` each int8
                                 weight's (N, K).
@@ -23,7 +25,7 @@ import shutil
 
 import numpy as np
 
-from .._quant import Int8Weight
+from .._quant import Int8Rows, Int8Weight
 
 __all__ = ["FORMAT_VERSION", "MODEL_FILE", "WEIGHTS_FILE", "is_saved_folder", "write_folder",
            "read_folder"]
@@ -36,6 +38,7 @@ _WEIGHT_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 _DTYPES = {"F32": np.float32, "F64": np.float64, "I8": np.int8, "I32": np.int32}
 _CODES = {np.dtype(v): k for k, v in _DTYPES.items()}
 _INT8_PARTS = ("int8_panels", "int8_scale", "int8_comp")
+_ROWS_PARTS = ("int8_rows", "int8_row_scale")
 
 
 def is_saved_folder(path):
@@ -63,10 +66,10 @@ def write_folder(path, params, meta, source=None, model_dir=None):
         _copy_source(source, path)
     target = os.path.join(path, model_dir) if model_dir else path
     os.makedirs(target, exist_ok=True)
-    tensors, ties, int8 = [], {}, {}
+    tensors, ties, int8, rows = [], {}, {}, []
     seen = {}
     for name, arr in params.items():
-        key = id(arr.panels if isinstance(arr, Int8Weight) else arr)
+        key = id(arr)
         if key in seen:
             ties[name] = seen[key]
             continue
@@ -74,6 +77,10 @@ def write_folder(path, params, meta, source=None, model_dir=None):
         if isinstance(arr, Int8Weight):
             int8[name] = [arr.N, arr.K]
             for part, a in zip(_INT8_PARTS, (arr.panels, arr.scale, arr.comp)):
+                tensors.append((f"{name}.{part}", np.ascontiguousarray(a)))
+        elif isinstance(arr, Int8Rows):
+            rows.append(name)
+            for part, a in zip(_ROWS_PARTS, (arr.q, arr.scale)):
                 tensors.append((f"{name}.{part}", np.ascontiguousarray(a)))
         else:
             tensors.append((name, np.ascontiguousarray(arr)))
@@ -87,7 +94,8 @@ def write_folder(path, params, meta, source=None, model_dir=None):
                         "data_offsets": [offset, offset + a.nbytes]}
         offset += a.nbytes
     header["__metadata__"] = {"format": "fastattn", "fastattn_ties": json.dumps(ties),
-                              "fastattn_int8": json.dumps(int8)}
+                              "fastattn_int8": json.dumps(int8),
+                              "fastattn_int8_rows": json.dumps(rows)}
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-(8 + len(blob)) % 64)               # the data starts 64-byte aligned
     tmp = os.path.join(target, WEIGHTS_FILE + ".tmp")
@@ -141,6 +149,7 @@ def read_folder(path):
         meta = header.pop("__metadata__", {})
         ties = json.loads(meta.get("fastattn_ties", "{}"))
         int8 = json.loads(meta.get("fastattn_int8", "{}"))
+        int8_rows = json.loads(meta.get("fastattn_int8_rows", "[]"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"{where}: not a readable fastattn weights file ({exc})") from None
     data = np.memmap(where, dtype=np.uint8, mode="r") if size > 8 + n else np.zeros(0, np.uint8)
@@ -163,6 +172,12 @@ def read_folder(path):
         except KeyError as exc:
             raise ValueError(f"{where}: int8 weight {name!r} has no {exc.args[0]!r}") from None
         params[name] = Int8Weight.from_arrays(*parts, N, K, name=f"{where}: {name}")
+    for name in int8_rows:
+        try:
+            parts = [raw.pop(f"{name}.{p}") for p in _ROWS_PARTS]
+        except KeyError as exc:
+            raise ValueError(f"{where}: int8 rows {name!r} have no {exc.args[0]!r}") from None
+        params[name] = Int8Rows.from_arrays(*parts, name=f"{where}: {name}")
     params.update(raw)
     for alias, name in ties.items():
         if name not in params:

@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from .._memory import check_plan
-from .._quant import Int8Weight, check_quantize
+from .._quant import Int8Rows, Int8Weight, check_quantize
 from ..io import saved as _saved
 from .._validation import check_dtype, check_folder, check_token_ids, hf_attention_mask
 from ..nn._masks import _KernelMask
@@ -236,7 +236,7 @@ class EncoderModel:
         tensor's place), as read-only views: the layers run on packed copies of them."""
         out = {}
         for k, v in self._arrays().items():
-            view = v.dequantize() if isinstance(v, Int8Weight) else v.view()
+            view = v.dequantize() if isinstance(v, (Int8Weight, Int8Rows)) else v.view()
             view.flags.writeable = False
             out[k] = view
         return out
@@ -279,7 +279,7 @@ class EncoderModel:
                     raise ValueError(f"{where}: parameter {prefix}.{name} is missing or not of "
                                      f"shape {arr.shape}")
                 owner._params[key] = got
-                if isinstance(got, Int8Weight):
+                if isinstance(got, (Int8Weight, Int8Rows)):
                     for m in module._modules():
                         m.__dict__["_quantize"] = "int8"
 
@@ -364,7 +364,7 @@ class EncoderModel:
         model._source, model._model_dir = os.fspath(path), model_dir
         if quantize is not None:
             model._quantize = quantize
-            for module in model.layers + [lin for lin, _ in model.dense]:
+            for module in [model.embeddings] + model.layers + [lin for lin, _ in model.dense]:
                 module.quantize_(quantize)
         for layer in model.layers:
             layer._prepack()

@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from .._memory import check_plan
-from .._quant import Int8Weight, check_quantize
+from .._quant import Int8Rows, Int8Weight, check_quantize
 from ..io import saved as _saved
 from .._validation import (check_choice, check_eps, check_option, check_real,
                            check_real_input, check_seed, check_token_ids, hf_attention_mask,
@@ -300,7 +300,7 @@ class Seq2SeqTransformer:
         for hf, (name, rows, shape) in _bart.LOADERS[self._config["model_type"]].name_map(
                 self._config).items():
             arr = arrays[name]
-            if isinstance(arr, Int8Weight):
+            if isinstance(arr, (Int8Weight, Int8Rows)):
                 qparams[hf] = (arr, rows, shape)
             else:
                 params[hf] = (arr if rows is None else arr[rows[0]:rows[1]]).reshape(shape)
@@ -321,8 +321,10 @@ class Seq2SeqTransformer:
         """Quantize the linear layers (encoder, decoder, output projection) to int8 and release
         their float weights: the Hugging Face names of those weights move from _params (views)
         to _qparams (Int8Weight, rows, shape: dequantized by state_dict)."""
-        for layer in (self.encoder, self.decoder, self.lm_head):
-            layer.quantize_(self._quantize)
+        memo = {}
+        for layer in self._layers.values():
+            layer.quantize_(self._quantize, _memo=memo)
+        del memo                                 # (it holds the float arrays)
         self._map_params()
         self._drop_packed()
 
@@ -478,7 +480,7 @@ class Seq2SeqTransformer:
                                      f"{lname}.{name} is missing or not of shape {arr.shape}")
                 owner._params[key] = got
         if saved_q is not None:
-            for layer in (model.encoder, model.decoder, model.lm_head):
+            for layer in model._layers.values():
                 for m in layer._modules():
                     m.__dict__["_quantize"] = saved_q
         model._quantize = saved_q

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .._ops import PackedLinear
-from .._quant import Int8Weight, check_quantize
+from .._quant import Int8Rows, Int8Weight, check_quantize
 from .._validation import check_seed, to_numpy
 from ..io.safetensors import read_module, save_module
 from ..io.torch_state_dict import as_numpy_state_dict, state_dict_dtype
@@ -62,6 +62,8 @@ class _Module:
     _config: dict
     # the parameters that are linear-layer weights (packed by _packed): what quantize replaces
     _LINEAR_PARAMS = ()
+    # the embedding tables (looked up by row): quantize stores them as int8 rows
+    _EMBED_PARAMS = ()
 
     def _named_params(self, prefix=""):
         for name, arr in self._params.items():
@@ -87,21 +89,29 @@ class _Module:
         """'int8' when the linear layers' weights are int8 (:meth:`quantize_`), else None."""
         return self.__dict__.get("_quantize")
 
-    def quantize_(self, quantize="int8"):
+    def quantize_(self, quantize="int8", _memo=None):
         """Quantize every linear layer of this module and its children to int8, in place (one
-        scale per output channel; the float weights are released). Embeddings, norms and
-        attention stay float32. Returns self."""
+        scale per output channel; the float weights are released), and the token embedding
+        tables to int8 rows. Norms, positions and attention stay float32. A float array shared
+        by several parameters (a tied embedding) becomes one int8 object per kind, shared the
+        same way (`_memo`: id -> int8 object, across calls). Returns self."""
         check_quantize(quantize, self.dtype)
         if quantize is None:
             if self.quantize is not None:
                 raise ValueError("quantize=None: an int8 module cannot be turned back into a "
                                  "float one (load the float weights again)")
             return self
+        memo = {} if _memo is None else _memo
         for module in self._modules():
-            for name in module._LINEAR_PARAMS:
-                arr = module._params.get(name)
-                if isinstance(arr, np.ndarray):
-                    module._params[name] = Int8Weight.from_float(arr, name)
+            for names, kind in ((module._LINEAR_PARAMS, Int8Weight),
+                                (module._EMBED_PARAMS, Int8Rows)):
+                for name in names:
+                    arr = module._params.get(name)
+                    if isinstance(arr, np.ndarray):
+                        key = (id(arr), kind)
+                        if key not in memo:
+                            memo[key] = (kind.from_float(arr, name), arr)  # (keep arr alive)
+                        module._params[name] = memo[key][0]
             module.__dict__["_quantize"] = quantize
         self._drop_packed()
         return self
@@ -109,7 +119,7 @@ class _Module:
     def state_dict(self):
         """A new dict of PyTorch parameter names -> copies of the arrays (the model's dtype;
         an int8 layer's weight dequantized: the values it computes with)."""
-        return {name: arr.dequantize() if isinstance(arr, Int8Weight) else arr.copy()
+        return {name: arr.dequantize() if isinstance(arr, (Int8Weight, Int8Rows)) else arr.copy()
                 for name, arr, _, _ in self._named_params()}
 
     def load_state_dict(self, state_dict):
@@ -149,6 +159,8 @@ class _Module:
             owner._params[key] = np.array(arr, dtype=dtype, order="C", copy=True)
             if owner.quantize is not None and key in owner._LINEAR_PARAMS:
                 owner._params[key] = Int8Weight.from_float(owner._params[key], name)
+            elif owner.quantize is not None and key in owner._EMBED_PARAMS:
+                owner._params[key] = Int8Rows.from_float(owner._params[key], name)
         self._drop_packed()
         return self
 

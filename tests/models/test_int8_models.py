@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import fastattn  # noqa: E402
-from fastattn._quant import Int8Weight  # noqa: E402
+from fastattn._quant import Int8Rows, Int8Weight  # noqa: E402
 from encoder_checkpoints import padded_batch, write_numpy_bert  # noqa: E402
 from seq2seq_checkpoints import IDS, make_checkpoint, padded_sources  # noqa: E402
 
@@ -51,7 +51,7 @@ def test_int8_logits_close_to_transformers_float32(checkpoints, model_type):
     lp, lw = _log_softmax(got.astype(np.float64)), _log_softmax(want.astype(np.float64))
     p = np.exp(lw)
     # the expected |change| of the log-probability under the float32 model's distribution
-    assert (p * np.abs(lp - lw)).sum(-1).mean() < 0.05
+    assert (p * np.abs(lp - lw)).sum(-1).mean() < 0.08      # (broken int8: > 1)
     assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.9
     # and it is not the float model: quantization changed the numbers
     assert not np.allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -102,7 +102,11 @@ def test_int8_model_holds_no_float_linear_weights(checkpoints):
             if key in owner._LINEAR_PARAMS:
                 kinds[name] = type(arr)
     assert kinds and all(k is Int8Weight for k in kinds.values())
+    # the token tables: int8 rows (this checkpoint's are not shared)
+    emb = q.encoder_embed._params["weight"]
+    assert isinstance(emb, Int8Rows) and isinstance(q.decoder_embed._params["weight"], Int8Rows)
     f = fastattn.Seq2SeqTransformer.from_pretrained(path)
+    assert f.decoder_embed._params["weight"] is not f.encoder_embed._params["weight"]
     sq, sf = q.state_dict(), f.state_dict()
     assert sq.keys() == sf.keys()
     for k in sf:        # dequantized: within half a quantization step of the float weights
@@ -171,3 +175,19 @@ def test_real_minilm_int8_sentence_vectors():
     cos = (got * ref).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(ref, axis=1)
     assert cos.mean() >= 0.995 and cos.min() >= 0.99
     np.testing.assert_array_equal(enc.encode(sents, batch_size=5), got)
+
+
+def test_shared_tables_stay_shared(tmp_path):
+    """A Marian checkpoint whose encoder, decoder and output projection share one table: one
+    int8 rows object for both lookups, and the projection's int8 weight dequantizes to the same
+    values."""
+    make_checkpoint(str(tmp_path), "marian", tied=True, d_model=64, encoder_ffn_dim=96,
+                    decoder_ffn_dim=96)
+    f = fastattn.Seq2SeqTransformer.from_pretrained(tmp_path)
+    assert f.decoder_embed._params["weight"] is f.encoder_embed._params["weight"]
+    q = fastattn.Seq2SeqTransformer.from_pretrained(tmp_path, quantize="int8")
+    emb = q.encoder_embed._params["weight"]
+    assert isinstance(emb, Int8Rows) and q.decoder_embed._params["weight"] is emb
+    head = q.lm_head._params["weight"]
+    assert isinstance(head, Int8Weight)
+    np.testing.assert_array_equal(head.dequantize(), emb.dequantize())
