@@ -14,6 +14,7 @@ from fastattn.nn import (FeedForward, LayerNorm, MultiHeadAttention, PositionalE
                              Transformer, TransformerDecoderLayer, TransformerEncoderLayer,
                              sinusoidal_positions)
 
+from tolerances import ATOL, RTOL  # noqa: E402
 from tolerances import BLOCK_TOL as TOL  # noqa: E402
 
 
@@ -161,6 +162,32 @@ def test_layer_norm_zero_variance_is_bias_not_nan():
     out = ln(np.full((2, 4), 5.0, dtype=np.float32))
     assert not np.isnan(out).any()
     np.testing.assert_array_equal(out, np.broadcast_to(sd["bias"], (2, 4)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rms_norm_against_float64_and_bitwise_across_threads_and_rows(dtype):
+    from fastattn.nn.norm import RMSNorm
+    rng = np.random.default_rng(7)
+    norm = RMSNorm(77, eps=1e-6, dtype=dtype)
+    w = (1 + 0.3 * rng.standard_normal(77)).astype(dtype)
+    norm.load_state_dict({"weight": w})
+    x = (rng.standard_normal((3, 5, 77)) * 4 + 1).astype(dtype)
+    r = rng.standard_normal((15, 77)).astype(dtype)
+    s = (x.reshape(15, 77) + r).astype(np.float64)        # the sum rounded to dtype first
+    want = s / np.sqrt((s * s).mean(axis=1, keepdims=True) + 1e-6) * w.astype(np.float64)
+    got = norm._forward(x.reshape(15, 77), r)
+    np.testing.assert_allclose(got, want, atol=ATOL[dtype], rtol=RTOL[dtype])
+    out = norm(x)                                          # the public call, no residual
+    s = x.astype(np.float64)
+    want = s / np.sqrt((s * s).mean(axis=-1, keepdims=True) + 1e-6) * w
+    assert out.dtype == dtype and out.shape == x.shape
+    np.testing.assert_allclose(out, want, atol=ATOL[dtype], rtol=RTOL[dtype])
+    for t in (1, 2, 3):                                    # any thread count, any batch
+        np.testing.assert_array_equal(norm._forward(x.reshape(15, 77), r, n_threads=t), got)
+    np.testing.assert_array_equal(norm._forward(x.reshape(15, 77)[4:5], r[4:5]), got[4:5])
+    np.testing.assert_array_equal(norm(np.zeros((2, 77), dtype)), 0)   # eps > 0: zeros
+    with pytest.raises(ValueError, match="residual"):
+        norm._forward(x.reshape(15, 77), r[:3])
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
