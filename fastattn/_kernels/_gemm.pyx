@@ -340,9 +340,9 @@ def layer_norm(cnp.ndarray x, object res, object gamma, object beta, double eps,
 
 # RMSNorm (T5's LayerNorm) rows: s = x + res (rounded to the dtype, as the unfused sum would
 # be), y = s / sqrt(mean(s^2) + eps) * gamma with the sum of squares and the products in double,
-# rounded once. Plain C over the row in index order, compiled without any ISA's vector code: the
-# sums run in one order on every CPU and thread count. A (rows, 768) row costs ~1 us; NumPy's
-# astype / einsum / multiply chain took ~35 us for 8 rows (a decode step makes 37 such calls).
+# rounded once. Plain C over the row in index order (no per-ISA variants, no reassociation): the
+# sums run in one order on every CPU and thread count. It replaced NumPy's astype / einsum /
+# multiply chain (T5's decode step makes 37 such calls; bench/results/families_2026-12-03.txt).
 
 cdef inline void _rms_row_f32(const float *x, const float *res, Py_ssize_t n, const float *g,
                               double eps, float *y) noexcept nogil:
