@@ -4,10 +4,11 @@
         python bench/bench_families.py [--repeats 5] [--threads 2] [--models t5,m2m100,mpnet]
 
 Checkpoints (random, written once under --dir with transformers' ``save_pretrained``; nothing is
-downloaded), every matrix N(0, 1/fan_in) (T5's q: N(0, 1/(fan_in d_kv)), T5's own init, as its
-attention does not scale q k^T), norm weights 1 + N(0, 0.01), biases and
-T5's relative position biases N(0, 0.01), so
-that activations stay at unit scale and greedy decoding does not collapse onto one token:
+downloaded): every 2-D parameter (matrices, embeddings, T5's relative position bias table)
+N(0, 1/last dim), T5's q also divided by sqrt(d_kv) (T5's own init: its attention does not scale
+q k^T), norm weights 1 + N(0, 0.01), biases N(0, 0.01), so that activations stay at unit scale
+and greedy decoding neither collapses onto one token nor turns chaotic (every system then makes
+transformers' tokens):
 
 - t5: the flan-T5-base shape (T5 v1.1: d_model 768, d_ff 2048, 12 + 12 layers, 12 heads, d_kv
   64, gated-gelu, untied head, vocab 32128);
