@@ -125,6 +125,45 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, *, is_causal
     return (out, weights) if want_w else out
 
 
+def _attention_into(q, k, v, mask, out, causal, scale, n_threads, packed_only=False):
+    """The layers' call (a decode step makes two per layer): ``out[...] = attention(q, k, v)``
+    for arrays fastattn made itself, straight to the kernel when nothing needs converting or
+    checking beyond the tests here (the checked path costs ~17 us a call, more than the kernel
+    of a batch-1 step); anything else through :func:`scaled_dot_product_attention` (the same
+    kernel, the same arguments, the same bits). q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev)
+    and out (B, H, L, Ev): one float dtype, aligned, last axis contiguous, no broadcasting; out
+    a fresh array that overlaps none of the inputs (the caller's guarantee). mask: None, or a
+    bool or q.dtype array (B | 1, H | 1, L | 1, S | 1). scale: a float or None."""
+    dt = q.dtype
+    qs, ks, vs = q.shape, k.shape, v.shape
+    isz = dt.itemsize
+    if (type(q) is np.ndarray and type(k) is np.ndarray and type(v) is np.ndarray
+            and type(out) is np.ndarray and q.ndim == k.ndim == v.ndim == 4
+            and k.dtype == dt and v.dtype == dt and out.dtype == dt and dt.kind == "f"
+            and dt.isnative and qs[:2] == ks[:2] == vs[:2] and qs[3] == ks[3] > 0
+            and ks[2] == vs[2] > 0 and qs[2] > 0 and vs[3] > 0
+            and out.shape == qs[:3] + vs[3:]
+            and q.strides[3] == k.strides[3] == v.strides[3] == out.strides[3] == isz
+            and q.flags.aligned and k.flags.aligned and v.flags.aligned and out.flags.aligned
+            and out.flags.writeable
+            and (mask is None
+                 or (type(mask) is np.ndarray and mask.ndim == 4
+                     and (mask.dtype == dt or mask.dtype.kind == "b")
+                     and mask.flags.aligned
+                     and (mask.shape[3] <= 1 or mask.strides[3] == mask.itemsize)
+                     and (mask.shape[0] == 1 or mask.shape[0] == qs[0])
+                     and (mask.shape[1] == 1 or mask.shape[1] == qs[1])
+                     and (mask.shape[2] == 1 or mask.shape[2] == qs[2])
+                     and (mask.shape[3] == 1 or mask.shape[3] == ks[2])))):
+        if scale is None:
+            scale = 1.0 / math.sqrt(qs[3])
+        _k.sdpa(q, k, v, mask, out, None, qs[:2], bool(causal), float(scale), 1,
+                _effective_n_threads(n_threads), bool(packed_only))
+        return out
+    return scaled_dot_product_attention(q, k, v, mask, is_causal=causal, scale=scale, out=out,
+                                        n_threads=n_threads, _packed_only=packed_only)
+
+
 def softmax(x, axis=-1, *, n_threads=None):
     """Numerically stable softmax along `axis` (the row maximum is subtracted first).
 

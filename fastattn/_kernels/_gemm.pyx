@@ -46,6 +46,7 @@
 # x, W, bias or res; the packed buffer was made by pack_weight with the ISA now selected.
 
 from cython.parallel cimport parallel, prange
+from libc.math cimport sqrt
 from libc.stdlib cimport calloc, free
 cimport numpy as cnp
 
@@ -335,6 +336,68 @@ def layer_norm(cnp.ndarray x, object res, object gamma, object beta, double eps,
         for r in prange(rows, schedule='static'):
             gm_ln(kern, isz, xp + r * n * isz, rp + r * n * isz if rp != NULL else NULL, n, gp,
                   bp, eps, yp + r * n * isz)
+
+
+# RMSNorm (T5's LayerNorm) rows: s = x + res (rounded to the dtype, as the unfused sum would
+# be), y = s / sqrt(mean(s^2) + eps) * gamma with the sum of squares and the products in double,
+# rounded once. Plain C over the row in index order (no per-ISA variants, no reassociation): the
+# sums run in one order on every CPU and thread count. It replaced NumPy's astype / einsum /
+# multiply chain (T5's decode step makes 37 such calls; bench/results/families_2026-12-03.txt).
+
+cdef inline void _rms_row_f32(const float *x, const float *res, Py_ssize_t n, const float *g,
+                              double eps, float *y) noexcept nogil:
+    cdef double ss = 0.0, s, rstd
+    cdef Py_ssize_t j
+    for j in range(n):
+        s = <double>(<float>(x[j] + res[j])) if res != NULL else <double>x[j]
+        ss += s * s
+    rstd = 1.0 / sqrt(ss / <double>n + eps)
+    for j in range(n):
+        s = <double>(<float>(x[j] + res[j])) if res != NULL else <double>x[j]
+        y[j] = <float>(s * rstd * <double>g[j]) if g != NULL else <float>(s * rstd)
+
+
+cdef inline void _rms_row_f64(const double *x, const double *res, Py_ssize_t n, const double *g,
+                              double eps, double *y) noexcept nogil:
+    cdef double ss = 0.0, s, rstd
+    cdef Py_ssize_t j
+    for j in range(n):
+        s = x[j] + res[j] if res != NULL else x[j]
+        ss += s * s
+    rstd = 1.0 / sqrt(ss / <double>n + eps)
+    for j in range(n):
+        s = x[j] + res[j] if res != NULL else x[j]
+        y[j] = s * rstd * g[j] if g != NULL else s * rstd
+
+
+def rms_norm(cnp.ndarray x, object res, object gamma, double eps, cnp.ndarray y, int n_threads):
+    """y = RMSNorm(x + res) * gamma over the last axis. x, res, y (rows, n) C-contiguous, one
+    float dtype; gamma (n,) contiguous or None (1); rows >= 1, n >= 1; y may be x."""
+    # IN   x, res  (rows, n)
+    # IN   gamma   (n,) or NULL (1)
+    # OUT  y       (rows, n), may be x
+    cdef Py_ssize_t rows = cnp.PyArray_DIMS(x)[0], n = cnp.PyArray_DIMS(x)[1]
+    cdef bint f32 = cnp.PyArray_ITEMSIZE(x) == 4
+    cdef char *xp = <char *> cnp.PyArray_DATA(x)
+    cdef char *yp = <char *> cnp.PyArray_DATA(y)
+    cdef char *rp = NULL
+    cdef char *gp = NULL
+    cdef Py_ssize_t r, off
+    if res is not None:
+        rp = <char *> cnp.PyArray_DATA(<cnp.ndarray> res)
+    if gamma is not None:
+        gp = <char *> cnp.PyArray_DATA(<cnp.ndarray> gamma)
+    cdef fa_team_t team = fa_team_open(n_threads, rows)
+    with nogil, parallel(num_threads=team.n):
+        fa_team_place(&team)
+        for r in prange(rows, schedule='static'):
+            off = r * n
+            if f32:
+                _rms_row_f32(<float *> xp + off, <float *> rp + off if rp != NULL else NULL, n,
+                             <float *> gp, eps, <float *> yp + off)
+            else:
+                _rms_row_f64(<double *> xp + off, <double *> rp + off if rp != NULL else NULL,
+                             n, <double *> gp, eps, <double *> yp + off)
 
 
 # ---------------------------------------------------------------- run-time facts, testing hook

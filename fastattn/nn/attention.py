@@ -14,7 +14,7 @@ import numpy as np
 from .._validation import (as_model_input, check_dtype, check_option, check_positive_int,
                            check_real)
 from .._ops import _new_output
-from ..functional import scaled_dot_product_attention
+from ..functional import _attention_into, scaled_dot_product_attention
 from ._masks import _kernel_mask
 from ._module import _init_for, _Module
 from .positional import apply_rotary
@@ -186,14 +186,17 @@ class MultiHeadAttention(_Module):
         # 15% (bench/bench_attention_out.py)
         concat = _new_output((B * L, self.inner_dim), q.dtype)
         heads = concat.reshape(B, L, self.num_heads, self.head_dim).swapaxes(1, 2)
-        res = scaled_dot_product_attention(
-            q, k, v, mask, is_causal=causal, scale=self.scale, return_weights=need_weights,
-            out=heads, n_threads=n_threads if attn_threads is None else attn_threads,
-            _packed_only=padded)
+        thr = n_threads if attn_threads is None else attn_threads
+        if need_weights:
+            w = scaled_dot_product_attention(
+                q, k, v, mask, is_causal=causal, scale=self.scale, return_weights=True,
+                out=heads, n_threads=thr, _packed_only=padded)[1]
+        else:
+            w = None
+            _attention_into(q, k, v, mask, heads, causal, self.scale, thr, padded)
         if keep is not None:
             concat = concat[keep.index]
-        out = self.out_proj._forward(concat, residual, norm=norm, n_threads=n_threads)
-        return out, (res[1] if need_weights else None)
+        return self.out_proj._forward(concat, residual, None, norm, n_threads), w
 
     def _forward(self, xq, xk, xv, B, L, S, kmask, need_weights=False, average=True, residual=None,
                  norm=None, keep=None, n_threads=None, attn_threads=None, rope=None):
@@ -246,7 +249,7 @@ class MultiHeadAttention(_Module):
         stores the new keys and values (n, T, H, Dh) and returns every position's so far
         (n, H, t0 + T, Dh). mask: an additive (position) bias (1, H, T, t0 + T) or None."""
         I, H, Dh = self.inner_dim, self.num_heads, self.head_dim
-        qkv = self._proj(None)(x, n_threads=n_threads)                  # (n*T, 3 H Dh)
+        qkv = self._proj(None)(x, None, n_threads)                      # (n*T, 3 H Dh)
         k_all, v_all = kv_append(qkv[:, I:2 * I].reshape(n, T, H, Dh),
                                  qkv[:, 2 * I:].reshape(n, T, H, Dh))
         return self._attend(self._heads(qkv, n, T, 0), k_all, v_all, mask, T > 1, n, T,
@@ -256,7 +259,7 @@ class MultiHeadAttention(_Module):
         """Cross-attention of x (n_src * rows, E) over per-source keys and values k, v
         (n_src, H, S, Dh): the `rows` query rows of one source (its beams x positions) stacked
         on the query axis of one attention call, so each source's keys are read once."""
-        q = self._heads(self._proj(0)(x, n_threads=n_threads), n_src, rows, 0)
+        q = self._heads(self._proj(0)(x, None, n_threads), n_src, rows, 0)
         return self._attend(q, k, v, mask, False, n_src, rows, residual, norm,
                             n_threads=n_threads)[0]
 

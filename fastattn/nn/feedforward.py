@@ -55,11 +55,10 @@ class FeedForward(_Module):
 
     def _forward(self, x2d, residual=None, norm=None, n_threads=None):
         """linear2(act(linear1(x2d))) + residual, then `norm` (a LayerNorm) when given."""
-        h = self.linear1._forward(x2d, activation=self.activation,     # (N, d_ff), bias + act
-                                  n_threads=n_threads)                 # fused
-        if self.gated:                                                 # act(x W1) * (x Wg)
-            h *= self.gate._forward(x2d, n_threads=n_threads)
-        return self.linear2._forward(h, residual, norm=norm, n_threads=n_threads)
+        h = self.linear1._forward(x2d, None, self.activation, None, n_threads)   # (N, d_ff),
+        if self.gated:                                               # bias + act fused;
+            h *= self.gate._forward(x2d, None, None, None, n_threads)  # act(x W1) * (x Wg)
+        return self.linear2._forward(h, residual, None, norm, n_threads)
 
     def _prepack(self):
         self.linear1._prepack(self.activation)

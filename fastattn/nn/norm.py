@@ -2,7 +2,9 @@
 import numpy as np
 
 from .._validation import check_dtype, check_eps, check_last_dim, check_option, check_positive_int
+from .._kernels import _gemm as _g
 from .._ops import _layer_norm_rows, layer_norm
+from .._threads import _effective_n_threads
 from ._module import _init_for, _Module
 
 __all__ = ["LayerNorm", "RMSNorm", "Identity"]
@@ -72,11 +74,24 @@ class RMSNorm(_Module):
         return config
 
     def _forward(self, x2d, residual=None, n_threads=None):
-        """RMSNorm(x2d + residual): (N, d) -> a new (N, d) array."""
-        x = x2d if residual is None else x2d + residual
-        x64 = x.astype(np.float64)
-        inv = 1.0 / np.sqrt(np.einsum("ij,ij->i", x64, x64)[:, None] / x.shape[1] + self.eps)
-        return (x64 * inv * self._params["weight"]).astype(x.dtype)
+        """RMSNorm(x2d + residual): (N, d) -> a new (N, d) array, one C pass per row (the sum of
+        squares and the products in double; the same bits for any thread count and batch)."""
+        w = self._params["weight"]
+        if not (type(x2d) is np.ndarray and x2d.ndim == 2 and x2d.size
+                and x2d.dtype == w.dtype and x2d.flags.c_contiguous and x2d.flags.aligned):
+            x2d = np.ascontiguousarray(x2d, dtype=w.dtype)
+            if x2d.ndim != 2 or not x2d.size:
+                return x2d.copy()
+        if residual is not None and not (type(residual) is np.ndarray
+                                         and residual.dtype == w.dtype
+                                         and residual.flags.c_contiguous
+                                         and residual.flags.aligned):
+            residual = np.ascontiguousarray(residual, dtype=w.dtype)
+        if residual is not None and residual.shape != x2d.shape:
+            raise ValueError(f"residual must have x's shape {x2d.shape}, got {residual.shape}")
+        y = np.empty_like(x2d)
+        _g.rms_norm(x2d, residual, w, self.eps, y, _effective_n_threads(n_threads))
+        return y
 
     def __call__(self, x):
         arr = check_last_dim(x, self.normalized_shape)

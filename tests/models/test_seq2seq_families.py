@@ -207,6 +207,23 @@ def test_t5_generation_matches_transformers(checkpoints, model_type, tied, ffn, 
         np.testing.assert_array_equal(alone[0], got[i, :alone.shape[1]])
 
 
+@pytest.mark.parametrize("model_type,tied,ffn", T5_VARIANTS[1:2])
+def test_t5_thread_counts_give_the_same_bits(checkpoints, model_type, tied, ffn):
+    # RMS norms, the position bias and the decode step's direct attention calls: the logits of
+    # a padded batch and a greedy decode, bitwise the same on 1, 2 and 3 threads
+    path, _ = checkpoints(model_type, tied, feed_forward_proj=ffn)
+    model = fastattn.Seq2SeqTransformer.from_pretrained(path)
+    ids, mask = padded_sources(model_type, np.random.default_rng(7), [10, 4])
+    dec = np.concatenate([np.zeros((2, 1), np.int64), ids[:, :6]], axis=1)
+    a = model.logits(ids, dec, mask, n_threads=1)
+    kw = dict(max_new_tokens=12, min_new_tokens=12, return_scores=True)
+    g_ids, g_scores = model.generate(ids, mask, n_threads=1, **kw)
+    for t in (2, 3):
+        assert np.array_equal(model.logits(ids, dec, mask, n_threads=t), a)
+        ids_t, scores_t = model.generate(ids, mask, n_threads=t, **kw)
+        assert np.array_equal(ids_t, g_ids) and np.array_equal(scores_t, g_scores)
+
+
 def test_t5_config_errors(checkpoints, tmp_path):
     path, _ = checkpoints("t5", False, feed_forward_proj="gated-gelu")
     cfg = json.load(open(os.path.join(path, "config.json")))

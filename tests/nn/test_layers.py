@@ -14,6 +14,7 @@ from fastattn.nn import (FeedForward, LayerNorm, MultiHeadAttention, PositionalE
                              Transformer, TransformerDecoderLayer, TransformerEncoderLayer,
                              sinusoidal_positions)
 
+from tolerances import ATOL, RTOL  # noqa: E402
 from tolerances import BLOCK_TOL as TOL  # noqa: E402
 
 
@@ -161,6 +162,32 @@ def test_layer_norm_zero_variance_is_bias_not_nan():
     out = ln(np.full((2, 4), 5.0, dtype=np.float32))
     assert not np.isnan(out).any()
     np.testing.assert_array_equal(out, np.broadcast_to(sd["bias"], (2, 4)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rms_norm_against_float64_and_bitwise_across_threads_and_rows(dtype):
+    from fastattn.nn.norm import RMSNorm
+    rng = np.random.default_rng(7)
+    norm = RMSNorm(77, eps=1e-6, dtype=dtype)
+    w = (1 + 0.3 * rng.standard_normal(77)).astype(dtype)
+    norm.load_state_dict({"weight": w})
+    x = (rng.standard_normal((3, 5, 77)) * 4 + 1).astype(dtype)
+    r = rng.standard_normal((15, 77)).astype(dtype)
+    s = (x.reshape(15, 77) + r).astype(np.float64)        # the sum rounded to dtype first
+    want = s / np.sqrt((s * s).mean(axis=1, keepdims=True) + 1e-6) * w.astype(np.float64)
+    got = norm._forward(x.reshape(15, 77), r)
+    np.testing.assert_allclose(got, want, atol=ATOL[dtype], rtol=RTOL[dtype])
+    out = norm(x)                                          # the public call, no residual
+    s = x.astype(np.float64)
+    want = s / np.sqrt((s * s).mean(axis=-1, keepdims=True) + 1e-6) * w
+    assert out.dtype == dtype and out.shape == x.shape
+    np.testing.assert_allclose(out, want, atol=ATOL[dtype], rtol=RTOL[dtype])
+    for t in (1, 2, 3):                                    # any thread count, any batch
+        np.testing.assert_array_equal(norm._forward(x.reshape(15, 77), r, n_threads=t), got)
+    np.testing.assert_array_equal(norm._forward(x.reshape(15, 77)[4:5], r[4:5]), got[4:5])
+    np.testing.assert_array_equal(norm(np.zeros((2, 77), dtype)), 0)   # eps > 0: zeros
+    with pytest.raises(ValueError, match="residual"):
+        norm._forward(x.reshape(15, 77), r[:3])
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu"])
@@ -493,3 +520,39 @@ def test_bad_arguments():
         m(x, x, tgt_mask=np.zeros((3, 4), bool))
     with pytest.raises(TypeError, match="memory_mask"):
         m(x, x, memory_mask=np.zeros((3, 3), np.int64))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_layers_attention_call_gives_the_checked_calls_bits(dtype):
+    """The layers' direct attention call (functional._attention_into) against the public,
+    checked one: the same bits on the direct path (decode-shaped calls, bool and float masks,
+    causal) and on the fallbacks (a float64 mask for float32 queries, a broadcast lead); and
+    both against a float64 reference."""
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal((2, 3, 1, 16)).astype(dtype)
+    kv = rng.standard_normal((2, 3, 2, 9, 16)).astype(dtype)
+    k, v = kv[:, :, 0], kv[:, :, 1]                      # strided views, as the cache hands out
+    bool_mask = rng.random((2, 1, 1, 9)) > 0.3
+    bias = rng.standard_normal((1, 3, 1, 9)).astype(dtype)
+    cases = [(q, None, False, None), (q, bool_mask, False, 0.5), (q, bias, False, 1.0),
+             (rng.standard_normal((2, 3, 9, 16)).astype(dtype), None, True, None),
+             (q, bias.astype(np.float64), False, None),            # fallback: wider mask
+             (q[:1], None, False, None)]                           # fallback: broadcast lead
+    for qq, mask, causal, scale in cases:
+        want = functional.scaled_dot_product_attention(qq, k, v, mask, is_causal=causal,
+                                                       scale=scale)
+        out = np.empty(want.shape, dtype)
+        got = functional._attention_into(qq, k, v, mask, out, causal, scale, None)
+        assert got is out
+        np.testing.assert_array_equal(got, want)
+        kb = np.broadcast_to(k, (2,) + k.shape[1:]).astype(np.float64)
+        vb = np.broadcast_to(v, (2,) + v.shape[1:]).astype(np.float64)
+        s = np.einsum("bhle,bhse->bhls", np.broadcast_to(qq, (2,) + qq.shape[1:]), kb)
+        s = s * (1 / 4 if scale is None else scale)
+        if mask is not None:
+            s = s + (np.where(mask, 0, -np.inf) if mask.dtype == bool else mask)
+        if causal:
+            s = s + np.triu(np.full(s.shape[-2:], -np.inf), 1)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        ref = (p / p.sum(-1, keepdims=True)) @ vb
+        np.testing.assert_allclose(got, ref[:got.shape[0]], atol=ATOL[dtype], rtol=RTOL[dtype])
