@@ -126,26 +126,76 @@ def _vector(arr, dtype):
 
 
 class _Packed:
-    """A weight (N, K) packed for the kernel set selected when it was packed."""
+    """A weight (N, K) packed for the kernel set selected when it was packed.
 
-    __slots__ = ("weight", "buf", "N", "K", "level", "dtype")
+    With the array kept (`_weight`), or alone (:meth:`drop_weight`: a model's parameter, held
+    once): the array is then read back from the panels when asked for (`weight`, a new array of
+    the same values) and to repack for another kernel set."""
+
+    __slots__ = ("_weight", "buf", "N", "K", "level", "dtype", "blocking")
 
     def __init__(self, weight):
         # weight: 2-D, kernel-ready (last axis contiguous, aligned, native), float32/float64
-        self.weight = weight
+        self._weight = weight
         self.N, self.K = weight.shape
         self.dtype = weight.dtype
         self.level = None
         self.buf = None
         self.repack()
 
+    @classmethod
+    def alone(cls, weight):
+        """Packed from `weight` (any float array of the model's dtype), holding no array."""
+        p = cls(kernel_ready(np.asarray(weight), np.asarray(weight).dtype))
+        p.drop_weight()
+        return p
+
+    @property
+    def weight(self):
+        """The (N, K) weight: the array given, or (dropped) one read back from the panels."""
+        return self._weight if self._weight is not None else self.unpack()
+
+    @property
+    def shape(self):
+        return (self.N, self.K)
+
+    @property
+    def nbytes(self):
+        return self.buf.nbytes
+
+    def drop_weight(self):
+        self._weight = None
+        return self
+
+    def dequantize(self):
+        """The values (a new array): the protocol state_dict reads parameters with."""
+        return self.weight.copy() if self._weight is not None else self.unpack()
+
+    def rows(self, a, b):
+        """Rows [a, b) packed on their own (from the read-back array), holding no array."""
+        return _Packed.alone(self.weight[a:b])
+
+    def unpack(self):
+        """W (N, K) from the panels (gemm_tile.h's layout with the blocking of `level`)."""
+        nr, kc = self.blocking[1], self.blocking[2]
+        N, K = self.N, self.K
+        npad = -(-N // nr) * nr
+        out = np.empty((npad, K), self.dtype)
+        for k0 in range(0, K, kc):
+            kcb = min(kc, K - k0)
+            blk = self.buf[k0 * npad:(k0 + kcb) * npad].reshape(npad // nr, kcb, nr)
+            out[:, k0:k0 + kcb] = blk.transpose(0, 2, 1).reshape(npad, kcb)
+        return np.ascontiguousarray(out[:N])
+
     def repack(self):
         level = _simd.isa_level()
+        w = self.weight                      # (read back under the old blocking if dropped)
         # cache-line aligned (exact size under the sanitizer: see _aligned_empty)
         buf = _aligned_empty((_g.packed_size(self.N, self.K, self.dtype.itemsize),), self.dtype)
         if buf.size:
-            _g.pack_weight(self.weight, buf)
+            _g.pack_weight(w, buf)
         self.buf, self.level = buf, level
+        self.blocking = _g.blocking(self.dtype.itemsize)
 
     def current(self):
         if self.level != _simd.isa_level():   # the kernel set changed (tests): panel width differs
@@ -153,7 +203,7 @@ class _Packed:
         return self.buf
 
     def buffers(self):
-        return (self.weight,)
+        return (self.buf,) if self._weight is None else (self._weight, self.buf)
 
     def gemm(self, x, bias, act, res, y, nthr, norm=None):
         _g.gemm(x, self.current(), self.N, bias, act, res, y, nthr, norm)
@@ -298,6 +348,12 @@ class PackedLinear:
         self._act = _activation_code(activation)
         self._activation = activation
         self._quantize = "int8" if isinstance(weight, Int8Weight) else check_quantize(quantize)
+        if isinstance(weight, _Packed) and self._quantize is None:
+            # a model's parameter, packed already (and possibly holding no array)
+            self._bias = None
+            self._packed = weight
+            self.bias = bias
+            return
         self._bias = None
         self._packed = None
         self.weight = weight
@@ -370,11 +426,13 @@ class PackedLinear:
                                  f"bias.shape={b.shape}")
             self._bias = _vector(b, np.dtype(np.float32))
             return
-        w = self._packed.weight
+        pk = self._packed
         if b.dtype.kind == "f":
-            _common_dtype([("weight", w), ("bias", b)])
-        _check_weight(w, b)
-        self._bias = _vector(b, w.dtype)
+            _common_dtype([("weight", np.empty((0, 0), pk.dtype)), ("bias", b)])
+        if b.shape != (pk.N,):
+            raise ValueError(f"bias must have shape (N,) = ({pk.N},) to match "
+                             f"weight.shape={(pk.N, pk.K)}, got bias.shape={b.shape}")
+        self._bias = _vector(b, pk.dtype)
 
     @property
     def activation(self):
@@ -468,7 +526,8 @@ class PackedLinear:
                 raise TypeError("an int8 layer computes in float32: x and residual must be "
                                 "float32 (convert them first)")
         else:
-            _common_dtype([("weight", self._packed.weight), ("x", x), ("residual", residual)])
+            _common_dtype([("weight", np.empty((0, 0), self._packed.dtype)), ("x", x),
+                           ("residual", residual)])
         return _linear_packed(x, self._packed, self._bias, self._act, residual, n_threads, out)
 
     def __repr__(self):

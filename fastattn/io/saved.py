@@ -82,6 +82,8 @@ def write_folder(path, params, meta, source=None, model_dir=None):
             rows.append(name)
             for part, a in zip(_ROWS_PARTS, (arr.q, arr.scale)):
                 tensors.append((f"{name}.{part}", np.ascontiguousarray(a)))
+        elif not isinstance(arr, np.ndarray):        # a float weight held packed: its values
+            tensors.append((name, np.ascontiguousarray(arr.dequantize())))
         else:
             tensors.append((name, np.ascontiguousarray(arr)))
     # the int8 panels first (their sizes are multiples of 64 bytes), then the rest

@@ -236,7 +236,7 @@ class EncoderModel:
         tensor's place), as read-only views: the layers run on packed copies of them."""
         out = {}
         for k, v in self._arrays().items():
-            view = v.dequantize() if isinstance(v, (Int8Weight, Int8Rows)) else v.view()
+            view = v.view() if isinstance(v, np.ndarray) else v.dequantize()
             view.flags.writeable = False
             out[k] = view
         return out
@@ -366,6 +366,9 @@ class EncoderModel:
             model._quantize = quantize
             for module in [model.embeddings] + model.layers + [lin for lin, _ in model.dense]:
                 module.quantize_(quantize)
+        else:                                    # each linear weight held once, packed
+            for module in model.layers + [lin for lin, _ in model.dense]:
+                module.compact_()
         for layer in model.layers:
             layer._prepack()
         for lin, _ in model.dense:

@@ -228,6 +228,8 @@ class Seq2SeqTransformer:
         if quantize is not None:
             self._quantize = quantize
             self._apply_quantize()
+        elif _state_dict is not _EMPTY:
+            self._apply_compact()
 
     # ---------------------------------------------------------------------------------------
     # parameters
@@ -300,11 +302,13 @@ class Seq2SeqTransformer:
         for hf, (name, rows, shape) in _bart.LOADERS[self._config["model_type"]].name_map(
                 self._config).items():
             arr = arrays[name]
-            if isinstance(arr, (Int8Weight, Int8Rows)):
+            if not isinstance(arr, np.ndarray):      # int8, or a float weight held packed
                 qparams[hf] = (arr, rows, shape)
             else:
                 params[hf] = (arr if rows is None else arr[rows[0]:rows[1]]).reshape(shape)
         self._params, self._qparams = params, qparams
+        self._order = list(_bart.LOADERS[
+            self._config["model_type"]].name_map(self._config))
 
     def _init_random(self, seed):
         rng = np.random.default_rng(check_seed(seed))
@@ -328,6 +332,14 @@ class Seq2SeqTransformer:
         self._map_params()
         self._drop_packed()
 
+    def _apply_compact(self):
+        """Keep each linear weight once, packed (float32 / float64 models): the Hugging Face
+        names of those weights move to _qparams (read back from the panels by state_dict)."""
+        for layer in (self.encoder, self.decoder, self.lm_head):
+            layer.compact_()
+        self._map_params()
+        self._drop_packed()
+
     @property
     def quantize(self):
         """'int8' when the linear layers compute with int8 weights, else None."""
@@ -342,24 +354,25 @@ class Seq2SeqTransformer:
         self.lm_head._prepack()
 
     def state_dict(self):
-        """Parameters by HF Marian name, as read-only views.
+        """Parameters by HF Marian name, read-only: views of the embeddings, norms and biases,
+        and the linear layers' weights read back from the packed form they are held in (int8:
+        the dequantized values the model computes with).
 
-        The linear layers run on packed copies of these arrays, so writing into them could not
-        change the model: they are read-only (an assignment raises ``ValueError``). To change
-        weights, build a new dict (``{k: v.copy() ...}``), edit it and pass it to
-        :meth:`load_state_dict`.
+        Writing into them could not change the model: they are read-only (an assignment raises
+        ``ValueError``). To change weights, build a new dict (``{k: v.copy() ...}``), edit it
+        and pass it to :meth:`load_state_dict`.
         """
         out = {}
         for k, v in self._params.items():
             view = v.view()
             view.flags.writeable = False
             out[k] = view
-        for k, (q, rows, shape) in self._qparams.items():      # int8: the values computed with
+        for k, (q, rows, shape) in self._qparams.items():      # the values computed with
             w = q.dequantize()
             w = (w if rows is None else w[rows[0]:rows[1]]).reshape(shape)
             w.flags.writeable = False
             out[k] = w
-        return out
+        return {k: out[k] for k in self._order}          # the checkpoint's order
 
     def load_state_dict(self, state_dict):
         """Copy parameters in by name; shapes must match, every parameter must be given (if
@@ -373,9 +386,10 @@ class Seq2SeqTransformer:
         if not hasattr(state_dict, "items"):
             raise TypeError("state_dict must be a mapping of names to arrays, got "
                             f"{type(state_dict).__name__}")
-        if self._quantize is not None or not all(v.flags.writeable for v in self._params.values()):
-            # an int8 model, or one whose weights are a read-only map of a saved folder: a new
-            # one from these float weights (a bad state_dict raises there and changes nothing)
+        if self._quantize is not None or self._qparams or \
+                not all(v.flags.writeable for v in self._params.values()):
+            # weights held packed or int8, or a read-only map of a saved folder: a new model
+            # from these float weights (a bad state_dict raises there and changes nothing)
             new = type(self)(**self._config, generation_config=self.generation_config,
                              dtype=self._dtype, quantize=self._quantize, _state_dict=state_dict)
             self.__dict__.update(new.__dict__)
@@ -488,6 +502,8 @@ class Seq2SeqTransformer:
         if quantize is not None and saved_q is None:
             model._quantize = quantize          # a float folder quantized at load
             model._apply_quantize()
+        elif saved_q is None:
+            model._apply_compact()
         else:
             model._drop_packed()
         model._source = path

@@ -191,3 +191,40 @@ def test_shared_tables_stay_shared(tmp_path):
     head = q.lm_head._params["weight"]
     assert isinstance(head, Int8Weight)
     np.testing.assert_array_equal(head.dequantize(), emb.dequantize())
+
+
+def test_float_models_hold_each_linear_weight_once(checkpoints, tmp_path):
+    """float32 models keep their linear weights packed only (read back for state_dict and for
+    another kernel set), with the same results as before and after a kernel-set switch."""
+    from fastattn._kernels import _simd
+    from fastattn._ops import _Packed
+    path, hf = checkpoints("bart")
+    m = fastattn.Seq2SeqTransformer.from_pretrained(path)
+    for layer in (m.encoder, m.decoder, m.lm_head):
+        for name, arr, owner, key in layer._named_params():
+            if key in owner._LINEAR_PARAMS:
+                assert isinstance(arr, _Packed) and arr._weight is None, name
+    sd = m.state_dict()
+    want = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
+    for k in ("model.encoder.layers.0.self_attn.q_proj.weight", "model.decoder.layers.1.fc2.weight",
+              "lm_head.weight"):
+        np.testing.assert_array_equal(sd[k], want[k])
+    assert list(sd) == list(fastattn.Seq2SeqTransformer.from_pretrained(path).state_dict())
+    ids, mask = padded_sources("bart", np.random.default_rng(5), [9, 6])
+    dec = np.random.default_rng(6).integers(3, 70, size=(2, 5))
+    before = m.logits(ids, dec, mask)
+    level = _simd.isa()
+    try:
+        for isa in ("scalar", "avx2"):
+            if _simd.set_isa(isa) != isa:
+                continue
+            fresh = fastattn.Seq2SeqTransformer.from_pretrained(path)
+            np.testing.assert_array_equal(m.logits(ids, dec, mask), fresh.logits(ids, dec, mask))
+    finally:
+        _simd.set_isa(level)
+    np.testing.assert_array_equal(m.logits(ids, dec, mask), before)
+    write_numpy_bert(tmp_path, seed=4)
+    e = fastattn.EncoderModel.from_pretrained(tmp_path)
+    packed = [a for layer in e.layers for _, a, o, k in layer._named_params()
+              if k in o._LINEAR_PARAMS]
+    assert packed and all(isinstance(a, _Packed) and a._weight is None for a in packed)

@@ -14,6 +14,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import fastattn  # noqa: E402
+from fastattn._ops import _Packed  # noqa: E402
 from fastattn._quant import Int8Rows, Int8Weight  # noqa: E402
 from fastattn.io import saved  # noqa: E402
 from encoder_checkpoints import padded_batch, write_numpy_bert  # noqa: E402
@@ -55,6 +56,8 @@ def test_seq2seq_round_trip_is_bitwise_and_mapped(marian, tmp_path, quantize):
             assert _mapped(arr.panels) and _mapped(arr.scale) and _mapped(arr.comp)
         elif isinstance(arr, Int8Rows):
             assert _mapped(arr.q) and _mapped(arr.scale)
+        elif isinstance(arr, _Packed):        # a float32 linear weight: packed once, at load
+            assert quantize is None and arr._weight is None
         else:
             assert _mapped(arr)
     assert any(isinstance(a, Int8Weight) for a in params) == (quantize == "int8")
