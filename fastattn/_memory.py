@@ -121,3 +121,27 @@ def check_plan(nbytes, what):
             f"{format_bytes(avail)} this process can get (available memory, cgroup limit, "
             f"RLIMIT_AS); nothing was allocated. Ask for less, or set {_OPT_OUT}=1 to skip this "
             "check")
+
+
+_TRIM = []
+
+
+def release_free_memory():
+    """Give the C heap's free pages back to the system (glibc's malloc_trim; nothing elsewhere).
+
+    Loading a model frees its float arrays once they are packed or quantized; many of those
+    blocks sit below glibc's mmap threshold, and their pages stay in the process (a Marian base
+    quantized at load kept 560 MiB resident for 90 MiB of parameters, 76 MiB after a trim)."""
+    if not _TRIM:
+        trim = None
+        try:
+            import ctypes
+            import ctypes.util
+            name = ctypes.util.find_library("c")
+            lib = ctypes.CDLL(name) if name else None
+            trim = getattr(lib, "malloc_trim", None)
+        except (OSError, AttributeError):       # not glibc: nothing to do
+            trim = None
+        _TRIM.append(trim)
+    if _TRIM[0] is not None:
+        _TRIM[0](0)

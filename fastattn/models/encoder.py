@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from .._memory import check_plan
+from .._memory import check_plan, release_free_memory
 from .._quant import Int8Rows, Int8Weight, check_quantize
 from ..io import saved as _saved
 from .._validation import check_dtype, check_folder, check_token_ids, hf_attention_mask
@@ -369,6 +369,7 @@ class EncoderModel:
         else:                                    # each linear weight held once, packed
             for module in model.layers + [lin for lin, _ in model.dense]:
                 module.compact_()
+        release_free_memory()                    # the float arrays just freed
         for layer in model.layers:
             layer._prepack()
         for lin, _ in model.dense:

@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from .._memory import check_plan
+from .._memory import check_plan, release_free_memory
 from .._quant import Int8Rows, Int8Weight, check_quantize
 from ..io import saved as _saved
 from .._validation import (check_choice, check_eps, check_option, check_real,
@@ -230,6 +230,8 @@ class Seq2SeqTransformer:
             self._apply_quantize()
         elif _state_dict is not _EMPTY:
             self._apply_compact()
+        if _state_dict is not None and _state_dict is not _EMPTY:
+            release_free_memory()          # the float arrays just freed (docs/int8.md)
 
     # ---------------------------------------------------------------------------------------
     # parameters
