@@ -328,11 +328,11 @@ def minilm(args, workdir, sents):
 # ---------------------------------------------------------------------------------------------
 # 2. Marian base shape: scores and greedy agreement
 
-def write_varied_marian(path):
+def write_varied_marian(path, seed=0):
     """The base-shape Marian whose greedy decoding varies (see the module docstring)."""
     from safetensors.numpy import load_file, save_file
     from fastattn.benchmark._checkpoints import write_marian
-    write_marian(path, seed=0)
+    write_marian(path, seed=seed)
     t = load_file(os.path.join(path, "model.safetensors"))
     t["final_logits_bias"] *= 0.3
     d_model = t["model.shared.weight"].shape[1]
@@ -354,10 +354,11 @@ def marian(args, workdir, minilm_folder):
     from fastattn.benchmark._checkpoints import write_ct2_marian
 
     th = args.threads
-    hf = os.path.join(workdir, "marian_varied_v2")     # v2: the recipe changed (not q / k x 3)
+    tag = "" if args.marian_seed == 0 else f"_seed{args.marian_seed}"
+    hf = os.path.join(workdir, "marian_varied_v2" + tag)  # v2: the recipe changed (not q / k x 3)
     if not os.path.exists(os.path.join(hf, "model.safetensors")):
-        write_varied_marian(hf)
-    ct2_dir = os.path.join(workdir, "marian_varied_v2_ct2")
+        write_varied_marian(hf, args.marian_seed)
+    ct2_dir = os.path.join(workdir, "marian_varied_v2_ct2" + tag)
     if not os.path.exists(os.path.join(ct2_dir, "model.bin")):
         write_ct2_marian(hf, ct2_dir)
     n = args.sources
@@ -523,6 +524,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true",
                     help="200 sentences, 8 Marian sources, one load per system")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--marian-seed", type=int, default=0,
+                    help="the random Marian's seed (agreement on random weights varies by seed)")
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "fastattn_int8_accuracy"),
                     help="where the checkpoints and conversions are kept between runs")
     ap.add_argument("--out", help="the results file (default bench/results/int8_accuracy_"

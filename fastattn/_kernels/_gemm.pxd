@@ -26,3 +26,5 @@ cdef extern from "gemm_kernels.h" nogil:
 
 
 cdef const gm_kernels *gemm_kernels(int level) noexcept nogil
+# columns per work item for an (M, N) output, from the shape only (the int8 GEMM's too)
+cdef Py_ssize_t _col_block(Py_ssize_t M, Py_ssize_t N) noexcept nogil

@@ -8,7 +8,7 @@
 #
 #   One parallel region, three loops: each row of x quantised into a workspace (M x Kp bytes,
 #   M scales and M zero points, malloc'd at their exact size); the work items, an item being up to _MC rows
-#   by a column block (shape-only sizes: 256 columns, fewer when that leaves under 16 items),
+#   by a column block (_gemm's shape-only sizes: 256 columns, fewer when that leaves under 16 items),
 #   computed over the whole K by one thread; then, with a norm, each row of y normalised by one
 #   thread. An element's value depends on its row and column only (the integer sum is exact),
 #   so results are identical for any thread count and any batch composition.
@@ -22,6 +22,7 @@ from libc.stdint cimport int8_t, int32_t, uint8_t
 from libc.stdlib cimport free, malloc
 cimport numpy as cnp
 
+from fastattn._kernels._gemm cimport _col_block   # (QG_NGROUP = GM_NR_MAX = 64)
 from fastattn._kernels._openmp cimport fa_team_open, fa_team_place, fa_team_t
 from fastattn._kernels._simd cimport isa_now
 
@@ -58,9 +59,7 @@ MAX_K = QG_MAX_K
 cdef int _forced = -1       # a variant forced by set_variant (testing aid), else -1
 
 cdef enum:
-    _MC = 96                # rows per work item (a multiple of every variant's MR)
-    _NC = 256               # columns per work item, a multiple of QG_NGROUP ...
-    _MIN_ITEMS = 16         # ... lowered (to a multiple of QG_NGROUP) to get at least this many
+    _MC = 96                # rows per work item (a multiple of every variant's MR), as _gemm's
 
 
 cdef inline Py_ssize_t _cdiv(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
@@ -97,17 +96,6 @@ def set_variant(name):
                          f"(it can: {cpu_variants()})")
     _forced = VARIANTS[name]
     return name
-
-
-cdef Py_ssize_t _col_block(Py_ssize_t M, Py_ssize_t N) noexcept nogil:
-    """Columns per work item: depends on the shape only (never on the thread count)."""
-    cdef Py_ssize_t n_mb = _cdiv(M, _MC)
-    cdef Py_ssize_t nc = _NC
-    if n_mb * _cdiv(N, nc) < _MIN_ITEMS:
-        nc = _cdiv(_cdiv(N, _MIN_ITEMS), QG_NGROUP) * QG_NGROUP
-        if nc < QG_NGROUP:
-            nc = QG_NGROUP
-    return nc
 
 
 def gemm_int8(cnp.ndarray x, cnp.ndarray wp, cnp.ndarray sw, cnp.ndarray comp, Py_ssize_t N,

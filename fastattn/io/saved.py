@@ -28,7 +28,7 @@ import numpy as np
 from .._quant import Int8Rows, Int8Weight
 
 __all__ = ["FORMAT_VERSION", "MODEL_FILE", "WEIGHTS_FILE", "is_saved_folder", "write_folder",
-           "read_folder"]
+           "read_folder", "read_meta", "assign"]
 
 FORMAT_VERSION = 1
 MODEL_FILE = "fastattn_model.json"
@@ -186,3 +186,20 @@ def read_folder(path):
             raise ValueError(f"{where}: {alias!r} is tied to {name!r}, which is not in the file")
         params[alias] = params[name]
     return params
+
+
+def assign(params, modules, path):
+    """Put read_folder's `params` in place of the parameters of `modules` ((prefix, module)
+    pairs: a parameter's name in the file is prefix.name); a module holding an int8 parameter
+    is marked int8 with its children. ValueError naming a missing or misshaped parameter."""
+    where = os.path.join(path, WEIGHTS_FILE)
+    for prefix, module in modules:
+        for name, arr, owner, key in list(module._named_params()):
+            got = params.get(f"{prefix}.{name}")
+            if got is None or tuple(got.shape) != tuple(arr.shape):
+                raise ValueError(f"{where}: parameter {prefix}.{name} is missing or not of "
+                                 f"shape {arr.shape}")
+            owner._params[key] = got
+            if isinstance(got, (Int8Weight, Int8Rows)):
+                for m in module._modules():
+                    m.__dict__["_quantize"] = "int8"

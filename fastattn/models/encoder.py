@@ -11,7 +11,7 @@ import os
 import numpy as np
 
 from .._memory import check_plan, release_free_memory
-from .._quant import Int8Rows, Int8Weight, check_quantize
+from .._quant import Int8Weight, check_quantize
 from ..io import saved as _saved
 from .._validation import check_dtype, check_folder, check_token_ids, hf_attention_mask
 from ..nn._masks import _KernelMask
@@ -267,21 +267,11 @@ class EncoderModel:
 
     def _assign_saved(self, saved, model_dir):
         """Put a saved folder's mapped arrays in place of the (empty) parameters."""
-        where = os.path.join(model_dir, _saved.WEIGHTS_FILE)
         modules = [("embeddings", self.embeddings)] + [
             (f"layers.{i}", layer) for i, layer in enumerate(self.layers)] + [
             (n, m) for n, m in (("final_norm", self.final_norm),
                                 ("position_bias", self.position_bias)) if m is not None]
-        for prefix, module in modules:
-            for name, arr, owner, key in list(module._named_params()):
-                got = saved.get(f"{prefix}.{name}")
-                if got is None or tuple(got.shape) != tuple(arr.shape):
-                    raise ValueError(f"{where}: parameter {prefix}.{name} is missing or not of "
-                                     f"shape {arr.shape}")
-                owner._params[key] = got
-                if isinstance(got, (Int8Weight, Int8Rows)):
-                    for m in module._modules():
-                        m.__dict__["_quantize"] = "int8"
+        _saved.assign(saved, modules, model_dir)
 
     def _plan(self, B, S):
         """An upper bound of the bytes a forward over B x S tokens holds at once: the

@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 from .._memory import check_plan, release_free_memory
-from .._quant import Int8Rows, Int8Weight, check_quantize
+from .._quant import check_quantize
 from ..io import saved as _saved
 from .._validation import (check_choice, check_eps, check_option, check_real,
                            check_real_input, check_seed, check_token_ids, hf_attention_mask,
@@ -487,18 +487,7 @@ class Seq2SeqTransformer:
         except (TypeError, ValueError, KeyError) as exc:
             raise ValueError(f"{where}: its config does not describe a valid model: "
                              f"{exc}") from None
-        params = _saved.read_folder(path)
-        for lname, layer in model._layers.items():
-            for name, arr, owner, key in list(layer._named_params()):
-                got = params.get(f"{lname}.{name}")
-                if got is None or tuple(got.shape) != tuple(arr.shape):
-                    raise ValueError(f"{os.path.join(path, _saved.WEIGHTS_FILE)}: parameter "
-                                     f"{lname}.{name} is missing or not of shape {arr.shape}")
-                owner._params[key] = got
-        if saved_q is not None:
-            for layer in model._layers.values():
-                for m in layer._modules():
-                    m.__dict__["_quantize"] = saved_q
+        _saved.assign(_saved.read_folder(path), model._layers.items(), path)
         model._quantize = saved_q
         model._map_params()
         if quantize is not None and saved_q is None:

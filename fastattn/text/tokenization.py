@@ -202,6 +202,26 @@ class _SpmVocabTokenizer(Tokenizer):
                                  f"got {v!r}")
         return vocab
 
+    def _read_specials(self, cfg, smap, cfg_path, max_length, extra=()):
+        """The special tokens (tokenizer_config.json, then special_tokens_map.json, then the
+        default), the length limit and the added tokens, and their ids."""
+        def special(name, default):
+            return _content(cfg.get(name)) or _content(smap.get(name)) or default
+        for name, default in extra + (("eos_token", "</s>"), ("unk_token", "<unk>"),
+                                      ("pad_token", "<pad>")):
+            setattr(self, name, special(name, default))
+        if self.unk_token not in self.encoder:
+            raise ValueError(f"{os.path.join(self.path, 'vocab.json')} has no entry for the "
+                             f"unknown token {self.unk_token!r}")
+        self.model_max_length = _max_length(cfg.get("model_max_length", max_length), cfg_path)
+        self.clean_up_tokenization_spaces = bool(cfg.get("clean_up_tokenization_spaces", False))
+        self.split_special_tokens = bool(cfg.get("split_special_tokens", False))
+        self._added_tokens(cfg, smap)
+        self.unk_id = self._token_id(self.unk_token)
+        self.eos_id = self._token_id(self.eos_token)
+        self.pad_id = self._token_id(self.pad_token)
+        self.special_ids = frozenset(self._token_id(t) for t in self.special_tokens)
+
     def _spm(self, spm, name):
         path = os.path.join(self.path, name)
         if not os.path.isfile(path):
@@ -333,22 +353,7 @@ class MarianTokenizer(_SpmVocabTokenizer):
         self.spm_source = self._spm(spm, "source.spm")
         self.spm_target = self._spm(spm, "target.spm")
 
-        def special(name, default):
-            return _content(cfg.get(name)) or _content(smap.get(name)) or default
-        self.eos_token = special("eos_token", "</s>")
-        self.unk_token = special("unk_token", "<unk>")
-        self.pad_token = special("pad_token", "<pad>")
-        if self.unk_token not in self.encoder:
-            raise ValueError(f"{os.path.join(self.path, 'vocab.json')} has no entry for the "
-                             f"unknown token {self.unk_token!r}")
-        self.model_max_length = _max_length(cfg.get("model_max_length", 512), cfg_path)
-        self.clean_up_tokenization_spaces = bool(cfg.get("clean_up_tokenization_spaces", False))
-        self.split_special_tokens = bool(cfg.get("split_special_tokens", False))
-        self._added_tokens(cfg, smap)
-        self.unk_id = self._token_id(self.unk_token)
-        self.eos_id = self._token_id(self.eos_token)
-        self.pad_id = self._token_id(self.pad_token)
-        self.special_ids = frozenset(self._token_id(t) for t in self.special_tokens)
+        self._read_specials(cfg, smap, cfg_path, 512)
         self.target_languages = tuple(k for k in self.encoder
                                       if k.startswith(">>") and k.endswith("<<")) \
             if not self.separate_vocabs else ()
@@ -492,24 +497,8 @@ class M2M100Tokenizer(_SpmVocabTokenizer):
         self.lang_token_to_id = {f"__{c}__": n + i for i, c in enumerate(M2M100_LANGUAGES[codes])}
         self.id_to_lang_token = {v: k for k, v in self.lang_token_to_id.items()}
 
-        def special(name, default):
-            return _content(cfg.get(name)) or _content(smap.get(name)) or default
-        self.bos_token = special("bos_token", "<s>")
-        self.eos_token = special("eos_token", "</s>")
-        self.sep_token = special("sep_token", "</s>")
-        self.unk_token = special("unk_token", "<unk>")
-        self.pad_token = special("pad_token", "<pad>")
-        if self.unk_token not in self.encoder:
-            raise ValueError(f"{os.path.join(self.path, 'vocab.json')} has no entry for the "
-                             f"unknown token {self.unk_token!r}")
-        self.model_max_length = _max_length(cfg.get("model_max_length", 1024), cfg_path)
-        self.clean_up_tokenization_spaces = bool(cfg.get("clean_up_tokenization_spaces", False))
-        self.split_special_tokens = bool(cfg.get("split_special_tokens", False))
-        self._added_tokens(cfg, smap)
-        self.unk_id = self._token_id(self.unk_token)
-        self.eos_id = self._token_id(self.eos_token)
-        self.pad_id = self._token_id(self.pad_token)
-        self.special_ids = frozenset(self._token_id(t) for t in self.special_tokens)
+        self._read_specials(cfg, smap, cfg_path, 1024,
+                            (("bos_token", "<s>"), ("sep_token", "</s>")))
         self.source_languages = self.target_languages = tuple(self.lang_token_to_id)
         src = cfg.get("src_lang")
         self.default_src_lang = src if isinstance(src, str) else "en"
