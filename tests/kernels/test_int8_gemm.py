@@ -283,6 +283,7 @@ def test_first_call_in_a_fresh_process(M, K, N):
                             quantize="int8")(x)
     for v in VARIANTS:
         out = subprocess.run([sys.executable, "-c", _FRESH, v, str(M), str(K), str(N)],
-                             capture_output=True, text=True, env=dict(os.environ), timeout=120)
+                             capture_output=True, text=True, env=dict(os.environ), timeout=120,
+                             cwd=os.path.dirname(__file__))   # (not a checkout's source folder)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == float(want.astype(np.float64).sum()).hex(), v

@@ -184,7 +184,8 @@ def test_two_processes_share_the_mapped_weights(marian, tmp_path):
     weights = str(tmp_path / "q" / saved.WEIGHTS_FILE)
     size = os.path.getsize(weights)
     procs = [subprocess.Popen([sys.executable, "-c", _CHILD, str(tmp_path / "q")],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              cwd=os.path.dirname(__file__))   # (not a checkout's source folder)
              for _ in range(2)]
     try:
         for p in procs:
