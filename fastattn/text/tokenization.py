@@ -27,6 +27,12 @@ sources, 5.x):
   transformers 5 rebuilds these classes' normalizer and pre-tokenizer from the vocabulary and
   keeps only the file's post-processor; fastattn runs the file as written, which is the same
   pipeline for files transformers wrote.
+- :func:`spm_tokenizer` builds that pipeline for a T5 / mT5, Pegasus, mBART, mBART-50 or NLLB
+  folder that ships only its SentencePiece model (``spiece.model`` /
+  ``sentencepiece.bpe.model``), as transformers 5 builds it from the model file: the pieces and
+  scores (read with ``sentencepiece``), the model's normalization table, the family's special
+  tokens and id layout (T5 sentinels, Pegasus' offset, the fairseq mapping), run by
+  ``tokenizers``.
 - :func:`bert_wordpiece` builds that pipeline for a BERT-family folder that ships only
   ``vocab.txt`` (as transformers' converter does: BertNormalizer with the folder's
   ``do_lower_case`` / ``strip_accents`` / ``tokenize_chinese_chars``, BertPreTokenizer,
