@@ -27,6 +27,12 @@ sources, 5.x):
   transformers 5 rebuilds these classes' normalizer and pre-tokenizer from the vocabulary and
   keeps only the file's post-processor; fastattn runs the file as written, which is the same
   pipeline for files transformers wrote.
+- :func:`spm_tokenizer` builds that pipeline for a T5 / mT5, Pegasus, mBART, mBART-50 or NLLB
+  folder that ships only its SentencePiece model (``spiece.model`` /
+  ``sentencepiece.bpe.model``), as transformers 5 builds it from the model file: the pieces and
+  scores (read with ``sentencepiece``), the model's normalization table, the family's special
+  tokens and id layout (T5 sentinels, Pegasus' offset, the fairseq mapping), run by
+  ``tokenizers``.
 - :func:`bert_wordpiece` builds that pipeline for a BERT-family folder that ships only
   ``vocab.txt`` (as transformers' converter does: BertNormalizer with the folder's
   ``do_lower_case`` / ``strip_accents`` / ``tokenize_chinese_chars``, BertPreTokenizer,
@@ -50,7 +56,7 @@ from ..io.huggingface import read_json
 from ._deps import require
 
 __all__ = ["Tokenizer", "MarianTokenizer", "M2M100Tokenizer", "JsonTokenizer", "bert_wordpiece",
-           "load_tokenizer"]
+           "spm_tokenizer", "load_tokenizer"]
 
 _UNDERLINE = "\u2581"                 # SentencePiece's word-boundary mark
 _NO_LIMIT = 10 ** 9                   # transformers writes "no limit" as int(1e30)
@@ -614,11 +620,12 @@ class JsonTokenizer(Tokenizer):
 
     family = "tokenizers"
 
-    def __init__(self, path, *, _tokenizer=None):
+    def __init__(self, path, *, _tokenizer=None, _config=None):
         tk = require("tokenizers", "reading a tokenizer.json")
         self.path = os.fspath(path)
         cfg_path = os.path.join(self.path, "tokenizer_config.json")
-        cfg = read_json(cfg_path, "tokenizer config", dict) if os.path.isfile(cfg_path) else {}
+        cfg = _config if _config is not None else \
+            read_json(cfg_path, "tokenizer config", dict) if os.path.isfile(cfg_path) else {}
         self._cfg = cfg
         if _tokenizer is None:
             file = os.path.join(self.path, "tokenizer.json")
@@ -781,10 +788,271 @@ def bert_wordpiece(path):
     return JsonTokenizer(path, _tokenizer=t)
 
 
+# ---------------------------------------------------------------------------------------------
+# A SentencePiece model without tokenizer.json (T5 / mT5, Pegasus, mBART, mBART-50, NLLB)
+
+# the language codes of the fairseq multilingual checkpoints, in the order their ids follow
+# the vocabulary (mBART-50 extends mBART's list)
+_MBART_CODES = (
+    "ar_AR cs_CZ de_DE en_XX es_XX et_EE fi_FI fr_XX gu_IN hi_IN it_IT ja_XX kk_KZ ko_KR "
+    "lt_LT lv_LV my_MM ne_NP nl_XX ro_RO ru_RU si_LK tr_TR vi_VN zh_CN "
+).split()
+_MBART50_CODES = _MBART_CODES + (
+    "af_ZA az_AZ bn_IN fa_IR he_IL hr_HR id_ID ka_GE km_KH mk_MK ml_IN mn_MN mr_IN pl_PL "
+    "ps_AF pt_XX sv_SE sw_KE ta_IN te_IN th_TH tl_XX uk_UA ur_PK xh_ZA gl_ES sl_SI "
+).split()
+_NLLB_CODES = (
+    "ace_Arab ace_Latn acm_Arab acq_Arab aeb_Arab afr_Latn ajp_Arab aka_Latn amh_Ethi "
+    "apc_Arab arb_Arab ars_Arab ary_Arab arz_Arab asm_Beng ast_Latn awa_Deva ayr_Latn "
+    "azb_Arab azj_Latn bak_Cyrl bam_Latn ban_Latn bel_Cyrl bem_Latn ben_Beng bho_Deva "
+    "bjn_Arab bjn_Latn bod_Tibt bos_Latn bug_Latn bul_Cyrl cat_Latn ceb_Latn ces_Latn "
+    "cjk_Latn ckb_Arab crh_Latn cym_Latn dan_Latn deu_Latn dik_Latn dyu_Latn dzo_Tibt "
+    "ell_Grek eng_Latn epo_Latn est_Latn eus_Latn ewe_Latn fao_Latn pes_Arab fij_Latn "
+    "fin_Latn fon_Latn fra_Latn fur_Latn fuv_Latn gla_Latn gle_Latn glg_Latn grn_Latn "
+    "guj_Gujr hat_Latn hau_Latn heb_Hebr hin_Deva hne_Deva hrv_Latn hun_Latn hye_Armn "
+    "ibo_Latn ilo_Latn ind_Latn isl_Latn ita_Latn jav_Latn jpn_Jpan kab_Latn kac_Latn "
+    "kam_Latn kan_Knda kas_Arab kas_Deva kat_Geor knc_Arab knc_Latn kaz_Cyrl kbp_Latn "
+    "kea_Latn khm_Khmr kik_Latn kin_Latn kir_Cyrl kmb_Latn kon_Latn kor_Hang kmr_Latn "
+    "lao_Laoo lvs_Latn lij_Latn lim_Latn lin_Latn lit_Latn lmo_Latn ltg_Latn ltz_Latn "
+    "lua_Latn lug_Latn luo_Latn lus_Latn mag_Deva mai_Deva mal_Mlym mar_Deva min_Latn "
+    "mkd_Cyrl plt_Latn mlt_Latn mni_Beng khk_Cyrl mos_Latn mri_Latn zsm_Latn mya_Mymr "
+    "nld_Latn nno_Latn nob_Latn npi_Deva nso_Latn nus_Latn nya_Latn oci_Latn gaz_Latn "
+    "ory_Orya pag_Latn pan_Guru pap_Latn pol_Latn por_Latn prs_Arab pbt_Arab quy_Latn "
+    "ron_Latn run_Latn rus_Cyrl sag_Latn san_Deva sat_Beng scn_Latn shn_Mymr sin_Sinh "
+    "slk_Latn slv_Latn smo_Latn sna_Latn snd_Arab som_Latn sot_Latn spa_Latn als_Latn "
+    "srd_Latn srp_Cyrl ssw_Latn sun_Latn swe_Latn swh_Latn szl_Latn tam_Taml tat_Cyrl "
+    "tel_Telu tgk_Cyrl tgl_Latn tha_Thai tir_Ethi taq_Latn taq_Tfng tpi_Latn tsn_Latn "
+    "tso_Latn tuk_Latn tum_Latn tur_Latn twi_Latn tzm_Tfng uig_Arab ukr_Cyrl umb_Latn "
+    "urd_Arab uzn_Latn vec_Latn vie_Latn war_Latn wol_Latn xho_Latn ydd_Hebr yor_Latn "
+    "yue_Hant zho_Hans zho_Hant zul_Latn "
+).split()
+
+_SPM_FAMILIES = {"T5Tokenizer": "t5", "T5TokenizerFast": "t5", "MT5Tokenizer": "t5",
+                 "MT5TokenizerFast": "t5", "PegasusTokenizer": "pegasus",
+                 "PegasusTokenizerFast": "pegasus", "MBartTokenizer": "mbart",
+                 "MBartTokenizerFast": "mbart", "MBart50Tokenizer": "mbart50",
+                 "MBart50TokenizerFast": "mbart50", "NllbTokenizer": "nllb",
+                 "NllbTokenizerFast": "nllb"}
+_SPM_MODEL_TYPES = {"t5": "t5", "mt5": "t5", "pegasus": "pegasus", "mbart": "mbart",
+                    "m2m_100": "nllb"}
+
+
+def _varint(buf, i):
+    out = shift = 0
+    while True:
+        if i >= len(buf):
+            raise ValueError("truncated")
+        b = buf[i]
+        i += 1
+        out |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return out, i
+
+
+def _proto_field(buf, number):
+    """The last length-delimited field `number` of a protobuf message (bytes), None if
+    absent."""
+    i, found = 0, None
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        wire = key & 7
+        if wire == 0:
+            _, i = _varint(buf, i)
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            n, i = _varint(buf, i)
+            if key >> 3 == number:
+                found = buf[i:i + n]
+            i += n
+        else:
+            raise ValueError(f"wire type {wire}")
+        if i > len(buf):
+            raise ValueError("truncated")
+    return found
+
+
+def _precompiled_charsmap(blob):
+    """NormalizerSpec.precompiled_charsmap (ModelProto field 3, its field 2) of a SentencePiece
+    model, None when it has none."""
+    spec = _proto_field(blob, 3)
+    charsmap = _proto_field(spec, 2) if spec else None
+    return bytes(charsmap) if charsmap else None
+
+
+def spm_tokenizer(path, kind=None):
+    """A :class:`JsonTokenizer` for a T5 / mT5, Pegasus, mBART, mBART-50 or NLLB folder with its
+    SentencePiece model (``spiece.model`` / ``sentencepiece.bpe.model``) and no
+    ``tokenizer.json``: the pipeline transformers 5 builds from the model for that class, read
+    through ``sentencepiece`` (pieces, scores; the normalization table from the model file) and
+    run by ``tokenizers``.
+
+    - T5: the SentencePiece ids as they are (``<pad>`` 0, ``</s>`` 1, ``<unk>`` 2), then
+      ``extra_ids`` sentinels ``<extra_id_N>`` from N = extra_ids - 1 down to 0; ``$A </s>``.
+    - Pegasus: ``<pad>`` 0, ``</s>`` 1, the mask tokens (``mask_token`` 2, ``mask_token_sent``
+      3, as transformers 5 orders them from a SentencePiece file), ``<unk_2>`` ...
+      ``<unk_{offset-1}>``, then the pieces from SentencePiece id 2 on (id + offset);
+      ``$A </s>``.
+    - mBART / mBART-50 / NLLB: the fairseq mapping (``<s>`` 0, ``<pad>`` 1, ``</s>`` 2,
+      ``<unk>`` 3, SentencePiece ids + 1); mBART / mBART-50: the language codes after the
+      pieces, then ``<mask>``; NLLB (a BPE model, merges read from the vocabulary as
+      transformers does): ``<mask>`` then the language codes (the config's list, else
+      NLLB-200's). The source language token is placed as for a tokenizer.json.
+    """
+    tk = require("tokenizers", "reading a SentencePiece tokenizer")
+    spm = require("sentencepiece", "reading a SentencePiece tokenizer")
+    path = os.fspath(path)
+    cfg_path = os.path.join(path, "tokenizer_config.json")
+    cfg = read_json(cfg_path, "tokenizer config", dict) if os.path.isfile(cfg_path) else {}
+    smap_path = os.path.join(path, "special_tokens_map.json")
+    smap = read_json(smap_path, "special tokens map", dict) if os.path.isfile(smap_path) else {}
+    cls = cfg.get("tokenizer_class")
+    kind = kind or _SPM_FAMILIES.get(cls)
+    if kind is None and cls is None and os.path.isfile(os.path.join(path, "config.json")):
+        kind = _SPM_MODEL_TYPES.get(read_json(os.path.join(path, "config.json"), "model config",
+                                              dict).get("model_type"))
+    if kind is None:
+        raise ValueError(f"{path} has a SentencePiece model and no tokenizer.json, and its "
+                         f"tokenizer_class={cls!r} is not one fastattn reads from the model "
+                         "(T5 / mT5, Pegasus, mBART, mBART-50, NLLB)")
+    name = "spiece.model" if kind in ("t5", "pegasus") else "sentencepiece.bpe.model"
+    file = os.path.join(path, name)
+    if not os.path.isfile(file):
+        raise FileNotFoundError(f"{path} has no tokenizer.json and no {name}")
+    kwargs = cfg.get("sp_model_kwargs") or {}
+    if not isinstance(kwargs, dict) or kwargs.get("enable_sampling"):
+        raise ValueError(f"{cfg_path}: sp_model_kwargs must be a JSON object without "
+                         "enable_sampling (fastattn encodes deterministically only)")
+    with open(file, "rb") as f:
+        blob = f.read()
+    proc = spm.SentencePieceProcessor()
+    try:
+        proc.LoadFromSerializedProto(blob)
+        charsmap = _precompiled_charsmap(blob)
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise ValueError(f"{file} is not a SentencePiece model: {exc}") from None
+    pieces = [(proc.IdToPiece(i), float(proc.GetScore(i))) for i in range(proc.GetPieceSize())]
+
+    def special(key, default):
+        return _content(cfg.get(key)) or _content(smap.get(key)) or default
+
+    pad, eos, unk = special("pad_token", "<pad>"), special("eos_token", "</s>"), \
+        special("unk_token", "<unk>")
+    added = []                          # (content, lstrip, normalized), in transformers' order
+    metaspace = tk.pre_tokenizers.Metaspace(replacement=_UNDERLINE, prepend_scheme="always",
+                                            split=True)
+    squeeze = tk.normalizers.Replace(tk.Regex(" {2,}"), " ")
+    precompiled = [tk.normalizers.Precompiled(charsmap)] if charsmap else []
+    pre, norm = metaspace, tk.normalizers.Sequence(precompiled + [squeeze])
+    if kind == "t5":
+        n = cfg.get("extra_ids", 100)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"{cfg_path}: extra_ids={n!r} must be a non-negative integer")
+        vocab = pieces + [(f"<extra_id_{i}>", 0.0) for i in range(n - 1, -1, -1)]
+        model = tk.models.Unigram(vocab, proc.unk_id(), byte_fallback=False)
+        norm = precompiled[0] if precompiled else None
+        pre = tk.pre_tokenizers.Sequence([tk.pre_tokenizers.WhitespaceSplit(), metaspace])
+        added = [(t, False, False) for t in (pad, eos, unk)] + \
+            [(f"<extra_id_{i}>", False, False) for i in range(n)]
+    elif kind == "pegasus":
+        offset = cfg.get("offset", 103)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 2:
+            raise ValueError(f"{cfg_path}: offset={offset!r} must be an integer >= 2")
+        mask, mask_sent = special("mask_token", "<mask_1>"), special("mask_token_sent",
+                                                                     "<mask_2>")
+        vocab = [(pad, 0.0), (eos, 0.0), (mask, 0.0)] + \
+            ([(mask_sent, 0.0)] if mask_sent != mask else []) + \
+            [(f"<unk_{i}>", -100.0) for i in range(2, offset)] + pieces[2:]
+        try:
+            unk_id = vocab.index((unk, 0.0), 1)
+        except ValueError:
+            raise ValueError(f"{file}: no {unk!r} piece with score 0 (the unknown "
+                             "token)") from None
+        model = tk.models.Unigram(vocab, unk_id, byte_fallback=False)
+        if not precompiled:
+            norm = tk.normalizers.Sequence([tk.normalizers.Replace(tk.Regex("\n"), " "),
+                                            squeeze])
+        added = [(t, False, False) for t, _ in vocab[:len(vocab) - len(pieces) + 2]] + \
+            [(unk, False, False)]
+    elif kind in ("mbart", "mbart50"):
+        bos = special("bos_token" if kind == "mbart" else "cls_token", "<s>")
+        mask = special("mask_token", "<mask>")
+        codes = _MBART_CODES if kind == "mbart" else _MBART50_CODES
+        vocab = [(bos, 0.0), (pad, 0.0), (eos, 0.0), (unk, 0.0)] + pieces[3:] + \
+            [(c, 0.0) for c in codes] + [(mask, 0.0)]
+        model = tk.models.Unigram(vocab, 3, byte_fallback=False)
+        if kind == "mbart":
+            norm = None
+            pre = tk.pre_tokenizers.Sequence([tk.pre_tokenizers.WhitespaceSplit(), metaspace])
+        added = [(t, False, False) for t in (bos, pad, eos, unk) + tuple(codes)] + \
+            [(mask, True, False)]
+    else:                               # nllb: BPE, merges from the vocabulary order
+        bos, mask = special("bos_token", "<s>"), special("mask_token", "<mask>")
+        raw = {p: i for i, (p, _) in enumerate(pieces)}
+        vocab = {bos: 0, pad: 1, eos: 2, unk: 3}
+        for p, _ in pieces:
+            vocab.setdefault(p, len(vocab))
+        model = tk.models.BPE(vocab=vocab, merges=_merges(raw), dropout=None, unk_token=unk,
+                              fuse_unk=True, byte_fallback=False)
+        if not precompiled:
+            norm = None
+        codes = cfg.get("extra_special_tokens")
+        if not isinstance(codes, list) or not codes:
+            codes = cfg.get("additional_special_tokens") or \
+                smap.get("additional_special_tokens")
+        codes = [c for c in map(_content, codes)] if isinstance(codes, list) and codes \
+            else list(_NLLB_CODES)
+        added = [(t, False, False) for t in (bos, pad, eos, unk)] + [(mask, True, True)] + \
+            [(c, False, False) for c in codes if c]
+    t = tk.Tokenizer(model)
+    if norm is not None:
+        t.normalizer = norm
+    t.pre_tokenizer = pre
+    t.decoder = tk.decoders.Metaspace(replacement=_UNDERLINE, prepend_scheme="always",
+                                      split=True)
+    seen = set()
+    tokens = []
+    for content, lstrip, normalized in added:
+        if content in seen:
+            continue
+        seen.add(content)
+        tokens.append(tk.AddedToken(content, lstrip=lstrip, rstrip=False, single_word=False,
+                                    normalized=normalized, special=True))
+    t.add_special_tokens(tokens)
+    eos_id = t.token_to_id(eos)
+    if eos_id is None:
+        raise ValueError(f"{file}: eos_token={eos!r} has no id")
+    t.post_processor = tk.processors.TemplateProcessing(
+        single=["$A", eos], pair=["$A", "$B", eos], special_tokens=[(eos, eos_id)])
+    if kind in ("mbart", "mbart50", "nllb") and cls is None:
+        cfg = dict(cfg, tokenizer_class={"mbart": "MBartTokenizer",
+                                         "mbart50": "MBart50Tokenizer",
+                                         "nllb": "NllbTokenizer"}[kind])
+    return JsonTokenizer(path, _tokenizer=t, _config=cfg)
+
+
+def _merges(vocab):
+    """BPE merges read from a SentencePiece BPE vocabulary (piece -> id) as transformers does:
+    every split of a piece into two pieces of the vocabulary, ordered by the merged piece's id,
+    then the lengths of the left and right parts, then the parts' ids."""
+    merges = []
+    for merge, rank in vocab.items():
+        local = [(merge[:k], merge[k:], rank) for k in range(1, len(merge))
+                 if merge[:k] in vocab and merge[k:] in vocab]
+        local.sort(key=lambda m: (vocab[m[0]], vocab[m[1]]))
+        merges.extend(local)
+    merges.sort(key=lambda m: (m[2], len(m[0]), len(m[1])))
+    return [(a, b) for a, b, _ in merges]
+
+
 def load_tokenizer(path, family=None):
     """The tokenizer of a model folder: Marian's SentencePiece files; M2M100's
-    ``sentencepiece.bpe.model`` + ``vocab.json``; else ``tokenizer.json``; else a BERT
-    ``vocab.txt``. ``family="marian"`` / ``"m2m_100"`` insists on that family's files (an
+    ``sentencepiece.bpe.model`` + ``vocab.json``; else ``tokenizer.json``; else a T5 / Pegasus /
+    mBART / mBART-50 / NLLB SentencePiece model (:func:`spm_tokenizer`, the family from
+    tokenizer_class, else config.json's model_type); else a BERT ``vocab.txt``. ``family="marian"`` / ``"m2m_100"`` insists on that family's files (an
     ``m2m_100`` folder with a tokenizer.json is NLLB's and reads it).
 
     Raises FileNotFoundError naming what is missing, ImportError naming
@@ -804,8 +1072,12 @@ def load_tokenizer(path, family=None):
                                     "not found")
         return MarianTokenizer(path)
     m2m_files = ("sentencepiece.bpe.model", "vocab.json")
-    if cls == "M2M100Tokenizer" or (family == "m2m_100" and not has("tokenizer.json")) or \
-            (not has("tokenizer.json") and all(map(has, m2m_files))):
+    spm_only = not has("tokenizer.json") and cls not in ("M2M100Tokenizer",) and \
+        (cls in _SPM_FAMILIES or has("spiece.model") or
+         (has("sentencepiece.bpe.model") and not has("vocab.json") and family != "m2m_100"))
+    if not spm_only and (cls == "M2M100Tokenizer" or
+                         (family == "m2m_100" and not has("tokenizer.json")) or
+                         (not has("tokenizer.json") and all(map(has, m2m_files)))):
         missing = [f for f in m2m_files if not has(f)]
         if missing:
             raise FileNotFoundError(f"{path} has no M2M100 tokenizer: {', '.join(missing)} "
@@ -813,14 +1085,11 @@ def load_tokenizer(path, family=None):
         return M2M100Tokenizer(path)
     if has("tokenizer.json"):
         return JsonTokenizer(path)
+    if spm_only:
+        return spm_tokenizer(path)
     if has("vocab.txt"):
         return bert_wordpiece(path)
-    spm = [f for f in ("spiece.model", "sentencepiece.bpe.model") if has(f)]
-    if spm:
-        raise FileNotFoundError(
-            f"{path} has {spm[0]} but no tokenizer.json: fastattn reads a T5 / Pegasus / mBART "
-            "/ NLLB tokenizer from its tokenizer.json (write one once with transformers: "
-            "AutoTokenizer.from_pretrained(path).save_pretrained(path))")
     raise FileNotFoundError(f"{path} has no tokenizer: none of source.spm (Marian), "
-                            "sentencepiece.bpe.model + vocab.json (M2M100), tokenizer.json or "
-                            "vocab.txt (BERT) was found")
+                            "sentencepiece.bpe.model + vocab.json (M2M100), tokenizer.json, "
+                            "spiece.model / sentencepiece.bpe.model (T5, Pegasus, mBART, NLLB) "
+                            "or vocab.txt (BERT) was found")

@@ -54,9 +54,11 @@ def _quiet(fn, *a, **kw):
         return fn(*a, **kw)
 
 
-def build_tokenizer(family, folder, hub_like=False):
+def build_tokenizer(family, folder, hub_like=False, spm_only=False):
     """Write `family`'s tokenizer files into `folder` as transformers saves them; returns the
-    transformers tokenizer (loaded back from `folder`)."""
+    transformers tokenizer (loaded back from `folder`). ``spm_only``: as an older published
+    folder, the SentencePiece model (spiece.model / sentencepiece.bpe.model) written beside
+    tokenizer_config.json and no tokenizer.json (T5, Pegasus, mBART, mBART-50, NLLB)."""
     import transformers as T
     raw = tempfile.mkdtemp(prefix=f"fa-{family}-raw-")
     try:
@@ -100,6 +102,11 @@ def build_tokenizer(family, folder, hub_like=False):
         else:
             raise ValueError(family)
         _quiet(tok.save_pretrained, folder)
+        if spm_only:
+            for name in ("spiece.model", "sentencepiece.bpe.model"):
+                if os.path.isfile(os.path.join(raw, name)):
+                    shutil.copyfile(os.path.join(raw, name), os.path.join(folder, name))
+            os.remove(os.path.join(folder, "tokenizer.json"))
     finally:
         shutil.rmtree(raw, ignore_errors=True)
     if hub_like and family == "m2m_100":
@@ -126,11 +133,11 @@ def top_id(tok):
     return max(ids)
 
 
-def make_folder(family, folder, seed=None):
+def make_folder(family, folder, seed=None, spm_only=False):
     """A complete folder: tokenizer files and a random checkpoint of its vocabulary. Returns
     (transformers tokenizer, torch model)."""
     from seq2seq_checkpoints import make_checkpoint
-    tok = build_tokenizer(family, folder)
+    tok = build_tokenizer(family, folder, spm_only=spm_only)
     mt = MODEL_TYPE.get(family, family)
     seed = SEEDS.get(family, 0) if seed is None else seed
     kw = dict(vocab_size=top_id(tok) + 1, tied=False, seed=seed)
