@@ -208,6 +208,21 @@ class _SpmVocabTokenizer(Tokenizer):
                                  f"got {v!r}")
         return vocab
 
+    def _read_configs(self, path, classes, what):
+        """(tokenizer_config.json, its path, special_tokens_map.json) of the folder `path`
+        ({} for a missing file); a tokenizer_class not in `classes` is a ValueError."""
+        self.path = os.fspath(path)
+        cfg_path = os.path.join(self.path, "tokenizer_config.json")
+        cfg = read_json(cfg_path, "tokenizer config", dict) if os.path.isfile(cfg_path) else {}
+        self._cfg_path = cfg_path
+        smap_path = os.path.join(self.path, "special_tokens_map.json")
+        smap = read_json(smap_path, "special tokens map", dict) if os.path.isfile(smap_path) \
+            else {}
+        cls = cfg.get("tokenizer_class")
+        if cls is not None and cls not in classes:
+            raise ValueError(f"{cfg_path}: tokenizer_class={cls!r} is not {what}")
+        return cfg, cfg_path, smap
+
     def _read_specials(self, cfg, smap, cfg_path, max_length, extra=()):
         """The special tokens (tokenizer_config.json, then special_tokens_map.json, then the
         default), the length limit and the added tokens, and their ids."""
@@ -330,16 +345,8 @@ class MarianTokenizer(_SpmVocabTokenizer):
 
     def __init__(self, path):
         spm = require("sentencepiece", "reading a Marian tokenizer (source.spm / target.spm)")
-        self.path = os.fspath(path)
-        cfg_path = os.path.join(self.path, "tokenizer_config.json")
-        cfg = read_json(cfg_path, "tokenizer config", dict) if os.path.isfile(cfg_path) else {}
-        self._cfg_path = cfg_path
-        smap_path = os.path.join(self.path, "special_tokens_map.json")
-        smap = read_json(smap_path, "special tokens map", dict) if os.path.isfile(smap_path) \
-            else {}
-        cls = cfg.get("tokenizer_class")
-        if cls is not None and cls not in ("MarianTokenizer", "MarianTokenizerFast"):
-            raise ValueError(f"{cfg_path}: tokenizer_class={cls!r} is not a Marian tokenizer")
+        cfg, cfg_path, smap = self._read_configs(path, ("MarianTokenizer", "MarianTokenizerFast"),
+                                                 "a Marian tokenizer")
         kwargs = cfg.get("sp_model_kwargs") or {}
         if not isinstance(kwargs, dict):
             raise ValueError(f"{cfg_path}: sp_model_kwargs must be a JSON object")
@@ -478,16 +485,8 @@ class M2M100Tokenizer(_SpmVocabTokenizer):
 
     def __init__(self, path):
         spm = require("sentencepiece", "reading an M2M100 tokenizer (sentencepiece.bpe.model)")
-        self.path = os.fspath(path)
-        cfg_path = os.path.join(self.path, "tokenizer_config.json")
-        cfg = read_json(cfg_path, "tokenizer config", dict) if os.path.isfile(cfg_path) else {}
-        self._cfg_path = cfg_path
-        smap_path = os.path.join(self.path, "special_tokens_map.json")
-        smap = read_json(smap_path, "special tokens map", dict) if os.path.isfile(smap_path) \
-            else {}
-        cls = cfg.get("tokenizer_class")
-        if cls is not None and cls not in ("M2M100Tokenizer",):
-            raise ValueError(f"{cfg_path}: tokenizer_class={cls!r} is not an M2M100 tokenizer")
+        cfg, cfg_path, smap = self._read_configs(path, ("M2M100Tokenizer",),
+                                                 "an M2M100 tokenizer")
         kwargs = cfg.get("sp_model_kwargs") or {}
         if not isinstance(kwargs, dict) or kwargs.get("enable_sampling"):
             raise ValueError(f"{cfg_path}: sp_model_kwargs must be a JSON object without "
