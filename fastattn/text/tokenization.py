@@ -29,7 +29,7 @@ sources, 5.x):
   pipeline for files transformers wrote.
 - :func:`spm_tokenizer` builds that pipeline for a T5 / mT5, Pegasus, mBART, mBART-50 or NLLB
   folder that ships only its SentencePiece model (``spiece.model`` /
-  ``sentencepiece.bpe.model``), as transformers 5 builds it from the model file: the pieces and
+  ``sentencepiece.bpe.model``), as transformers 5.25 builds it from the model file: the pieces and
   scores (read with ``sentencepiece``), the model's normalization table, the family's special
   tokens and id layout (T5 sentinels, Pegasus' offset, the fairseq mapping), run by
   ``tokenizers``.
@@ -885,7 +885,7 @@ def _precompiled_charsmap(blob):
 def spm_tokenizer(path, kind=None):
     """A :class:`JsonTokenizer` for a T5 / mT5, Pegasus, mBART, mBART-50 or NLLB folder with its
     SentencePiece model (``spiece.model`` / ``sentencepiece.bpe.model``) and no
-    ``tokenizer.json``: the pipeline transformers 5 builds from the model for that class, read
+    ``tokenizer.json``: the pipeline transformers (5.25) builds from the model for that class, read
     through ``sentencepiece`` (pieces, scores; the normalization table from the model file) and
     run by ``tokenizers``.
 
@@ -983,9 +983,15 @@ def spm_tokenizer(path, kind=None):
         vocab = [(bos, 0.0), (pad, 0.0), (eos, 0.0), (unk, 0.0)] + pieces[3:] + \
             [(c, 0.0) for c in codes] + [(mask, 0.0)]
         model = tk.models.Unigram(vocab, 3, byte_fallback=False)
+        # transformers >= 5.25: trailing whitespace stripped; mBART's runs of spaces become one
+        # U+2581, mBART-50's one space (its Metaspace then splits there as well)
+        strip = tk.normalizers.Strip(left=False, right=True)
         if kind == "mbart":
-            norm = None
+            norm = tk.normalizers.Sequence(
+                precompiled + [strip, tk.normalizers.Replace(tk.Regex(" {2,}"), _UNDERLINE)])
             pre = tk.pre_tokenizers.Sequence([tk.pre_tokenizers.WhitespaceSplit(), metaspace])
+        else:
+            norm = tk.normalizers.Sequence(precompiled + [strip, squeeze])
         added = [(t, False, False) for t in (bos, pad, eos, unk) + tuple(codes)] + \
             [(mask, True, False)]
     else:                               # nllb: BPE, merges from the vocabulary order

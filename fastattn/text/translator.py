@@ -65,7 +65,7 @@ class Translator:
         target.spm, vocab.json), M2M100 (sentencepiece.bpe.model, vocab.json), or the
         tokenizer.json of BART, mBART, mBART-50, NLLB, Pegasus, T5 / mT5 (tokenizer_config.json
         when present), or for T5 / mT5, Pegasus, mBART, mBART-50, NLLB without tokenizer.json
-        their spiece.model / sentencepiece.bpe.model (as transformers 5 builds it).
+        their spiece.model / sentencepiece.bpe.model (as transformers 5.25 builds it).
     src_lang, tgt_lang : str, optional
         The default language codes of :meth:`translate` (mBART / mBART-50 "en_XX", M2M100 "en"
         or "__en__", NLLB "eng_Latn"; a multilingual Marian model's target "fr" or ">>fr<<").
