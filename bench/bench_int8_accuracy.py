@@ -13,7 +13,8 @@ what it costs to load. fastattn int8 beside the peers' int8 (CTranslate2, ONNX R
 2. A Marian: teacher-forced log-probabilities of the float32 model's greedy output under
    fastattn int8 vs fastattn float32 (Seq2SeqTransformer.score) and CTranslate2 int8 vs float32
    (Translator.score_batch), mean and max |difference| per token; greedy agreement of each int8
-   with its own float32 (first token, tokens identical, sequences identical, common prefix); and
+   with its own float32 (first token, tokens identical, sequences identical, common prefix), and
+   beam-4 agreement (tokens, sequences); and
    for each of those the difference fastattn minus CTranslate2 over the same sources with a 95%
    paired bootstrap interval: agreement is a count of rare events, and with tens of sources its
    noise is larger than the gap between two int8 schemes.
@@ -431,7 +432,11 @@ def marian(args, workdir, minilm_folder):
         models["fastattn int8"] = load_fastattn(fastattn.Seq2SeqTransformer, hf, "int8")
     except _Skip as exc:
         log(str(exc))
-    greedy = {name: _trimmed(m.generate(src, mask, **gen)[:, 1:]) for name, m in models.items()}
+    def decode(m, **kw):            # in slices of 256 sources (the beams' caches of 2048 at
+        return [r for i in range(0, n, 256)          # once would take ~33 GiB)
+                for r in _trimmed(m.generate(src[i:i + 256], mask[i:i + 256], **gen, **kw)[:, 1:])]
+
+    greedy = {name: decode(m) for name, m in models.items()}
     labels = greedy["fastattn float32"]
     if not args.marian:
         assert all(len(r) == NEW_TOKENS for r in labels), "EOS was blocked"
@@ -509,6 +514,37 @@ def marian(args, workdir, minilm_folder):
             m, lo, hi = _paired_interval(fa[key], ct[key])
             log(f"  {what}: {m:+.4f} [{lo:+.4f}, {hi:+.4f}]")
             result.setdefault("difference", {})[key] = [m, lo, hi]
+
+    # beam search (4 beams), each int8 against its own float32
+    beam = {}
+    for name, m in models.items():
+        beam[name] = decode(m, num_beams=4)
+    for ct in ("float32", "int8"):
+        tr = ctranslate2.Translator(ct2_dir, device="cpu", compute_type=ct, inter_threads=1,
+                                    intra_threads=th)
+        res = tr.translate_batch(toks, beam_size=4, max_decoding_length=NEW_TOKENS,
+                                 min_decoding_length=0 if args.marian else NEW_TOKENS,
+                                 max_batch_size=0)
+        beam[f"CTranslate2 {ct}"] = [[int(t[1:]) for t in r.hypotheses[0]] for r in res]
+    log("beam 4, each int8 against its own float32: tokens identical (of the float32 output's) "
+        "/ sequences identical")
+    per_beam = {}
+    for name in ("fastattn int8", "CTranslate2 int8"):
+        if name not in beam:
+            continue
+        a, b = beam[name], beam[name.replace("int8", "float32")]
+        tok = np.array([sum(u == v for u, v in zip(x, y)) / max(len(y), 1)
+                        for x, y in zip(a, b)])
+        seq = np.array([x == y for x, y in zip(a, b)], np.float64)
+        per_beam[name] = (tok, seq)
+        result.setdefault("beam4", {})[name] = {"tokens_identical": tok.mean(),
+                                                "sequences_identical": seq.mean()}
+        log(f"  {name}: {tok.mean():.4f} / {int(seq.sum())}/{n}")
+    if len(per_beam) == 2:
+        for i, what in enumerate(("tokens identical", "sequences identical")):
+            m, lo, hi = _paired_interval(per_beam["fastattn int8"][i],
+                                         per_beam["CTranslate2 int8"][i])
+            log(f"  fastattn minus CTranslate2, {what}: {m:+.4f} [{lo:+.4f}, {hi:+.4f}]")
     return hf, ct2_dir, result
 
 
