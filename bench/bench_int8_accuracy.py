@@ -373,6 +373,19 @@ def _trimmed(rows, eos=EOS):
     return out
 
 
+def _agreement(a, b):
+    """Per source, token lists `a` against the reference `b`: first token identical, the share
+    of b's tokens matched position by position, the whole sequence identical, the common
+    prefix's length."""
+    pairs = list(zip(a, b))
+    return dict(
+        first=np.array([x[:1] == y[:1] for x, y in pairs], np.float64),
+        tokens=np.array([sum(u == v for u, v in zip(x, y)) / max(len(y), 1) for x, y in pairs]),
+        sequences=np.array([x == y for x, y in pairs], np.float64),
+        prefix=np.array([next((k for k, (u, v) in enumerate(zip(x, y)) if u != v),
+                              min(len(x), len(y))) for x, y in pairs], np.float64))
+
+
 def _paired_interval(a, b, rounds=2000, seed=0):
     """95% bootstrap interval of mean(a - b) over the same sources (a paired resampling)."""
     d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
@@ -452,16 +465,18 @@ def marian(args, workdir, minilm_folder):
         f"distinct tokens per label (median) {int(np.median([len(set(r)) for r in labels]))}; "
         f"mean log-probability of a label token {scores['fastattn float32'][valid].mean():.3f}")
 
+    beam = {name: decode(m, num_beams=4) for name, m in models.items()}
     toks = [[f"t{i}" for i in row if i != pad] for row in src]
     tgt = [[f"t{i}" for i in row] for row in labels]
     for ct in ("float32", "int8"):
         tr = ctranslate2.Translator(ct2_dir, device="cpu", compute_type=ct, inter_threads=1,
                                     intra_threads=th)
         name = f"CTranslate2 {ct}"
-        res = tr.translate_batch(toks, beam_size=1, max_decoding_length=NEW_TOKENS,
-                                 min_decoding_length=0 if args.marian else NEW_TOKENS,
-                                 max_batch_size=0)
-        greedy[name] = [[int(t[1:]) for t in r.hypotheses[0]] for r in res]
+        for beams, out in ((1, greedy), (4, beam)):
+            res = tr.translate_batch(toks, beam_size=beams, max_decoding_length=NEW_TOKENS,
+                                     min_decoding_length=0 if args.marian else NEW_TOKENS,
+                                     max_batch_size=0)
+            out[name] = [[int(t[1:]) for t in r.hypotheses[0]] for r in res]
         # score_batch scores the labels and the EOS it appends
         sc = tr.score_batch(toks, tgt)
         s = np.zeros((n, T))
@@ -487,16 +502,9 @@ def marian(args, workdir, minilm_folder):
             continue
         base = name.replace("int8", "float32")
         diff = np.abs(scores[name] - scores[base])
-        a, b = greedy[name], greedy[base]
-        first = np.array([x[:1] == y[:1] for x, y in zip(a, b)], np.float64)
-        tok = np.array([sum(u == v for u, v in zip(x, y)) / max(len(y), 1)
-                        for x, y in zip(a, b)])
-        seq = np.array([x == y for x, y in zip(a, b)], np.float64)
-        prefix = np.array([next((k for k, (u, v) in enumerate(zip(x, y)) if u != v),
-                                min(len(x), len(y))) for x, y in zip(a, b)], np.float64)
-        row_diff = (diff * valid).sum(1) / valid.sum(1)
-        per_source[name] = dict(mean_abs=row_diff, first=first, tokens=tok, sequences=seq,
-                                prefix=prefix)
+        agree = _agreement(greedy[name], greedy[base])
+        first, tok, seq, prefix = (agree[k] for k in ("first", "tokens", "sequences", "prefix"))
+        per_source[name] = dict(agree, mean_abs=(diff * valid).sum(1) / valid.sum(1))
         result[name] = {"mean_abs": diff[valid].mean(), "max_abs": diff[valid].max(),
                         "first_identical": first.mean(), "tokens_identical": tok.mean(),
                         "sequences_identical": seq.mean(), "mean_prefix": prefix.mean()}
@@ -515,28 +523,14 @@ def marian(args, workdir, minilm_folder):
             log(f"  {what}: {m:+.4f} [{lo:+.4f}, {hi:+.4f}]")
             result.setdefault("difference", {})[key] = [m, lo, hi]
 
-    # beam search (4 beams), each int8 against its own float32
-    beam = {}
-    for name, m in models.items():
-        beam[name] = decode(m, num_beams=4)
-    for ct in ("float32", "int8"):
-        tr = ctranslate2.Translator(ct2_dir, device="cpu", compute_type=ct, inter_threads=1,
-                                    intra_threads=th)
-        res = tr.translate_batch(toks, beam_size=4, max_decoding_length=NEW_TOKENS,
-                                 min_decoding_length=0 if args.marian else NEW_TOKENS,
-                                 max_batch_size=0)
-        beam[f"CTranslate2 {ct}"] = [[int(t[1:]) for t in r.hypotheses[0]] for r in res]
     log("beam 4, each int8 against its own float32: tokens identical (of the float32 output's) "
         "/ sequences identical")
     per_beam = {}
     for name in ("fastattn int8", "CTranslate2 int8"):
         if name not in beam:
             continue
-        a, b = beam[name], beam[name.replace("int8", "float32")]
-        tok = np.array([sum(u == v for u, v in zip(x, y)) / max(len(y), 1)
-                        for x, y in zip(a, b)])
-        seq = np.array([x == y for x, y in zip(a, b)], np.float64)
-        per_beam[name] = (tok, seq)
+        agree = _agreement(beam[name], beam[name.replace("int8", "float32")])
+        tok, seq = per_beam[name] = agree["tokens"], agree["sequences"]
         result.setdefault("beam4", {})[name] = {"tokens_identical": tok.mean(),
                                                 "sequences_identical": seq.mean()}
         log(f"  {name}: {tok.mean():.4f} / {int(seq.sum())}/{n}")

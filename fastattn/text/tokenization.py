@@ -885,7 +885,7 @@ def _precompiled_charsmap(blob):
 def spm_tokenizer(path, kind=None):
     """A :class:`JsonTokenizer` for a T5 / mT5, Pegasus, mBART, mBART-50 or NLLB folder with its
     SentencePiece model (``spiece.model`` / ``sentencepiece.bpe.model``) and no
-    ``tokenizer.json``: the pipeline transformers (5.25) builds from the model for that class, read
+    ``tokenizer.json``: the pipeline transformers 5.25 builds from the model for that class, read
     through ``sentencepiece`` (pieces, scores; the normalization table from the model file) and
     run by ``tokenizers``.
 
