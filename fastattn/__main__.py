@@ -2,6 +2,7 @@
 
   fastattn translate MODEL [options]   UTF-8 lines in, translations out (stdin / stdout by default)
   fastattn embed MODEL --input FILE --output FILE.npy   sentence embeddings
+  fastattn convert FOLDER OUT [--quantize int8]   a fastattn folder that loads by memory map
   fastattn bench [options]   fastattn side by side with the NumPy formula, PyTorch and ONNX Runtime,
                              then whole models against transformers, CTranslate2 and ONNX Runtime
   fastattn info              build configuration, threads, BLAS, CPU
@@ -14,6 +15,7 @@ import sys
 def build_parser():
     from . import benchmark
     from ._version import __version__
+    from .models import convert
     from .text import cli as text_cli
 
     parser = argparse.ArgumentParser(
@@ -23,10 +25,10 @@ def build_parser():
                     "`fastattn bench --quick` compares with the NumPy formula and, when "
                     "installed, PyTorch and ONNX Runtime.")
     parser.add_argument("--version", action="version", version=f"fastattn {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{translate,embed,bench,info}",
-                                required=True)
+    sub = parser.add_subparsers(dest="command",
+                                metavar="{translate,embed,convert,bench,info}", required=True)
     text_cli.add_translate_arguments(sub.add_parser(
-        "translate", help="translate UTF-8 lines with a Marian (OPUS-MT) folder",
+        "translate", help="translate UTF-8 lines with a translation model folder",
         description="Translate UTF-8 text, one source a line, with a translation model folder "
                     "(config.json, model.safetensors, source.spm, target.spm, vocab.json). "
                     "Lines are sorted by length into batches; the output has one line per input "
@@ -37,6 +39,14 @@ def build_parser():
         description="Embed UTF-8 text, one sentence a line, with a sentence-transformers or "
                     "BERT-family folder, as sentence-transformers' encode does; writes a "
                     "(lines, dim) float32 .npy."))
+    convert.add_arguments(sub.add_parser(
+        "convert", help="write a model folder in fastattn's own format (int8 or float32)",
+        description="Convert a Hugging Face model folder (every family fastattn runs; "
+                    "sharded, float32 / float16 / bfloat16) to a fastattn folder: the weights "
+                    "packed (and quantized) as the kernels read them, with the tokenizer and "
+                    "config files, so that it loads by memory map in milliseconds. The model is "
+                    "read one layer at a time: converting needs about the memory of the result. "
+                    "OUT is written under a temporary name and renamed when complete."))
     bench = sub.add_parser(
         "bench", help="time fastattn against the NumPy formula, PyTorch, ONNX Runtime, "
                       "transformers and CTranslate2",
@@ -67,9 +77,11 @@ def info(out=None):
 
 
 def _text_command(args):
-    """translate / embed: a failure is one line on stderr and exit status 2."""
+    """translate / embed / convert: a failure is one line on stderr and exit status 2."""
+    from .models import convert
     from .text import cli as text_cli
-    run = text_cli.run_translate if args.command == "translate" else text_cli.run_embed
+    run = {"translate": text_cli.run_translate, "embed": text_cli.run_embed,
+           "convert": convert.run}[args.command]
     try:
         return run(args)
     except (text_cli.CommandError, FileNotFoundError, ValueError, TypeError, ImportError,
@@ -92,7 +104,7 @@ def main(argv=None):
     try:
         if args.command == "info":
             return info()
-        if args.command in ("translate", "embed"):
+        if args.command in ("translate", "embed", "convert"):
             return _text_command(args)
         from . import benchmark
         benchmark.run_bench(args, bench_parser.error)

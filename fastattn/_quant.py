@@ -79,14 +79,28 @@ class Int8Weight:
         return cls.from_int8(*_quantize_rows(w, name))
 
     @classmethod
+    def from_rows(cls, rows, name="weight"):
+        """The Int8Weight of an Int8Rows table (a tied output projection: the same numbers)."""
+        if rows.q.shape[1] > MAX_K:
+            raise ValueError(f"{name} has in_features K={rows.q.shape[1]}; int8 layers take "
+                             f"K <= {MAX_K} (the int32 sums could overflow beyond)")
+        return cls.from_int8(rows.q, rows.scale)
+
+    @classmethod
     def from_int8(cls, q, scale):
-        """Pack int8 rows q (N, K) with their scales (N,)."""
+        """Pack int8 rows q (N, K) with their scales (N,), a block of rows at a time."""
         N, K = q.shape
         npad, kp = _ceil(max(N, 1), _GROUP), _ceil(K, 4)
-        full = np.zeros((npad, kp), np.int8)
-        full[:N, :K] = q
         panels = _aligned_bytes(npad * kp)
-        panels[:] = full.reshape(npad // _PANEL, _PANEL, kp // 4, 4).transpose(0, 2, 1, 3).reshape(-1)
+        tiles = panels.reshape(npad // _PANEL, kp // 4, _PANEL, 4)
+        step = _row_block(kp, _GROUP)
+        for a in range(0, npad, step):
+            b = min(npad, a + step)
+            block = np.zeros((b - a, kp), np.int8)
+            if a < N:
+                block[:min(N, b) - a, :K] = q[a:min(N, b)]
+            tiles[a // _PANEL:b // _PANEL] = block.reshape(
+                (b - a) // _PANEL, _PANEL, kp // 4, 4).transpose(0, 2, 1, 3)
         sc = np.zeros(npad, np.float32)
         sc[:N] = scale
         comp = np.zeros(npad, np.int32)
@@ -153,18 +167,34 @@ class Int8Weight:
         return f"Int8Weight(shape=({self.N}, {self.K}))"
 
 
+def _row_block(row_len, multiple):
+    """Rows handled at a time by the block loops here: ~4 MiB of float64 work, a multiple of
+    `multiple` rows (the temporaries stay small whatever the table: a 256k-token vocabulary
+    quantizes in the memory of its int8 result)."""
+    return max(multiple, (1 << 19) // max(row_len, 1) // multiple * multiple)
+
+
 def _quantize_rows(w, name):
-    """int8 rows and their scales (the per-output-channel scheme of Int8Weight.from_float)."""
+    """int8 rows and their scales (the per-output-channel scheme of Int8Weight.from_float),
+    computed a block of rows at a time."""
     w = np.asarray(w)
     if w.ndim != 2:
         raise ValueError(f"{name} must be 2-D, got shape {w.shape}")
-    w = w.astype(np.float32, copy=False)
-    if not np.isfinite(w).all():
-        raise ValueError(f"{name} holds inf or NaN: it cannot be quantized to int8")
-    amax = np.abs(w).max(axis=1) if w.shape[1] else np.zeros(w.shape[0], np.float32)
-    scale = (amax / np.float32(127)).astype(np.float32)
-    safe = np.where(scale > 0, scale, np.float32(1)).astype(np.float64)
-    q = np.clip(np.rint(w.astype(np.float64) / safe[:, None]), -127, 127).astype(np.int8)
+    N, K = w.shape
+    q = np.empty((N, K), np.int8)
+    scale = np.zeros(N, np.float32)
+    if K == 0:
+        return q, scale
+    step = _row_block(K, 1)
+    for a in range(0, N, step):
+        b = min(N, a + step)
+        wb = w[a:b].astype(np.float32, copy=False)
+        if not np.isfinite(wb).all():
+            raise ValueError(f"{name} holds inf or NaN: it cannot be quantized to int8")
+        sc = (np.abs(wb).max(axis=1) / np.float32(127)).astype(np.float32)
+        safe = np.where(sc > 0, sc, np.float32(1)).astype(np.float64)
+        q[a:b] = np.clip(np.rint(wb.astype(np.float64) / safe[:, None]), -127, 127)
+        scale[a:b] = sc
     return q, scale
 
 

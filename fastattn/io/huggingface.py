@@ -1,6 +1,7 @@
 """What Hugging Face checkpoints share across model types: JSON files, activation names, and
-the weights (``model.safetensors`` or a sharded index, read with the safetensors NumPy API;
-BF16 tensors widened to float32 by hand, NumPy having no bfloat16).
+the weights (``model.safetensors`` or a sharded index), read by :class:`Checkpoint` one tensor
+at a time, straight from the files (no torch, no whole-file copy; BF16 widened to float32 by
+hand, NumPy having no bfloat16).
 
 The model-specific readers (``fastattn/models/bert.py``, ``fastattn/models/marian.py``) map
 config fields and weight names; both name activations through :func:`canonical_activation`.
@@ -11,7 +12,8 @@ import os
 
 import numpy as np
 
-__all__ = ["canonical_activation", "checkpoint_files", "read_json", "read_safetensors"]
+__all__ = ["Checkpoint", "canonical_activation", "checkpoint_files", "read_json", "read_progress",
+           "read_safetensors"]
 
 
 def read_json(path, what="JSON file", expect=None):
@@ -99,52 +101,293 @@ def checkpoint_files(folder):
     raise FileNotFoundError(f"model weights not found: {single}")
 
 
-def _bf16_entries(path):
-    """{name: (shape, byte offset, count)} of the BF16 tensors of a safetensors file.
+# safetensors dtype codes -> NumPy dtypes (little-endian). BF16 has no NumPy dtype: it is read
+# as its 16-bit patterns and widened to float32 (exactly: a bfloat16 is a float32's top half).
+_ST_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8",
+              "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
+_READ_BLOCK = 64 << 20          # bytes read (and converted) at a time
+_progress = []                  # callbacks given the bytes of each read (read_progress)
 
-    NumPy has no bfloat16, so the safetensors NumPy API cannot return these; we read them
-    from the file's JSON header (8-byte little-endian length, then the header, then data).
+
+class read_progress:
+    """``with read_progress(callback):`` calls ``callback(nbytes)`` after each read of tensor
+    bytes from a checkpoint (a command's progress bar)."""
+
+    def __init__(self, callback):
+        self.callback = callback
+
+    def __enter__(self):
+        _progress.append(self.callback)
+        return self
+
+    def __exit__(self, *exc):
+        _progress.remove(self.callback)
+
+
+class Checkpoint:
+    """The tensors of one or more safetensors files, read from disk when asked for.
+
+    A mapping ``name -> ndarray`` (float16 stays float16, bfloat16 is widened to float32, as
+    the safetensors NumPy API and transformers' loading would give them), whose arrays are
+    read only on access: holding a Checkpoint costs the headers, not the weights. Loaders read
+    one tensor at a time (:meth:`copy_into` writes it straight into its destination, converting
+    block by block), so that a model loads without the whole file in memory.
+
+    The headers are checked when the files are opened: a truncated or corrupt file, an
+    unknown dtype or a tensor whose bytes do not fit its shape is a ValueError naming the file
+    and the tensor. Names may be renamed or aliased (:meth:`alias`, :meth:`pop`) and arrays
+    added (``ckpt[name] = array``) without reading anything.
     """
-    with open(path, "rb") as fh:
-        n = int.from_bytes(fh.read(8), "little")
-        if not 0 < n <= 100_000_000:
-            return {}
-        try:
-            header = json.loads(fh.read(n))
-        except ValueError:              # a bad header: safetensors' own reader says what is wrong
-            return {}
+
+    def __init__(self, files):
+        self._entries = {}            # name -> (path, numpy dtype str, shape, offset, nbytes)
+        self._arrays = {}             # name -> ndarray given in memory (overrides)
+        self.files = [os.fspath(f) for f in files]
+        for path in self.files:
+            for name, entry in _read_header(path).items():
+                self._entries[name] = entry
+
+    # -- the mapping ------------------------------------------------------------------------
+    def keys(self):
+        return list(dict.fromkeys(list(self._entries) + list(self._arrays)))
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __len__(self):
+        return len(self.keys())
+
+    def __contains__(self, name):
+        return name in self._arrays or name in self._entries
+
+    def __getitem__(self, name):
+        if name in self._arrays:
+            return self._arrays[name]
+        return self.read(name)
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
+
+    def items(self):
+        for name in self.keys():
+            yield name, self[name]
+
+    def __setitem__(self, name, array):
+        self._arrays[name] = array
+        self._entries.pop(name, None)
+
+    def pop(self, name, *default):
+        """Forget `name`; returns its array (read now) or `default` when absent."""
+        if name in self._arrays:
+            self._entries.pop(name, None)
+            return self._arrays.pop(name)
+        if name in self._entries:
+            out = self.read(name)
+            del self._entries[name]
+            return out
+        if default:
+            return default[0]
+        raise KeyError(name)
+
+    def discard(self, name):
+        """Forget `name` without reading it."""
+        self._arrays.pop(name, None)
+        self._entries.pop(name, None)
+
+    def rename(self, old, new):
+        """`old` is now called `new` (nothing is read)."""
+        if old in self._arrays:
+            self._arrays[new] = self._arrays.pop(old)
+        else:
+            self._entries[new] = self._entries.pop(old)
+
+    def alias(self, new, old):
+        """`new` reads the same tensor as `old` (nothing is read)."""
+        if old in self._arrays:
+            self._arrays[new] = self._arrays[old]
+        else:
+            self._entries[new] = self._entries[old]
+
+    @classmethod
+    def of_arrays(cls, arrays):
+        """A Checkpoint over arrays already in memory (a state_dict): the same interface."""
+        new = cls([])
+        new._arrays = dict(arrays)
+        return new
+
+    def copy(self):
+        """A new Checkpoint over the same files and names (nothing is read)."""
+        new = Checkpoint.__new__(Checkpoint)
+        new.files, new._entries, new._arrays = self.files, dict(self._entries), dict(self._arrays)
+        return new
+
+    # -- what a tensor is, without reading it ------------------------------------------------
+    def shape(self, name):
+        if name in self._arrays:
+            return tuple(self._arrays[name].shape)
+        return self._entries[name][2]
+
+    def dtype(self, name):
+        """The NumPy dtype the tensor reads as (bfloat16: float32)."""
+        if name in self._arrays:
+            return np.asarray(self._arrays[name]).dtype
+        _, code, _, _, _, bf16 = self._entries[name]
+        return np.dtype("<f4" if bf16 else code)
+
+    def where(self, name):
+        """The file holding `name` (for messages)."""
+        return self._entries[name][0] if name in self._entries else "(in memory)"
+
+    def same_tensor(self, a, b):
+        """True when a and b are the same bytes of the same file (an alias)."""
+        ea, eb = self._entries.get(a), self._entries.get(b)
+        return ea is not None and ea[0] == eb[0] and ea[3] == eb[3] if eb else False
+
+    # -- reading ---------------------------------------------------------------------------------
+    def read(self, name, rows=None):
+        """The tensor `name` (its rows [a, b) when given) as a new array."""
+        if name in self._arrays:
+            arr = np.asarray(self._arrays[name])
+            return arr if rows is None else arr[rows[0]:rows[1]]
+        path, code, shape, offset, nbytes, bf16 = self._entries[name]
+        shape, offset, nbytes = _row_range(shape, offset, nbytes, np.dtype(code), rows)
+        raw = np.empty(shape, code)
+        _read_exact(path, offset, raw, name)
+        if bf16:
+            return (raw.astype(np.uint32) << 16).view(np.float32)
+        return raw
+
+    def copy_into(self, name, dst, rows=None):
+        """Write tensor `name` (its rows [a, b)) into `dst` (same shape; converted to dst's
+        dtype), reading at most a block of it at a time beyond dst itself."""
+        if name in self._arrays:
+            src = self.read(name, rows)
+            dst[...] = src
+            return
+        path, code, shape, offset, nbytes, bf16 = self._entries[name]
+        shape, offset, nbytes = _row_range(shape, offset, nbytes, np.dtype(code), rows)
+        if tuple(shape) != tuple(dst.shape):
+            raise ValueError(f"{path}: tensor {name!r} has shape {tuple(shape)}, expected "
+                             f"{tuple(dst.shape)}")
+        src_dt = np.dtype(code)
+        if not bf16 and src_dt == dst.dtype and dst.flags.c_contiguous:
+            _read_exact(path, offset, dst, name)          # straight into place
+            return
+        flat = dst.reshape(-1) if dst.flags.c_contiguous else None
+        if flat is None or not shape:
+            dst[...] = self.read(name, rows)
+            return
+        per = max(1, _READ_BLOCK // max(src_dt.itemsize, 1))
+        n = flat.size
+        for a in range(0, n, per):
+            b = min(n, a + per)
+            raw = np.empty(b - a, src_dt)
+            _read_exact(path, offset + a * src_dt.itemsize, raw, name)
+            flat[a:b] = (raw.astype(np.uint32) << 16).view(np.float32) if bf16 else raw
+
+    def equal(self, a, b):
+        """Whether tensors a and b hold the same values (compared block by block)."""
+        if self.shape(a) != self.shape(b):
+            return False
+        if self.same_tensor(a, b):
+            return True
+        shape = self.shape(a)
+        n = shape[0] if shape else 0
+        if not shape or a in self._arrays or b in self._arrays:
+            return bool(np.array_equal(self[a], self[b]))
+        row_bytes = max(1, int(np.prod(shape[1:], dtype=np.int64)) * 4)
+        step = max(1, _READ_BLOCK // row_bytes)
+        for r in range(0, n, step):
+            rr = (r, min(n, r + step))
+            if not np.array_equal(self.read(a, rr), self.read(b, rr)):
+                return False
+        return True
+
+
+def _row_range(shape, offset, nbytes, dt, rows):
+    if rows is None:
+        return shape, offset, nbytes
+    a, b = rows
+    if not shape or not 0 <= a <= b <= shape[0]:
+        raise ValueError(f"rows {rows} out of range for shape {shape}")
+    row = int(np.prod(shape[1:], dtype=np.int64)) * dt.itemsize
+    return (b - a,) + tuple(shape[1:]), offset + a * row, (b - a) * row
+
+
+def _read_exact(path, offset, out, name):
+    """Fill the C-contiguous array `out` with the file's bytes from `offset`."""
+    view = memoryview(out.reshape(-1).view(np.uint8)) if out.size else None
+    if view is None:
+        return
+    try:
+        with open(path, "rb", buffering=0) as f:
+            f.seek(offset)
+            got = 0
+            while got < len(view):
+                n = f.readinto(view[got:])
+                if not n:
+                    raise ValueError(f"could not read the safetensors file {path}: tensor "
+                                     f"{name!r} ends past the end of the file (truncated?)")
+                got += n
+    except OSError as exc:
+        raise ValueError(f"could not read the safetensors file {path}: {exc}") from None
+    for callback in _progress:
+        callback(len(view))
+
+
+def _read_header(path):
+    """{name: (path, dtype, shape, data offset, nbytes, is_bf16)} of a safetensors file,
+    checked against the file's size: ValueError naming the file otherwise."""
+    def bad(why):
+        return ValueError(f"could not read the safetensors file {path}: {why}")
+
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                raise bad("it is shorter than a safetensors header (truncated or empty)")
+            n = int.from_bytes(head, "little")
+            if not 0 < n <= min(size - 8, 100_000_000):
+                raise bad(f"its header length {n} does not fit the file's {size} bytes "
+                          "(truncated, or not a safetensors file)")
+            raw = fh.read(n)
+    except OSError as exc:
+        raise bad(exc) from None
+    try:
+        header = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise bad(f"its header is not valid JSON ({exc})") from None
     if not isinstance(header, dict):
-        return {}
+        raise bad("its header is not a JSON object")
+    base, data = 8 + n, size - 8 - n
     out = {}
     for name, info in header.items():
-        if name != "__metadata__" and isinstance(info, dict) and info.get("dtype") == "BF16":
-            begin, end = info["data_offsets"]
-            out[name] = (tuple(info["shape"]), 8 + n + begin, (end - begin) // 2)
+        if name == "__metadata__":
+            continue
+        try:
+            code = info["dtype"]
+            if code not in _ST_DTYPES:
+                raise ValueError(f"dtype {code!r} is not supported")
+            dt = np.dtype(_ST_DTYPES[code])
+            shape = tuple(int(s) for s in info["shape"])
+            a, b = (int(x) for x in info["data_offsets"])
+            if any(s < 0 for s in shape):
+                raise ValueError(f"negative size in shape {shape}")
+            if not 0 <= a <= b:
+                raise ValueError(f"data offsets {[a, b]} are not an increasing range")
+            if b - a != dt.itemsize * int(np.prod(shape, dtype=np.int64)):
+                raise ValueError(f"its {b - a} bytes do not hold a {code} tensor of shape "
+                                 f"{list(shape)}")
+            if b > data:
+                raise ValueError(f"its data ends at byte {base + b}, past the end of the file "
+                                 f"({size} bytes): the file is truncated")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise bad(f"tensor {name!r}: {exc}") from None
+        out[name] = (path, _ST_DTYPES[code], shape, base + a, b - a, code == "BF16")
     return out
 
 
-def _read_bf16(path, shape, offset, count):
-    """A BF16 tensor as float32 (exact: bfloat16 is the top half of a float32)."""
-    raw = np.fromfile(path, dtype="<u2", count=count, offset=offset)
-    if raw.size != count or count != int(np.prod(shape, dtype=np.int64)):
-        raise ValueError(f"truncated BF16 tensor in {path}")
-    return (raw.astype(np.uint32) << 16).view(np.float32).reshape(shape)
-
-
 def read_safetensors(files):
-    """name -> ndarray for every tensor in the safetensors files (numpy API, no torch;
-    BF16 tensors are widened to float32 by hand)."""
-    from safetensors import safe_open
-    tensors = {}
-    for path in files:
-        try:
-            bf16 = _bf16_entries(path)
-            with safe_open(path, framework="numpy") as f:
-                for name in f.keys():
-                    tensors[name] = _read_bf16(path, *bf16[name]) if name in bf16 \
-                        else f.get_tensor(name)
-        except Exception as exc:            # the library raises its own error types
-            if isinstance(exc, (MemoryError, KeyboardInterrupt)):
-                raise
-            raise ValueError(f"could not read the safetensors file {path}: {exc}") from exc
-    return tensors
+    """The tensors of the safetensors files as a :class:`Checkpoint` (read on access)."""
+    return Checkpoint(files)

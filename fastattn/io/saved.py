@@ -57,17 +57,26 @@ def _copy_source(src, dst):
             shutil.copy2(os.path.join(root, f), os.path.join(out, f))
 
 
-def write_folder(path, params, meta, source=None, model_dir=None):
+def write_folder(path, params, meta, source=None, model_dir=None, progress=None):
     """Write `params` (fastattn.nn name -> float ndarray or Int8Weight) and `meta` (JSON) to the
     folder `path` (made if missing); `source`: a folder whose non-weight files are copied first;
-    `model_dir`: the subfolder (of `path`) the two files go to (default: `path` itself)."""
+    `model_dir`: the subfolder (of `path`) the two files go to (default: `path` itself).
+
+    The weights file is written one tensor at a time (a float weight held packed is read back
+    from its panels just before it is written, then let go), to a temporary name renamed into
+    place at the end; ``progress(done_bytes, total_bytes)`` is called as it goes."""
     path = os.fspath(path)
     if source is not None and os.path.abspath(source) != os.path.abspath(path):
         _copy_source(source, path)
     target = os.path.join(path, model_dir) if model_dir else path
     os.makedirs(target, exist_ok=True)
-    tensors, ties, int8, rows = [], {}, {}, []
+    tensors, ties, int8, rows = [], {}, {}, []      # (name, shape, dtype, nbytes, get)
     seen = {}
+
+    def put(name, a):
+        a = a if isinstance(a, np.ndarray) else np.asarray(a)
+        tensors.append((name, a.shape, a.dtype, a.nbytes, lambda: np.ascontiguousarray(a)))
+
     for name, arr in params.items():
         key = id(arr)
         if key in seen:
@@ -77,39 +86,55 @@ def write_folder(path, params, meta, source=None, model_dir=None):
         if isinstance(arr, Int8Weight):
             int8[name] = [arr.N, arr.K]
             for part, a in zip(_INT8_PARTS, (arr.panels, arr.scale, arr.comp)):
-                tensors.append((f"{name}.{part}", np.ascontiguousarray(a)))
+                put(f"{name}.{part}", a)
         elif isinstance(arr, Int8Rows):
             rows.append(name)
             for part, a in zip(_ROWS_PARTS, (arr.q, arr.scale)):
-                tensors.append((f"{name}.{part}", np.ascontiguousarray(a)))
+                put(f"{name}.{part}", a)
         elif not isinstance(arr, np.ndarray):        # a float weight held packed: its values
-            tensors.append((name, np.ascontiguousarray(arr.dequantize())))
+            n = int(np.prod(arr.shape)) * np.dtype(arr.dtype).itemsize
+            tensors.append((name, tuple(arr.shape), np.dtype(arr.dtype), n,
+                            lambda arr=arr: np.ascontiguousarray(arr.dequantize())))
         else:
-            tensors.append((name, np.ascontiguousarray(arr)))
+            put(name, arr)
     # the int8 panels first (their sizes are multiples of 64 bytes), then the rest
-    tensors.sort(key=lambda t: (not t[0].endswith(".int8_panels"), t[1].nbytes % 64 != 0))
+    tensors.sort(key=lambda t: (not t[0].endswith(".int8_panels"), t[3] % 64 != 0))
     header, offset = {}, 0
-    for name, a in tensors:
-        if a.dtype not in _CODES:
-            raise TypeError(f"{name}: dtype {a.dtype} cannot be saved")
-        header[name] = {"dtype": _CODES[a.dtype], "shape": list(a.shape),
-                        "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
+    for name, shape, dtype, nbytes, _ in tensors:
+        if dtype not in _CODES:
+            raise TypeError(f"{name}: dtype {dtype} cannot be saved")
+        header[name] = {"dtype": _CODES[dtype], "shape": list(shape),
+                        "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
     header["__metadata__"] = {"format": "fastattn", "fastattn_ties": json.dumps(ties),
                               "fastattn_int8": json.dumps(int8),
                               "fastattn_int8_rows": json.dumps(rows)}
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-(8 + len(blob)) % 64)               # the data starts 64-byte aligned
     tmp = os.path.join(target, WEIGHTS_FILE + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(len(blob).to_bytes(8, "little"))
-        f.write(blob)
-        for _, a in tensors:
-            f.write(a.tobytes(order="C"))
-    os.replace(tmp, os.path.join(target, WEIGHTS_FILE))
+    done = 0
+    try:
+        with open(tmp, "wb") as f:
+            f.write(len(blob).to_bytes(8, "little"))
+            f.write(blob)
+            for name, shape, dtype, nbytes, get in tensors:
+                a = get()
+                if a.shape != tuple(shape) or a.nbytes != nbytes:
+                    raise ValueError(f"{name}: its values are not of shape {tuple(shape)}")
+                f.write(memoryview(a.reshape(-1).view(np.uint8)) if a.size else b"")
+                done += nbytes
+                del a
+                if progress is not None:
+                    progress(done, offset)
+        os.replace(tmp, os.path.join(target, WEIGHTS_FILE))
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
     doc = {"format": "fastattn", "format_version": FORMAT_VERSION, **meta}
-    with open(os.path.join(target, MODEL_FILE), "w", encoding="utf-8") as f:
+    with open(os.path.join(target, MODEL_FILE + ".tmp"), "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
+    os.replace(os.path.join(target, MODEL_FILE + ".tmp"), os.path.join(target, MODEL_FILE))
 
 
 def read_meta(path, cls_name):

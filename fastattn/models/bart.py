@@ -276,8 +276,15 @@ def name_map(c):
     return m
 
 
-def checkpoint_state_dict(weights, config):
-    """Map the tensors of a checkpoint to the names Seq2SeqTransformer loads.
+# the token tables' names: (shared, encoder copy, decoder copy, output projection)
+EMBED_NAMES = ("model.shared.weight", "model.encoder.embed_tokens.weight",
+               "model.decoder.embed_tokens.weight", "lm_head.weight")
+
+
+def checkpoint_state_dict(weights, config, names=EMBED_NAMES):
+    """Map the tensors of a checkpoint (a :class:`~fastattn.io.huggingface.Checkpoint`: nothing
+    is read here but the copies compared) to the names Seq2SeqTransformer loads; returns a new
+    Checkpoint.
 
     Handles the tied / shared variants: with ``share_encoder_decoder_embeddings`` the token
     embeddings are ``model.shared.weight`` (encoder and decoder copies, when given, must agree:
@@ -286,70 +293,72 @@ def checkpoint_state_dict(weights, config):
     (sinusoidal) position tables are not parameters and are dropped; a missing
     ``final_logits_bias`` is zeros (as transformers loads it; M2M100 has none).
     """
-    sd = dict(weights)
+    sd = weights.copy()
     if config["positions"] != "learned":
         for k in ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight",
                   "model.encoder.embed_positions.weights", "model.decoder.embed_positions.weights"):
-            sd.pop(k, None)
-    shared = config["share_encoder_decoder_embeddings"]
-    if shared:
-        emb = sd.pop("model.shared.weight", None)
-        enc = sd.pop("model.encoder.embed_tokens.weight", None)
-        dec = sd.pop("model.decoder.embed_tokens.weight", None)
-        ref_name = "model.shared.weight" if emb is not None else "model.encoder.embed_tokens.weight"
-        for name, copy in (("model.encoder.embed_tokens.weight", enc),
-                           ("model.decoder.embed_tokens.weight", dec)):
-            ref = emb if emb is not None else enc
-            if copy is not None and ref is not None and copy is not ref and (
-                    copy.shape != ref.shape or not np.array_equal(copy, ref)):
-                raise ValueError(f"{name} differs from {ref_name}: with "
+            sd.discard(k)
+    head = names[3]
+    names = names[:3]
+    if config["share_encoder_decoder_embeddings"]:
+        given = [n for n in names if n in sd]
+        if not given:
+            raise ValueError(f"the checkpoint has no token embedding ({names[0]})")
+        ref = given[0]
+        for name in given[1:]:
+            if name != names[0] and not sd.equal(name, ref):
+                raise ValueError(f"{name} differs from {ref}: with "
                                  "share_encoder_decoder_embeddings the copies must agree (build "
                                  "with share_encoder_decoder_embeddings=False for separate ones)")
-        emb = emb if emb is not None else (enc if enc is not None else dec)
-        if emb is None:
-            raise ValueError("the checkpoint has no token embedding (model.shared.weight)")
-        sd["model.shared.weight"] = emb
+        if ref != names[0]:
+            sd.alias(names[0], ref)
+        for name in names[1:]:
+            sd.discard(name)
     else:
-        sd.pop("model.shared.weight", None)
+        sd.discard(names[0])
     if config["tie_word_embeddings"]:
-        sd.pop("lm_head.weight", None)
-    if "final_logits_bias" not in sd:
+        sd.discard(head)
+    if config["final_logits_bias"] and "final_logits_bias" not in sd:
         sd["final_logits_bias"] = np.zeros((1, config["decoder_vocab_size"]), np.float32)
     return sd
 
 
-def untie_differing_copies(config, weights, path):
+def untie_differing_copies(config, weights, path, names=EMBED_NAMES, warn=True):
     """Read tied weights as transformers (>= 5) does: a saved copy of a tied tensor that differs
     from its source is not tied to it (transformers warns and keeps the copy). The sources:
     model.shared for the encoder / decoder embeddings (share_encoder_decoder_embeddings), the
     decoder embedding for lm_head (tie_word_embeddings). Without tie_word_embeddings nothing is
-    tied and each saved copy is used as it is."""
+    tied and each saved copy is used as it is. `weights`: a Checkpoint (names aliased, tensors
+    compared block by block, nothing else read); `names`: the checkpoint's (shared, encoder
+    copy, decoder copy, output projection)."""
+    shared, enc, dec, head = names
     def differs(name, ref):
-        w = weights.get(name)
-        return w is not None and ref is not None and (w.shape != ref.shape
-                                                      or not np.array_equal(w, ref))
+        return name in weights and ref is not None and ref in weights and \
+            not weights.equal(name, ref)
 
     tie = config["tie_word_embeddings"]
     untied = []
-    sh = weights.get("model.shared.weight")
+    sh = shared if shared in weights else None
     if config["share_encoder_decoder_embeddings"]:
-        stacks = [w for w in ("encoder", "decoder") if differs(f"model.{w}.embed_tokens.weight", sh)]
-        if stacks:
-            untied += [f"model.{w}.embed_tokens.weight" for w in stacks]
+        copies = [n for n in (enc, dec) if differs(n, sh)]
+        if copies:
+            untied += copies
             config["share_encoder_decoder_embeddings"] = False
-            for w in ("encoder", "decoder"):
-                weights.setdefault(f"model.{w}.embed_tokens.weight", sh)
+            for n in (enc, dec):
+                if n not in weights:
+                    weights.alias(n, sh)
             if tie:
-                # the output projection stays tied to model.shared
+                # the output projection stays tied to the shared table
                 config["tie_word_embeddings"] = False
-                weights.setdefault("lm_head.weight", sh)
+                if head not in weights:
+                    weights.alias(head, sh)
         out_src = sh
     else:
-        out_src = weights.get("model.decoder.embed_tokens.weight")
-    if tie and config["tie_word_embeddings"] and differs("lm_head.weight", out_src):
-        untied.append("lm_head.weight")
+        out_src = dec
+    if tie and config["tie_word_embeddings"] and differs(head, out_src):
+        untied.append(head)
         config["tie_word_embeddings"] = False
-    if tie and untied:
+    if warn and tie and untied:
         warnings.warn(f"{path}: the saved {', '.join(untied)} differ from the tensors they are "
                       "tied to although tie_word_embeddings is true; each is used as saved (as "
                       "transformers loads them)", stacklevel=3)

@@ -229,6 +229,17 @@ _DISTILBERT_NAMES = {
 }
 
 
+def _tensor_name(tensors, full):
+    """`full`, or its TensorFlow-era LayerNorm name (gamma / beta), whichever the checkpoint
+    holds (None when neither)."""
+    if full in tensors:
+        return full
+    for new, old in (("LayerNorm.weight", "LayerNorm.gamma"), ("LayerNorm.bias", "LayerNorm.beta")):
+        if full.endswith(new) and full[:-len(new)] + old in tensors:
+            return full[:-len(new)] + old
+    return None
+
+
 def _find_prefix(tensors, files, anchor):
     prefixes = sorted({k[:-len(anchor)] for k in tensors if k.endswith(anchor)})
     if not prefixes:
@@ -285,10 +296,12 @@ _ANCHORS = {"distilbert": ("embeddings.word_embeddings.weight", "transformer.lay
 _DEFAULT_ANCHOR = ("embeddings.word_embeddings.weight", "encoder.layer.")
 
 
-def load_weights(folder, cfg, arrays):
+def load_weights(folder, cfg, arrays, layer_done=None):
     """Read the checkpoint in `folder` into `arrays` (fastattn.nn name -> the model's array,
-    written in place, converted to its dtype) through :func:`name_map` (a tensor may fill
-    several parameters: its row blocks).
+    written in place, converted to its dtype; a mapping, or a function of the name) through
+    :func:`name_map` (a tensor may fill several parameters: its row blocks), one tensor at a
+    time from disk; ``layer_done(i)`` is called once layer i's tensors are all in (the caller
+    packs or quantizes it then, so that the float model is never whole in memory).
 
     Tensors are found under any prefix ("bert.", "roberta.", "distilbert.", none); old
     TensorFlow-converted LayerNorm names (gamma / beta) are accepted. A missing tensor or a
@@ -296,27 +309,39 @@ def load_weights(folder, cfg, arrays):
     """
     files = checkpoint_files(folder)
     tensors = read_safetensors(files)
+    get = arrays if callable(arrays) else arrays.__getitem__
     anchor, layer_prefix = _ANCHORS.get(cfg.model_type, _DEFAULT_ANCHOR)
     prefix = _find_prefix(tensors, files, anchor)
     where = ", ".join(files)
-    for hf_name, hf_rows, name, rows in name_map(cfg):
-        dst = arrays[name] if rows is None else arrays[name][rows[0]:rows[1]]
-        full = prefix + hf_name
-        arr = tensors.get(full)
-        if arr is not None and hf_rows is not None:
-            arr = arr[hf_rows[0]:hf_rows[1]]
-        if arr is None and full.endswith("LayerNorm.weight"):
-            arr = tensors.get(full[:-len("weight")] + "gamma")
-        elif arr is None and full.endswith("LayerNorm.bias"):
-            arr = tensors.get(full[:-len("bias")] + "beta")
-        if arr is None:
-            raise ValueError(f"tensor {full!r} not found in {where}")
-        if tuple(arr.shape) != dst.shape:
-            raise ValueError(f"tensor {full!r} in {where} has shape {tuple(arr.shape)}; "
-                             f"config.json implies {dst.shape}")
-        if arr.dtype.kind != "f":
-            raise ValueError(f"tensor {full!r} in {where} has dtype {arr.dtype}, not a float")
-        dst[...] = arr
+    entries = name_map(cfg)
+    for hf_name, hf_rows, name, rows in entries:       # every tensor checked before any read
+        full = _tensor_name(tensors, prefix + hf_name)
+        if full is None:
+            raise ValueError(f"tensor {prefix + hf_name!r} not found in {where}")
+        shape = tensors.shape(full)
+        if hf_rows is not None:
+            shape = (hf_rows[1] - hf_rows[0],) + shape[1:]
+        arr = get(name)
+        want = arr.shape if rows is None else (rows[1] - rows[0],) + arr.shape[1:]
+        del arr
+        if tuple(shape) != tuple(want):
+            raise ValueError(f"tensor {full!r} in {where} has shape {tuple(shape)}; "
+                             f"config.json implies {tuple(want)}")
+        if tensors.dtype(full).kind != "f":
+            raise ValueError(f"tensor {full!r} in {where} has dtype {tensors.dtype(full)}, "
+                             "not a float")
+    current = None
+    for hf_name, hf_rows, name, rows in entries:
+        layer = int(name.split(".")[1]) if name.startswith("layers.") else None
+        if layer_done is not None and current is not None and layer != current:
+            layer_done(current)
+        current = layer
+        arr = get(name)
+        dst = arr if rows is None else arr[rows[0]:rows[1]]
+        tensors.copy_into(_tensor_name(tensors, prefix + hf_name), dst, hf_rows)
+        del arr, dst
+    if layer_done is not None and current is not None:
+        layer_done(current)
     extra = f"{prefix}{layer_prefix}{cfg.num_layers}."
     if any(k.startswith(extra) for k in tensors):
         raise ValueError(f"{where} holds more layers than config.json's "

@@ -252,18 +252,19 @@ class EncoderModel:
             out.update((f"dense.{i}.{n}", a) for n, a, _, _ in lin._named_params())
         return out
 
-    def save_pretrained(self, path):
+    def save_pretrained(self, path, *, progress=None):
         """Write the model to the folder `path` in fastattn's own format (fastattn/io/saved.py):
         int8 weights as their packed panels and scales, mapped by :meth:`from_pretrained` with
         no quantizing or repacking. The folder the model came from is copied along but its
         weight files (tokenizer, configs, sentence-transformers modules): a SentenceEncoder
-        loads the new folder."""
+        loads the new folder. ``progress(done_bytes, total_bytes)`` is called as the weights
+        are written."""
         src = getattr(self, "_source", None)
         rel = os.path.relpath(self._model_dir, src) if src else None
         meta = {"class": type(self).__name__, "quantize": self._quantize,
                 "dtype": self.dtype.name}
         _saved.write_folder(path, self._saved_params(), meta, source=src,
-                            model_dir=None if rel in (None, ".") else rel)
+                            model_dir=None if rel in (None, ".") else rel, progress=progress)
 
     def _assign_saved(self, saved, model_dir):
         """Put a saved folder's mapped arrays in place of the (empty) parameters."""
@@ -280,6 +281,19 @@ class EncoderModel:
         result: (14 H + I) values and 32 bytes of ids a token."""
         cfg = self.config
         return B * S * ((14 * cfg.hidden_size + cfg.intermediate_size) * self.dtype.itemsize + 32)
+
+    def _array(self, name):
+        """The parameter array of fastattn.nn name `name` (see :meth:`_arrays`)."""
+        head, _, rest = name.partition(".")
+        if head == "layers":
+            i, _, rest = rest.partition(".")
+            module = self.layers[int(i)]
+        else:
+            module = getattr(self, head)
+        for owner_name, arr, _, _ in module._named_params():
+            if owner_name == rest:
+                return arr
+        raise KeyError(name)
 
     def _arrays(self):
         """fastattn.nn name -> parameter array (``embeddings.*``, ``layers.N.*``)."""
@@ -342,8 +356,14 @@ class EncoderModel:
             if quantize is None and meta.get("quantize") is not None:
                 quantize = meta["quantize"]
         model = cls(config, dt, pooling, normalize)
-        if saved is None:
-            load_weights(model_dir, config, model._arrays())
+        if saved is None:                        # read layer by layer, each converted at once
+            def layer_done(i):
+                if quantize is not None:
+                    model.layers[i].quantize_(quantize)
+                else:
+                    model.layers[i].compact_()
+                release_free_memory()
+            load_weights(model_dir, config, model._array, layer_done)
         else:
             model._assign_saved(saved, model_dir)
         width = config.hidden_size * len(pooling)

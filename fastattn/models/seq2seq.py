@@ -31,7 +31,7 @@ from ..generation.config import (check_generation_config, check_generation_ids,
                                  read_generation_config)
 from ..generation.kv_cache import KVCache
 from ..generation.search import DecoderState, generate, score
-from ..io.huggingface import canonical_activation
+from ..io.huggingface import Checkpoint, canonical_activation
 from ..nn._masks import _KernelMask
 from ..nn._module import _Init
 from ..nn.embedding import Embedding
@@ -225,12 +225,15 @@ class Seq2SeqTransformer:
         self._quantize = None                  # the float network first, then its int8 form
         self._qparams = {}
         self._build(seed, _state_dict)
+        given = _state_dict is not None and _state_dict is not _EMPTY
+        if given:
+            self._load_streaming(_state_dict, quantize)
         if quantize is not None:
             self._quantize = quantize
             self._apply_quantize()
         elif _state_dict is not _EMPTY:
             self._apply_compact()
-        if _state_dict is not None and _state_dict is not _EMPTY:
+        if given:
             release_free_memory()          # the float arrays just freed (docs/int8.md)
 
     # ---------------------------------------------------------------------------------------
@@ -287,13 +290,11 @@ class Seq2SeqTransformer:
             self.lm_head._params["weight"] = self.decoder_embed._params["weight"]
         self._layers = {"encoder_embed": self.encoder_embed, "decoder_embed": self.decoder_embed,
                         "encoder": self.encoder, "decoder": self.decoder, "lm_head": self.lm_head}
-        self._map_params()
-        if sd is _EMPTY:
-            return                  # the parameters are about to be assigned (_from_saved)
         if sd is None:
+            self._map_params()
             self._init_random(seed)
-        else:
-            self.load_state_dict(sd)
+        else:                   # weights to stream in (_load_streaming) or a saved folder's
+            self._params, self._qparams, self._order = {}, {}, []
 
     def _map_params(self):
         """The parameters by Hugging Face name: views into the layers' float arrays
@@ -395,30 +396,76 @@ class Seq2SeqTransformer:
                              dtype=self._dtype, quantize=self._quantize, _state_dict=state_dict)
             self.__dict__.update(new.__dict__)
             return
-        sd = {}
-        for k, v in state_dict.items():
-            if hasattr(v, "detach") and hasattr(v, "numpy"):
-                v = v.detach().cpu().numpy()
-            sd[k] = np.asarray(v)
+        sd = self._checked_state_dict(state_dict)
+        for k, dst in self._params.items():
+            sd.copy_into(k, dst)
+        self._drop_packed()              # the layers' packed copies are of the old values
+
+    def _checked_state_dict(self, state_dict):
+        """`state_dict` (a mapping of arrays or tensors, or a Checkpoint read from disk) as a
+        Checkpoint under the names of the model's name map, checked entry by entry without
+        reading any tensor: every name present, none unexpected, shapes and float dtypes."""
+        if isinstance(state_dict, Checkpoint):
+            sd = state_dict
+        else:
+            sd = {}
+            for k, v in state_dict.items():
+                if hasattr(v, "detach") and hasattr(v, "numpy"):
+                    v = v.detach().cpu().numpy()
+                sd[k] = np.asarray(v)
+            sd = Checkpoint.of_arrays(sd)
         sd = _bart.LOADERS[self._config["model_type"]].state_dict(sd, self._config)
-        missing = [k for k in self._params if k not in sd]
+        names = _bart.LOADERS[self._config["model_type"]].name_map(self._config)
+        missing = [k for k in names if k not in sd]
         if missing:
             raise ValueError(f"state_dict is missing {len(missing)} parameter(s), e.g. "
                              f"{missing[:3]}")
-        unexpected = [k for k in sd if k not in self._params]
+        unexpected = [k for k in sd if k not in names]
         if unexpected:
             raise ValueError(f"state_dict has {len(unexpected)} unexpected key(s), e.g. "
                              f"{unexpected[:3]}")
         # every entry is checked before any is copied: a bad state_dict changes nothing
-        for k, dst in self._params.items():
-            src = sd[k]
-            if src.shape != dst.shape:
-                raise ValueError(f"{k}: shape {src.shape} does not match the model's {dst.shape}")
-            if src.dtype.kind != "f":
-                raise TypeError(f"{k}: expected floating-point values, got {src.dtype}")
-        for k, dst in self._params.items():
-            dst[...] = sd[k]
-        self._drop_packed()              # the layers' packed copies are of the old values
+        for k, (_, _, shape) in names.items():
+            if sd.shape(k) != tuple(shape):
+                raise ValueError(f"{k}: shape {sd.shape(k)} does not match the model's "
+                                 f"{tuple(shape)}")
+            if sd.dtype(k).kind != "f":
+                raise TypeError(f"{k}: expected floating-point values, got {sd.dtype(k)}")
+        return sd
+
+    def _load_streaming(self, state_dict, quantize):
+        """Fill a newly built network from `state_dict` one layer at a time: each layer's
+        tensors are read (from disk, for a Checkpoint) into its float arrays, then the layer is
+        packed (float) or quantized (int8) and its float arrays let go before the next layer
+        is read. The embeddings, output projection and final norms come last
+        (_apply_quantize / _apply_compact convert them). The float model is never whole in
+        memory: a load peaks at the loaded model plus one layer and the largest table."""
+        sd = self._checked_state_dict(state_dict)
+        names = _bart.LOADERS[self._config["model_type"]].name_map(self._config)
+        owners = {f"{lname}.{name}": (owner, key) for lname, layer in self._layers.items()
+                  for name, _, owner, key in layer._named_params()}
+        units = {}
+        for hf, (nn, _, _) in names.items():
+            parts = nn.split(".")
+            unit = (parts[0], int(parts[2])) if parts[1:2] == ["layers"] else ("rest",)
+            units.setdefault(unit, []).append(hf)
+        rest = units.pop(("rest",), [])
+        for (stack, i), hfs in list(units.items()) + [(("rest", None), rest)]:
+            for hf in hfs:
+                nn, rows, shape = names[hf]
+                owner, key = owners[nn]
+                arr = owner._params[key]
+                dst = (arr if rows is None else arr[rows[0]:rows[1]]).reshape(shape)
+                sd.copy_into(hf, dst)
+                del arr, dst
+            if stack == "rest":
+                break
+            layer = getattr(self, stack).layers[i]
+            if quantize is not None:
+                layer.quantize_(quantize)
+            else:
+                layer.compact_()
+            release_free_memory()
 
     # ---------------------------------------------------------------------------------------
     # construction
@@ -453,17 +500,19 @@ class Seq2SeqTransformer:
         model._source = path
         return model
 
-    def save_pretrained(self, path):
+    def save_pretrained(self, path, *, progress=None):
         """Write the model to the folder `path` in fastattn's own format (fastattn/io/saved.py):
         int8 weights as their packed panels and scales, so that :meth:`from_pretrained` maps
         them with no quantizing or repacking; the tokenizer and configuration files of the
-        folder the model came from are copied along (a Translator can load the folder)."""
+        folder the model came from are copied along (a Translator can load the folder).
+        ``progress(done_bytes, total_bytes)`` is called as the weights are written."""
         params = {f"{lname}.{name}": arr for lname, layer in self._layers.items()
                   for name, arr, _, _ in layer._named_params()}
         meta = {"class": "Seq2SeqTransformer", "quantize": self._quantize,
                 "dtype": self._dtype.name, "config": self._config,
                 "generation_config": self.generation_config}
-        _saved.write_folder(path, params, meta, source=getattr(self, "_source", None))
+        _saved.write_folder(path, params, meta, source=getattr(self, "_source", None),
+                            progress=progress)
 
     @classmethod
     def _from_saved(cls, path, dtype, quantize):

@@ -24,7 +24,11 @@ import os
 
 from ..generation.config import GENERATION_FIELDS, single_id
 from ..io.huggingface import canonical_activation, read_json
-from .bart import IGNORED, BartLoader, register
+from .bart import (IGNORED, BartLoader, checkpoint_state_dict, register,
+                   untie_differing_copies)
+
+T5_NAMES = ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
+            "lm_head.weight")
 
 __all__ = ["T5Loader"]
 
@@ -117,7 +121,11 @@ class T5Loader(BartLoader):
         initialisation draws in."""
         d, V = c["d_model"], c["vocab_size"]
         inner = c["encoder_attention_heads"] * c["head_dim"]
-        m = {"shared.weight": ("encoder_embed.weight", None, (V, d))}
+        if c["share_encoder_decoder_embeddings"]:
+            m = {"shared.weight": ("encoder_embed.weight", None, (V, d))}
+        else:
+            m = {"encoder.embed_tokens.weight": ("encoder_embed.weight", None, (V, d)),
+                 "decoder.embed_tokens.weight": ("decoder_embed.weight", None, (V, d))}
         if not c["tie_word_embeddings"]:
             m["lm_head.weight"] = ("lm_head.weight", None, (V, d))
         for which in ("encoder", "decoder"):
@@ -151,32 +159,17 @@ class T5Loader(BartLoader):
 
     @staticmethod
     def state_dict(weights, config):
-        """The checkpoint's tensors by the names name_map lists: the encoder / decoder copies of
-        the shared embedding must agree with it; a tied lm_head.weight is dropped."""
-        sd = dict(weights)
-        shared = sd.get("shared.weight")
-        for name in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
-            copy = sd.pop(name, None)
-            if shared is None:
-                shared = copy
-            elif copy is not None and (copy.shape != shared.shape
-                                       or not (copy == shared).all()):
-                raise ValueError(f"{name} differs from shared.weight: T5 shares one embedding")
-        if shared is None:
-            raise ValueError("the checkpoint has no token embedding (shared.weight)")
-        sd["shared.weight"] = shared
-        if config["tie_word_embeddings"]:
-            sd.pop("lm_head.weight", None)
-        return sd
+        """The checkpoint's tensors by the names name_map lists (see bart.checkpoint_state_dict:
+        copies of a shared table must agree with it; a tied lm_head.weight is dropped)."""
+        return checkpoint_state_dict(weights, config, T5_NAMES)
 
     @staticmethod
     def untie(config, weights, path):
-        """A saved lm_head.weight that differs from shared.weight is the output projection (T5
-        v1.1, flan-T5, mT5); one equal to it, or none, ties the projection to the embedding."""
-        head, shared = weights.get("lm_head.weight"), weights.get("shared.weight")
-        if head is not None and shared is not None and (
-                head.shape != shared.shape or not (head == shared).all()):
-            config["tie_word_embeddings"] = False
+        """Each token table as transformers (>= 5) reads it: an ``encoder.embed_tokens`` /
+        ``decoder.embed_tokens`` / ``lm_head`` saved with values of its own is used as saved
+        (fine-tunes of T5 v1.1 / flan-T5 / mT5 under ``tie_word_embeddings: false`` keep them
+        apart), one that is missing or equal to ``shared.weight`` is that table."""
+        untie_differing_copies(config, weights, path, T5_NAMES, warn=False)
 
 
 @register

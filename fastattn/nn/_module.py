@@ -112,7 +112,11 @@ class _Module:
                     if isinstance(arr, np.ndarray):
                         key = (id(arr), kind)
                         if key not in memo:
-                            memo[key] = (kind.from_float(arr, name), arr)  # (keep arr alive)
+                            rows = memo.get((id(arr), Int8Rows))
+                            # a table tied to an output projection is quantized once
+                            q = Int8Weight.from_rows(rows[0], name) if rows is not None and \
+                                kind is Int8Weight else kind.from_float(arr, name)
+                            memo[key] = (q, arr)                   # (keep arr alive)
                         module._params[name] = memo[key][0]
             module.__dict__["_quantize"] = quantize
         self._drop_packed()
