@@ -4,16 +4,17 @@
   ``translate_iterable`` (any number of lines, bounded memory), ``translate_stream``.
 - :class:`SentenceEncoder` (BERT / RoBERTa / DistilBERT and sentence-transformers folders):
   ``encode`` -> (N, dim) float32, as sentence-transformers' encode.
-- :mod:`fastattn.text.tokenization`: one small tokenizer class per family (Marian's
-  SentencePiece files; ``tokenizer.json``; BERT ``vocab.txt``), equal to transformers'.
+- :mod:`fastattn.text.tokenizers`: one small tokenizer class per family (Marian's and
+  M2M100's SentencePiece files; ``tokenizer.json``; a SentencePiece model alone; BERT
+  ``vocab.txt``), equal to transformers'.
 
 Needs ``sentencepiece`` and ``tokenizers`` (``pip install "fastattn[text]"``), imported only
 when a folder's tokenizer is read; no torch or transformers at run time.
 """
 from .batching import length_batches
 from .sentence_encoder import SentenceEncoder
-from .tokenization import (JsonTokenizer, M2M100Tokenizer, MarianTokenizer, Tokenizer,
-                           load_tokenizer)
+from .tokenizers import (JsonTokenizer, M2M100Tokenizer, MarianTokenizer, Tokenizer,
+                         load_tokenizer)
 from .translator import TextStreamer, Translator
 
 __all__ = ["Translator", "SentenceEncoder", "TextStreamer", "Tokenizer", "MarianTokenizer",

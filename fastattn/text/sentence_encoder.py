@@ -27,7 +27,7 @@ from ._common import (ENCODER_TYPES, TRANSLATION_TYPES, check_folder, check_quan
                       check_threads, model_type)
 from ._progress import progress_bar
 from .batching import check_batching, length_batches, pad_batch
-from .tokenization import JsonTokenizer, check_texts, load_tokenizer
+from .tokenizers import JsonTokenizer, check_texts, load_tokenizer
 
 __all__ = ["SentenceEncoder"]
 

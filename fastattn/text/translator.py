@@ -9,7 +9,7 @@ mBART-50, M2M100, NLLB, Pegasus, T5 / mT5).
 
 Semantics: transformers' ``tokenizer(texts, padding=True) -> model.generate(...) ->
 tokenizer.batch_decode(out, skip_special_tokens=True)``, string for string, with no torch or
-transformers at run time (the tokenizer: :mod:`fastattn.text.tokenization`; the model:
+transformers at run time (the tokenizer: :mod:`fastattn.text.tokenizers`; the model:
 :class:`fastattn.Seq2SeqTransformer`). Decoding settings come from the folder's
 generation_config.json (OPUS-MT: beam 4, max_length 512) unless given as keywords
 (``num_beams=``, ``max_new_tokens=`` ... as in ``Seq2SeqTransformer.generate``).
@@ -43,7 +43,7 @@ from ._common import (ENCODER_TYPES, TRANSLATION_TYPES, check_folder, check_quan
                       check_threads, model_type)
 from ._progress import progress_bar
 from .batching import check_batching, length_batches, pad_batch
-from .tokenization import check_texts, load_tokenizer
+from .tokenizers import check_texts, load_tokenizer
 
 __all__ = ["Translator"]
 

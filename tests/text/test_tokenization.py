@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 from text_helpers import hf_tokenizer, sentences, write_tokenizer  # noqa: E402
 
 from fastattn.text import JsonTokenizer, MarianTokenizer, load_tokenizer  # noqa: E402
-from fastattn.text.tokenization import bert_wordpiece  # noqa: E402
+from fastattn.text.tokenizers import bert_wordpiece  # noqa: E402
 
 ODD = ["", " ", "kato </s> mi<unk>x", "<pad><pad>", "ka</s>", "ÉSSS ß é", "a\tb\nc",
        "  ka   to  ", "xyz∑ ☃", ">>aa<< kato", " >>aa<< kato", ">>zz<<kato", ">>aa<<", "ka>>bb<<",
