@@ -166,6 +166,16 @@ class _Packed:
         self._weight = None
         return self
 
+    @classmethod
+    def from_panels(cls, buf, N, K, level, blocking):
+        """A weight packed earlier (a saved folder's panels, mapped read-only) with the kernel
+        set `level` and its `blocking`: used as it is while that set runs, read back and
+        repacked once when another one does (another CPU, a forced ISA)."""
+        self = cls.__new__(cls)
+        self._weight, self.buf, self.N, self.K = None, buf, int(N), int(K)
+        self.dtype, self.level, self.blocking = buf.dtype, int(level), tuple(blocking)
+        return self
+
     def dequantize(self):
         """The values (a new array): the protocol state_dict reads parameters with."""
         return self.weight.copy() if self._weight is not None else self.unpack()

@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 from ._kernels import _qgemm as _qg
+from ._threads import _effective_n_threads
 
 __all__ = ["Int8Weight", "Int8Rows", "QUANTIZE_MODES", "check_quantize"]
 
@@ -76,7 +77,14 @@ class Int8Weight:
         if K > MAX_K:
             raise ValueError(f"{name} has in_features K={K}; int8 layers take K <= {MAX_K} (the "
                              f"int32 sums could overflow beyond)")
-        return cls.from_int8(*_quantize_rows(w, name))
+        npad, kp = _ceil(max(N, 1), _GROUP), _ceil(K, 4)
+        panels = _aligned_bytes(npad * kp)
+        panels[:] = 0
+        comp = np.zeros(npad, np.int32)
+        sc = np.zeros(npad, np.float32)
+        if N and K:
+            sc[:N] = _quantize_into(w, name, panels=panels, comp=comp)
+        return cls(panels, sc, comp, N, K)
 
     @classmethod
     def from_rows(cls, rows, name="weight"):
@@ -174,9 +182,9 @@ def _row_block(row_len, multiple):
     return max(multiple, (1 << 19) // max(row_len, 1) // multiple * multiple)
 
 
-def _quantize_rows(w, name):
-    """int8 rows and their scales (the per-output-channel scheme of Int8Weight.from_float),
-    computed a block of rows at a time."""
+def _quantize_rows_reference(w, name):
+    """int8 rows and their scales, in NumPy (the definition; the loader's C version,
+    _qgemm.quantize_rows, gives the same bytes: tests/kernels/test_int8_gemm.py)."""
     w = np.asarray(w)
     if w.ndim != 2:
         raise ValueError(f"{name} must be 2-D, got shape {w.shape}")
@@ -196,6 +204,37 @@ def _quantize_rows(w, name):
         q[a:b] = np.clip(np.rint(wb.astype(np.float64) / safe[:, None]), -127, 127)
         scale[a:b] = sc
     return q, scale
+
+
+def _quantize_into(w, name, q=None, panels=None, comp=None):
+    """_qgemm.quantize_rows on w (N, K) (converted to float32 a block of rows at a time when
+    it is not already C-contiguous float32): returns the scales (N,)."""
+    N, K = w.shape
+    scale = np.zeros(N, np.float32)
+    nthr = _effective_n_threads(None)
+    ready = w.dtype == np.float32 and w.flags.c_contiguous
+    step = N if ready else _row_block(K, _GROUP)
+    for a in range(0, N, max(step, 1)):
+        b = min(N, a + step)
+        wb = w[a:b] if ready else np.ascontiguousarray(w[a:b], dtype=np.float32)
+        bad = _qg.quantize_rows(
+            wb, None if q is None else q[a:b], scale[a:b],
+            None if panels is None else panels[a * _ceil(K, 4):], None if comp is None else comp[a:b],
+            nthr)
+        if bad:
+            raise ValueError(f"{name} holds inf or NaN: it cannot be quantized to int8")
+    return scale
+
+
+def _quantize_rows(w, name):
+    """int8 rows and their scales (the per-output-channel scheme of Int8Weight.from_float)."""
+    w = np.asarray(w)
+    if w.ndim != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {w.shape}")
+    if w.dtype.kind not in "fiu":
+        raise TypeError(f"{name} must be a real array, got dtype {w.dtype}")
+    q = np.empty(w.shape, np.int8)
+    return q, _quantize_into(w, name, q=q)
 
 
 class Int8Rows:

@@ -175,3 +175,72 @@ def gemm_int8(cnp.ndarray x, cnp.ndarray wp, cnp.ndarray sw, cnp.ndarray comp, P
     finally:
         free(xq)
         free(sx)
+
+
+# ---------------------------------------------------------------- weight quantisation (loading)
+
+from libc.math cimport fabs, nearbyint
+from libc.float cimport FLT_MAX
+
+
+def quantize_rows(cnp.ndarray w, cnp.ndarray q, cnp.ndarray scale, cnp.ndarray panels,
+                  cnp.ndarray comp, int n_threads=1):
+    """Per-output-channel int8 quantisation of rows of w, the numbers of fastattn/_quant.py's
+    NumPy reference (_quantize_rows_reference): s = max|w| / 127 in float32, q = round-half-even
+    of w / s in float64, clamped to [-127, 127] (s = 0: q = 0). Writes scale (N,), and, when
+    given, q (N, K) int8, and panels / comp: the packed layout of qgemm_kernels.h (panels of
+    QG_PANEL rows by k-quads; panels zeroed by the caller) with each row's sum. Rows are
+    independent (one thread each): the same bytes for any thread count.
+
+    w: (N, K) float32 C-contiguous. Returns the number of rows holding inf or NaN (nothing is
+    guaranteed written unless it is 0)."""
+    cdef Py_ssize_t N = cnp.PyArray_DIMS(w)[0], K = cnp.PyArray_DIMS(w)[1]
+    cdef Py_ssize_t kp = _cdiv(K, 4) * 4
+    cdef const float *W = <const float *> cnp.PyArray_DATA(w)
+    cdef float *S = <float *> cnp.PyArray_DATA(scale)
+    cdef int8_t *Q = NULL if q is None else <int8_t *> cnp.PyArray_DATA(q)
+    cdef int8_t *P = NULL if panels is None else <int8_t *> cnp.PyArray_DATA(panels)
+    cdef int32_t *C = NULL if comp is None else <int32_t *> cnp.PyArray_DATA(comp)
+    cdef Py_ssize_t n, k, bad = 0
+    cdef const float *row
+    cdef float amax, s, a
+    cdef double safe, r
+    cdef int8_t v
+    cdef int32_t total
+    cdef int8_t *base
+    with nogil:
+        for n in prange(N, num_threads=max(1, n_threads), schedule="static"):
+            row = W + n * K
+            amax = 0
+            for k in range(K):
+                a = fabs(row[k])
+                if not a <= FLT_MAX:              # inf or NaN
+                    amax = -1
+                    break
+                if a > amax:
+                    amax = a
+            if amax < 0:
+                bad += 1                          # (a reduction: private to each thread)
+                continue
+            s = amax / <float>127
+            S[n] = s
+            safe = <double>s if s > 0 else 1.0
+            total = 0
+            base = NULL
+            if P != NULL:
+                base = P + (n // QG_PANEL) * (kp // 4) * (QG_PANEL * 4) + (n % QG_PANEL) * 4
+            for k in range(K):
+                r = nearbyint(<double>row[k] / safe)
+                if r > 127:
+                    r = 127
+                elif r < -127:
+                    r = -127
+                v = <int8_t>r
+                total = total + v
+                if Q != NULL:
+                    Q[n * K + k] = v
+                if base != NULL:
+                    base[(k // 4) * (QG_PANEL * 4) + k % 4] = v
+            if C != NULL:
+                C[n] = total
+    return bad

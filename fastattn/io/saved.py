@@ -10,8 +10,11 @@ transformers modules; its weight files are not copied):
                                 int8), scales (``NAME.int8_scale``, float32) and offset sums
                                 (``NAME.int8_comp``, int32) -- no repacking at load --, an int8
                                 embedding table as its rows (``NAME.int8_rows``) and scales
-                                (``NAME.int8_row_scale``), every other parameter as its float
-                                array. A parameter shared by two
+                                (``NAME.int8_row_scale``), a float linear weight as its packed
+                                panels (``NAME.panels``, format_version 2: the kernel set and
+                                blocking they were packed for in ``fastattn_panels``; read back
+                                and repacked at load on a CPU whose kernel set differs), every
+                                other parameter as its float array. A parameter shared by two
                                 layers (a tied embedding) is stored once; the metadata's
                                 ``fastattn_ties`` names the others, ``fastattn_int8`` each int8
                                 weight's (N, K).
@@ -25,12 +28,13 @@ import shutil
 
 import numpy as np
 
+from .._ops import _Packed
 from .._quant import Int8Rows, Int8Weight
 
 __all__ = ["FORMAT_VERSION", "MODEL_FILE", "WEIGHTS_FILE", "is_saved_folder", "write_folder",
            "read_folder", "read_meta", "assign"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2          # 2: float panels; a folder without them is written as version 1
 MODEL_FILE = "fastattn_model.json"
 WEIGHTS_FILE = "fastattn_model.safetensors"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ckpt")
@@ -71,6 +75,7 @@ def write_folder(path, params, meta, source=None, model_dir=None, progress=None)
     target = os.path.join(path, model_dir) if model_dir else path
     os.makedirs(target, exist_ok=True)
     tensors, ties, int8, rows = [], {}, {}, []      # (name, shape, dtype, nbytes, get)
+    panels = {}
     seen = {}
 
     def put(name, a):
@@ -91,14 +96,20 @@ def write_folder(path, params, meta, source=None, model_dir=None, progress=None)
             rows.append(name)
             for part, a in zip(_ROWS_PARTS, (arr.q, arr.scale)):
                 put(f"{name}.{part}", a)
-        elif not isinstance(arr, np.ndarray):        # a float weight held packed: its values
+        elif isinstance(arr, _Packed):               # a float weight held packed: its panels
+            arr.current()
+            panels[name] = [arr.N, arr.K, arr.level, list(arr.blocking)]
+            put(f"{name}.panels", arr.buf)
+        elif not isinstance(arr, np.ndarray):        # any other packed form: its values
             n = int(np.prod(arr.shape)) * np.dtype(arr.dtype).itemsize
             tensors.append((name, tuple(arr.shape), np.dtype(arr.dtype), n,
                             lambda arr=arr: np.ascontiguousarray(arr.dequantize())))
         else:
             put(name, arr)
-    # the int8 panels first (their sizes are multiples of 64 bytes), then the rest
-    tensors.sort(key=lambda t: (not t[0].endswith(".int8_panels"), t[3] % 64 != 0))
+    # the panels first (their sizes are multiples of 64 bytes: each starts 64-byte aligned),
+    # then the rest
+    tensors.sort(key=lambda t: (not t[0].endswith((".int8_panels", ".panels")),
+                                t[3] % 64 != 0))
     header, offset = {}, 0
     for name, shape, dtype, nbytes, _ in tensors:
         if dtype not in _CODES:
@@ -108,7 +119,8 @@ def write_folder(path, params, meta, source=None, model_dir=None, progress=None)
         offset += nbytes
     header["__metadata__"] = {"format": "fastattn", "fastattn_ties": json.dumps(ties),
                               "fastattn_int8": json.dumps(int8),
-                              "fastattn_int8_rows": json.dumps(rows)}
+                              "fastattn_int8_rows": json.dumps(rows),
+                              "fastattn_panels": json.dumps(panels)}
     blob = json.dumps(header, separators=(",", ":")).encode()
     blob += b" " * (-(8 + len(blob)) % 64)               # the data starts 64-byte aligned
     tmp = os.path.join(target, WEIGHTS_FILE + ".tmp")
@@ -131,7 +143,7 @@ def write_folder(path, params, meta, source=None, model_dir=None, progress=None)
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
-    doc = {"format": "fastattn", "format_version": FORMAT_VERSION, **meta}
+    doc = {"format": "fastattn", "format_version": FORMAT_VERSION if panels else 1, **meta}
     with open(os.path.join(target, MODEL_FILE + ".tmp"), "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
     os.replace(os.path.join(target, MODEL_FILE + ".tmp"), os.path.join(target, MODEL_FILE))
@@ -177,6 +189,7 @@ def read_folder(path):
         ties = json.loads(meta.get("fastattn_ties", "{}"))
         int8 = json.loads(meta.get("fastattn_int8", "{}"))
         int8_rows = json.loads(meta.get("fastattn_int8_rows", "[]"))
+        packed = json.loads(meta.get("fastattn_panels", "{}"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise ValueError(f"{where}: not a readable fastattn weights file ({exc})") from None
     data = np.memmap(where, dtype=np.uint8, mode="r") if size > 8 + n else np.zeros(0, np.uint8)
@@ -205,6 +218,18 @@ def read_folder(path):
         except KeyError as exc:
             raise ValueError(f"{where}: int8 rows {name!r} have no {exc.args[0]!r}") from None
         params[name] = Int8Rows.from_arrays(*parts, name=f"{where}: {name}")
+    for name, info in packed.items():
+        try:
+            buf = raw.pop(f"{name}.panels")
+            N, K, level, blocking = info
+            nr = int(blocking[1])
+            if buf.ndim != 1 or buf.dtype.kind != "f" or nr < 1 or \
+                    buf.size != K * (-(-N // nr) * nr):
+                raise ValueError(f"its panels hold {buf.size} values, not those of ({N}, {K}) "
+                                 f"in {nr}-wide panels")
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise ValueError(f"{where}: packed weight {name!r}: {exc}") from None
+        params[name] = _Packed.from_panels(buf, N, K, level, blocking)
     params.update(raw)
     for alias, name in ties.items():
         if name not in params:
@@ -228,3 +253,5 @@ def assign(params, modules, path):
             if isinstance(got, (Int8Weight, Int8Rows)):
                 for m in module._modules():
                     m.__dict__["_quantize"] = "int8"
+            elif isinstance(got, _Packed):
+                owner.__dict__["_compact"] = True

@@ -138,9 +138,10 @@ def test_bad_saved_folders(marian, tmp_path):
     fastattn.EncoderModel.from_pretrained(tmp_path / "bert").save_pretrained(tmp_path / "e")
     with pytest.raises(ValueError, match="holds a 'EncoderModel', not a Seq2SeqTransformer"):
         fastattn.Seq2SeqTransformer.from_pretrained(tmp_path / "e")
-    _edit_json(meta, format_version=2)
-    with pytest.raises(ValueError, match=r"fastattn_model.json: format_version 2 was written by "
-                                         r"a newer fastattn"):
+    _edit_json(meta, format_version=saved.FORMAT_VERSION + 1)
+    with pytest.raises(ValueError, match=rf"fastattn_model.json: format_version "
+                                         rf"{saved.FORMAT_VERSION + 1} was written by a newer "
+                                         r"fastattn"):
         fastattn.Seq2SeqTransformer.from_pretrained(out)
     _edit_json(meta, format_version=1)
     weights = out / saved.WEIGHTS_FILE
