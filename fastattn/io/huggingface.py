@@ -105,7 +105,7 @@ def checkpoint_files(folder):
 # as its 16-bit patterns and widened to float32 (exactly: a bfloat16 is a float32's top half).
 _ST_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8",
               "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
-_READ_BLOCK = 64 << 20          # bytes read (and converted) at a time
+_READ_BLOCK = 4 << 20           # bytes read and converted at a time (when converting)
 _progress = []                  # callbacks given the bytes of each read (read_progress)
 
 
@@ -279,11 +279,16 @@ class Checkpoint:
             return
         per = max(1, _READ_BLOCK // max(src_dt.itemsize, 1))
         n = flat.size
+        raw = np.empty(min(n, per), src_dt)
+        wide = np.empty(raw.size, np.uint32) if bf16 else None
         for a in range(0, n, per):
             b = min(n, a + per)
-            raw = np.empty(b - a, src_dt)
-            _read_exact(path, offset + a * src_dt.itemsize, raw, name)
-            flat[a:b] = (raw.astype(np.uint32) << 16).view(np.float32) if bf16 else raw
+            _read_exact(path, offset + a * src_dt.itemsize, raw[:b - a], name)
+            if bf16:                         # a bfloat16 is the top half of a float32
+                np.left_shift(raw[:b - a], 16, out=wide[:b - a], dtype=np.uint32)
+                flat[a:b] = wide[:b - a].view(np.float32)
+            else:
+                flat[a:b] = raw[:b - a]
 
     def equal(self, a, b):
         """Whether tensors a and b hold the same values (compared block by block)."""
