@@ -79,3 +79,60 @@ def alternate(call, n, rounds):
                 call(i)
             times[i].append((time.perf_counter() - t) / n)
     return np.array(times[0]), np.array(times[1])
+
+
+# --isa NAME (bench_generate.py, bench_encoder.py): every system capped at one instruction set,
+# to time the CPUs people have on a bigger one. NAME is a FASTATTN_ISA value; the peers get their
+# own switches at the same level: CTranslate2's CT2_FORCE_CPU_ISA (its own kernels), oneDNN's
+# ONEDNN_MAX_CPU_ISA (inside CTranslate2 and PyTorch), MKL's MKL_ENABLE_INSTRUCTIONS (Intel CPUs
+# only: MKL ignores it elsewhere) and PyTorch's ATEN_CPU_CAPABILITY. ONNX Runtime has no such
+# switch: it runs at its best. Each library reads its variable when it loads or first runs, so
+# apply_isa() sets them before anything is imported; child processes inherit them.
+ISA_CAPS = {  # NAME: (CT2_FORCE_CPU_ISA, ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS, ATEN_CPU_CAPABILITY)
+    "scalar": ("GENERIC", "SSE41", "SSE4_2", "default"),
+    "sse2": ("GENERIC", "SSE41", "SSE4_2", "default"),
+    "avx2": ("AVX2", "AVX2", "AVX2", "avx2"),
+    "avx2-vnni": ("AVX2", "AVX2_VNNI", "AVX2_E1", "avx2"),
+    "avx512": ("AVX512", "AVX512_CORE", "AVX512", "avx512"),
+    "avx512-vnni": ("AVX512", "AVX512_CORE_VNNI", "AVX512_E1", "avx512"),
+}
+ISA_HELP = ("cap every system at this instruction set: FASTATTN_ISA for fastattn, "
+            "CT2_FORCE_CPU_ISA + ONEDNN_MAX_CPU_ISA + MKL_ENABLE_INSTRUCTIONS for CTranslate2, "
+            "ATEN_CPU_CAPABILITY (+ oneDNN, MKL) for PyTorch; ONNX Runtime has no switch")
+
+
+def isa_environment(name):
+    """The environment variables that cap fastattn and its peers at `name` (ISA_CAPS)."""
+    ct2, onednn, mkl, aten = ISA_CAPS[name]
+    return {"FASTATTN_ISA": name, "CT2_FORCE_CPU_ISA": ct2, "ONEDNN_MAX_CPU_ISA": onednn,
+            "MKL_ENABLE_INSTRUCTIONS": mkl, "ATEN_CPU_CAPABILITY": aten}
+
+
+def apply_isa(argv=None):
+    """`--isa NAME` (or --isa=NAME) in argv (sys.argv): isa_environment(NAME) into os.environ,
+    for this process and its children, before any library loads. Returns NAME, or None."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    name = None
+    for i, arg in enumerate(argv):
+        if arg == "--isa" and i + 1 < len(argv):
+            name = argv[i + 1]
+        elif arg.startswith("--isa="):
+            name = arg.split("=", 1)[1]
+    if name is None:
+        return None
+    if name not in ISA_CAPS:
+        sys.exit(f"--isa must be one of {', '.join(ISA_CAPS)}, got {name!r}")
+    os.environ.update(isa_environment(name))
+    return name
+
+
+def isa_line():
+    """'ISA cap: ...; fastattn kernels: ...; CPU features: ...' for a bench header: the caps in
+    this process's environment, what fastattn runs under them, and the CPU's flags as fastattn
+    detects them (whatever the cap)."""
+    from fastattn._kernels import _qgemm, _simd
+    keys = ("FASTATTN_ISA", "CT2_FORCE_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
+            "ATEN_CPU_CAPABILITY")
+    caps = " ".join(f"{k}={os.environ[k]}" for k in keys if k in os.environ) or "none"
+    return (f"ISA cap: {caps}; fastattn kernels: float {_simd.isa()}, int8 {_qgemm.variant()}; "
+            f"CPU features: {' '.join(f for f in _simd.cpu_features() if f != 'base')}")

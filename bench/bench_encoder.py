@@ -31,6 +31,8 @@ import sys
 import tempfile
 import time
 
+from _common import ISA_CAPS, ISA_HELP, apply_isa, isa_line
+
 
 def _cpu_flags():
     try:
@@ -67,6 +69,7 @@ def _child(args):
     threadpool_limits(limits=th, user_api="blas")
     from _common import fastattn_origin
     print(f"## child: import order {args.order}; {fastattn_origin()}")
+    print(f"## child: import order {args.order}; {isa_line()}")
     print(f"## child: import order {args.order}; torch {torch.__version__} threads "
           f"{torch.get_num_threads()}, fastattn {fastattn.__version__} kernel threads "
           f"{fastattn.get_num_threads()}, transformers {transformers.__version__}, numpy "
@@ -253,8 +256,11 @@ def main(argv=None):
     ap.add_argument("--int8", action="store_true",
                     help="float32 and int8 of fastattn, CTranslate2, ONNX Runtime, one process "
                          "each")
+    ap.add_argument("--isa", choices=list(ISA_CAPS), help=ISA_HELP)
     ap.add_argument("--order", choices=["torch-first", "fastattn-first"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.isa:
+        apply_isa(["--isa", args.isa])   # before any library loads; the children inherit it
     if args.order:
         return _child(args)
 
@@ -263,6 +269,7 @@ def main(argv=None):
         load = f.read().strip()
     print(f"# python {platform.python_version()}  {platform.platform()}")
     print(f"# cpu: {model}; {os.cpu_count()} logical CPUs; flags: {flags}")
+    print(f"# {isa_line()}")
     print(f"# loadavg before: {load}")
     print(f"# OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')} "
           f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE')}")

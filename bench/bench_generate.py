@@ -29,6 +29,9 @@ import time
 
 import numpy as np
 
+from _common import ISA_CAPS, ISA_HELP, apply_isa, isa_line
+
+apply_isa()                         # --isa NAME: every library's cap, before any of them loads
 if "--torch-first" in sys.argv:     # users often import torch first: its libgomp then serves both
     import torch  # noqa: F401
 import fastattn                     # by default first: fastattn's OpenMP settings win (PEERS.md)
@@ -52,8 +55,8 @@ def cpu_flags():
                          "?")
     except OSError:
         model = "?"
-    keep = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
-                        "amx_tile") if f in flags]
+    keep = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni",
+                        "avx512_bf16", "amx_tile", "amx_int8") if f in flags]
     return model, keep
 
 
@@ -200,6 +203,7 @@ def int8_run(args, hf_dir):
     from fastattn.benchmark import _models
     model_name, flags = cpu_flags()
     print(f"# CPU: {model_name}; flags: {' '.join(flags)}; os.cpu_count()={os.cpu_count()}")
+    print(f"# {isa_line()}")
     print(f"# loadavg before: {' '.join(loadavg())}; threads: {args.threads}; "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')}, "
           f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE')}")
@@ -228,6 +232,7 @@ def main():
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--int8", action="store_true",
                     help="float32 and int8 of fastattn and CTranslate2, one process each")
+    ap.add_argument("--isa", choices=list(ISA_CAPS), help=ISA_HELP)
     ap.add_argument("--profile-step", action="store_true",
                     help="only print where one decode step's time goes (fastattn)")
     args = ap.parse_args()
@@ -247,12 +252,14 @@ def main():
 
     if args.profile_step:
         print(f"# loadavg before: {' '.join(loadavg())}; flags: {' '.join(cpu_flags()[1])}")
+        print(f"# {isa_line()}")
         for _title, batch, beams in works:
             profile_step(hf_dir, args.threads, batch=batch, beams=beams)
         print(f"# loadavg after: {' '.join(loadavg())}")
         return
     model_name, flags = cpu_flags()
     print(f"# CPU: {model_name}; flags: {' '.join(flags)}; os.cpu_count()={os.cpu_count()}")
+    print(f"# {isa_line()}")
     print(f"# loadavg before: {' '.join(loadavg())}; threads: {args.threads}; "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')}, "
           f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE')}")

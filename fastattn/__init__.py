@@ -7,6 +7,17 @@ import os as _os
 
 from ._version import __version__
 
+
+def _running_as_command():
+    """Whether this process is the `fastattn` command (its script, or `python -m fastattn`: the
+    package is imported while -m locates its module, and sys.argv[0] is then '-m'), which
+    reports an import error in one line rather than a traceback."""
+    import sys
+    argv0 = sys.argv[0] if sys.argv else ""
+    return argv0 == "-m" or _os.path.splitext(_os.path.basename(argv0))[0] in (
+        "fastattn", "fastattn-script")
+
+
 # GNU libgomp spins ~300,000 pause iterations (several ms on AMD cores) after every parallel
 # region before its threads sleep; on small machines that spinning steals the core NumPy's BLAS
 # threads need for the next GEMM (a Transformer forward lost ~10% to it). libgomp reads
@@ -26,6 +37,12 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "(e.g. `apt-get install libgomp1`, `brew install libomp`) or rebuild with "
         f"FASTATTN_NO_OPENMP=1. Original error: {exc}"
     ) from exc
+except ValueError as exc:  # FASTATTN_ISA (read by _kernels._simd): unknown, or above this CPU
+    if _running_as_command():
+        import sys as _sys
+        print(f"fastattn: error: {exc}", file=_sys.stderr)
+        raise SystemExit(2) from None
+    raise
 finally:
     if _set_spin:
         del _os.environ["GOMP_SPINCOUNT"]

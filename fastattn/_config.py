@@ -3,7 +3,7 @@ import platform
 import sys
 
 from ._kernels import _attention as _k
-from ._kernels import _simd
+from ._kernels import _qgemm, _simd
 from ._threads import _cpu_count, get_num_threads
 
 __all__ = ["config", "show_config"]
@@ -20,6 +20,13 @@ def _blas_info():
             rows.append(f"{lib.get('internal_api')} {lib.get('version')} "
                         f"({lib.get('architecture')}, {lib.get('num_threads')} threads)")
     return "; ".join(rows) or "none loaded"
+
+
+def _cpu_int8():
+    """The CPU's int8 dot-product extensions, as detected (whatever FASTATTN_ISA allows)."""
+    have = _simd.cpu_features()
+    return ", ".join(f"{f} {'yes' if f in have else 'no'}"
+                     for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
 
 
 def config():
@@ -40,14 +47,18 @@ def config():
         "openmp": _k.openmp_enabled(),
         "threads": get_num_threads(),
         "cpus": _cpu_count(),
-        "simd": _simd.isa(),
-        "cpu_simd": _simd.cpu_isa(),
+        "simd": _simd.isa(),                    # the float kernel set in use
+        "int8_kernels": _qgemm.variant(),       # the int8 GEMM's variant in use
+        "isa_cap": f"{_simd.isa_cap()} (FASTATTN_ISA)" if _simd.isa_cap() else "none",
+        "cpu_simd": _simd.cpu_isa(capped=False),
+        "cpu_int8": _cpu_int8(),
         "blas": _blas_info(),
     }
 
 
 def show_config(file=None):
-    """Print version, compiler, flags, OpenMP on/off, threads, SIMD level and NumPy's BLAS."""
+    """Print version, compiler, flags, OpenMP on/off, threads, the kernel sets (float and int8),
+    the FASTATTN_ISA cap, the CPU's SIMD and int8 extensions and NumPy's BLAS."""
     cfg = config()
     width = max(len(k) for k in cfg)
     print("fastattn configuration", file=file)

@@ -24,7 +24,7 @@ cimport numpy as cnp
 
 from fastattn._kernels._gemm cimport _col_block   # (QG_NGROUP = GM_NR_MAX = 64)
 from fastattn._kernels._openmp cimport fa_team_open, fa_team_place, fa_team_t
-from fastattn._kernels._simd cimport isa_now
+from fastattn._kernels._simd cimport isa_features, isa_now
 
 cnp.import_array()
 
@@ -44,8 +44,8 @@ cdef extern from "qgemm_kernels.h" nogil:
                    const float *beta, double eps, float *y) noexcept nogil
     void qg_setup()
     const qg_kernels *qg_kernels_for(int variant)
-    int qg_cpu_has(int variant)
-    int qg_variant_for(int level)
+    int qg_variant_ok(int variant, unsigned features)
+    int qg_variant_for(int level, unsigned features)
 
 qg_setup()
 
@@ -67,23 +67,30 @@ cdef inline Py_ssize_t _cdiv(Py_ssize_t a, Py_ssize_t b) noexcept nogil:
 
 
 cdef inline int _variant_now() noexcept nogil:
-    return _forced if _forced >= 0 else qg_variant_for(isa_now())
+    return _forced if _forced >= 0 else qg_variant_for(isa_now(), isa_features())
 
 
 def variant():
     """Name of the int8 kernel variant in use: set_variant's, else the best one for the
-    kernel set of fastattn's ISA state ('avx512-vnni', 'avx512', 'avx2-vnni', 'avx2', 'scalar')."""
+    kernel set of fastattn's ISA state and the CPU's features under the FASTATTN_ISA cap
+    ('avx512-vnni', 'avx512', 'avx2-vnni', 'avx2', 'scalar')."""
     return _NAMES[_variant_now()]
 
 
 def cpu_variants():
-    """The int8 variants this CPU can run."""
-    return [name for name, v in VARIANTS.items() if qg_cpu_has(v)]
+    """The int8 variants this CPU can run (under the FASTATTN_ISA cap)."""
+    return [name for name, v in VARIANTS.items() if qg_variant_ok(v, isa_features())]
+
+
+def _cap_note():
+    from fastattn._kernels._simd import isa_cap
+    return f"; FASTATTN_ISA={isa_cap()}" if isa_cap() else ""
 
 
 def set_variant(name):
     """Force an int8 kernel variant (testing aid; None: back to automatic). Returns the name in
-    use. ValueError for an unknown name or one this CPU cannot run."""
+    use. ValueError for an unknown name or one this CPU cannot run (under the FASTATTN_ISA
+    cap)."""
     global _forced
     if name is None:
         _forced = -1
@@ -91,9 +98,9 @@ def set_variant(name):
     if name not in VARIANTS:
         raise ValueError(f"int8 kernel variant must be one of {sorted(VARIANTS)} or None, "
                          f"got {name!r}")
-    if not qg_cpu_has(VARIANTS[name]):
+    if not qg_variant_ok(VARIANTS[name], isa_features()):
         raise ValueError(f"this CPU cannot run the int8 kernel variant {name!r} "
-                         f"(it can: {cpu_variants()})")
+                         f"(it can: {cpu_variants()}{_cap_note()})")
     _forced = VARIANTS[name]
     return name
 

@@ -307,26 +307,25 @@ void qg_setup(void)
 
 const qg_kernels *qg_kernels_for(int variant) { return &qg_tables[variant]; }
 
-int qg_cpu_has(int variant)
+int qg_variant_ok(int variant, unsigned features)
 {
-#if FA_X86
-    __builtin_cpu_init();
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    const unsigned avx2 = FA_CPU_AVX2 | FA_CPU_FMA;
+    const unsigned avx512 = avx2 | FA_CPU_AVX512F | FA_CPU_AVX512BW;
+    unsigned need;
     switch (variant) {
     case QG_SCALAR: return 1;
-    case QG_AVX2: return avx2;
-    case QG_AVX2_VNNI: return avx2 && __builtin_cpu_supports("avxvnni");
-    case QG_AVX512: return avx512;
-    case QG_AVX512_VNNI: return avx512 && __builtin_cpu_supports("avx512vnni");
+#if FA_X86
+    case QG_AVX2: need = avx2; break;
+    case QG_AVX2_VNNI: need = avx2 | FA_CPU_AVX_VNNI; break;
+    case QG_AVX512: need = avx512; break;
+    case QG_AVX512_VNNI: need = avx512 | FA_CPU_AVX512_VNNI; break;
+#endif
     default: return 0;
     }
-#else
-    return variant == QG_SCALAR;
-#endif
+    return (features & need) == need;
 }
 
-int qg_variant_for(int level)
+int qg_variant_for(int level, unsigned features)
 {
     int order[QG_N_VARIANTS] = {QG_AVX512_VNNI, QG_AVX512, QG_AVX2_VNNI, QG_AVX2, QG_SCALAR};
     for (int i = 0; i < QG_N_VARIANTS; i++) {
@@ -334,7 +333,7 @@ int qg_variant_for(int level)
         int need = v >= QG_AVX512 ? FA_ISA_AVX512 : v >= QG_AVX2 ? FA_ISA_AVX2 : FA_ISA_SCALAR;
         /* the AVX2 kernel sets (avx2, avx2-wide) take the AVX2 variants */
         int ok = level == FA_ISA_AVX2_WIDE ? need <= FA_ISA_AVX2 : need <= level;
-        if (ok && qg_cpu_has(v)) return v;
+        if (ok && qg_variant_ok(v, features)) return v;
     }
     return QG_SCALAR;
 }

@@ -60,9 +60,12 @@ typedef struct {
 
 void qg_setup(void);
 const qg_kernels *qg_kernels_for(int variant);
-/* whether this CPU (and build) can run a variant */
-int qg_cpu_has(int variant);
-/* the variant for a kernel set of simd.h's ISA state: the best one at or below it */
-int qg_variant_for(int level);
+/* whether a variant runs with these CPU features (simd.h's FA_CPU_* bits: the kernels pass
+ * fa_isa_features(), the CPU's as detected in dispatch.c less the FASTATTN_ISA cap) and this
+ * build */
+int qg_variant_ok(int variant, unsigned features);
+/* the variant for a kernel set of simd.h's ISA state: the best one at or below it that the
+ * features allow */
+int qg_variant_for(int level, unsigned features);
 
 #endif

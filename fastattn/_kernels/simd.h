@@ -5,8 +5,10 @@
  *   FA_X86, FA_GNU_VECTORS   what the compiler and target offer; <immintrin.h> on x86
  *   FA_ALWAYS_INLINE, FA_PREFETCH
  *   FA_TARGET_*              the function attributes of the ISA builds
- *   FA_ISA_*                 the kernel sets, detection (fa_cpu_level) and the clamp of a request
- *                            to what the CPU has (fa_select_level); dispatch.c
+ *   FA_ISA_*                 the kernel sets, the best one available (fa_cpu_level) and the clamp
+ *                            of a request to it (fa_select_level); dispatch.c
+ *   FA_CPU_*                 the CPU's features: the one detection (fa_cpu_features), the
+ *                            FASTATTN_ISA cap (fa_isa_cap) and what is left (fa_isa_features)
  *   fa_isa_now, fa_isa_select   the one ISA state: the kernel set every family runs
  *   FA_KERNELS_FOR           a family's table for a level (the body of <family>_for(level))
  *
@@ -91,20 +93,47 @@ enum {
     FA_ISA_AVX2_WIDE = 4 /* tests only: the AVX-512 kernel shapes compiled for AVX2 */
 };
 
-/* The best of FA_ISA_SCALAR .. FA_ISA_AVX512 this CPU (and compiler) supports. */
+/* The CPU's features, detected in one place (dispatch.c: CPUID, and XGETBV for what the OS
+ * saves: an AVX extension counts only with the ymm state enabled, an AVX-512 one with the zmm
+ * and opmask state, AMX with the tile state). FA_CPU_BASE is the baseline vector ISA the
+ * extensions are built for (SSE2 on x86-64; any target with GNU C vectors). */
+enum {
+    FA_CPU_BASE = 1 << 0,
+    FA_CPU_AVX2 = 1 << 1,
+    FA_CPU_FMA = 1 << 2,
+    FA_CPU_AVX512F = 1 << 3,
+    FA_CPU_AVX512BW = 1 << 4,
+    FA_CPU_AVX512VL = 1 << 5,
+    FA_CPU_AVX512_VNNI = 1 << 6,   /* vpdpbusd on zmm (EVEX) */
+    FA_CPU_AVX_VNNI = 1 << 7,      /* vpdpbusd on ymm (VEX encoding) */
+    FA_CPU_AMX_TILE = 1 << 8,      /* reported only: no kernel uses AMX */
+    FA_CPU_AMX_INT8 = 1 << 9
+};
+/* what the CPU (and OS, and compiler) offer: detected once */
+unsigned fa_cpu_features(void);
+/* The cap (FASTATTN_ISA, set by _simd at import): the features the kernels may use, the others
+ * treated as absent by every choice below and by the int8 variants (qgemm_kernels.c). Sets the
+ * mask and the ISA state to the best kernel set under it; returns that level. */
+int fa_isa_cap(unsigned allowed);
+/* fa_cpu_features() less what the cap takes away: what every kernel choice reads */
+unsigned fa_isa_features(void);
+/* The best kernel set of a feature set (FA_ISA_AVX512 needs AVX-512F + AVX2 + FMA, FA_ISA_AVX2
+ * AVX2 + FMA, FA_ISA_BASE the baseline vectors). */
+int fa_level_of(unsigned features);
+/* The best of FA_ISA_SCALAR .. FA_ISA_AVX512 available: fa_level_of(fa_isa_features()). */
 int fa_cpu_level(void);
-/* The kernel set a request for `level` gets: the level itself when the CPU has it (the test-only
- * FA_ISA_AVX2_WIDE needs AVX2), else the CPU's best (a negative level asks for the best). */
+/* The kernel set a request for `level` gets: the level itself when available (the test-only
+ * FA_ISA_AVX2_WIDE needs AVX2), else the best (a negative level asks for the best). */
 int fa_select_level(int level);
 
 /* The one ISA state: the kernel set (FA_ISA_*) that attention, GEMM, LayerNorm and search all
- * run, the CPU's best unless a test forced another. It lives in dispatch.c, which only the
+ * run, the best available unless a test forced another. It lives in dispatch.c, which only the
  * fastattn._kernels._simd extension compiles: the other extensions read it through _simd's
  * isa_now() (_simd.pxd, a Cython C-API import) at each call and hand it to their kernels
  * (<family>_for(level) below), so there is no other copy to keep in step.
  *   fa_isa_now()            the level in force
- *   fa_isa_select(level)    force a level (clamped by fa_select_level; negative: the CPU's
- *                           best); returns the level in force. Not thread-safe against
+ *   fa_isa_select(level)    force a level (clamped by fa_select_level; negative: the best
+ *                           available); returns the level in force. Not thread-safe against
  *                           running kernels (the callers hold the GIL). */
 int fa_isa_now(void);
 int fa_isa_select(int level);

@@ -135,7 +135,10 @@ def _runner(system, model, path, threads, workdir):
 
             def run(ids, _):
                 return m(ids)
-        return fastattn.__version__, run
+        from fastattn._kernels import _qgemm, _simd
+        cap = f", FASTATTN_ISA={_simd.isa_cap()}" if _simd.isa_cap() else ""
+        kernels = _qgemm.variant() if quantize else _simd.isa()
+        return f"{fastattn.__version__} (kernels {kernels}{cap})", run
     if system == "transformers":
         torch = _need("torch", "PyTorch")
         transformers = _need("transformers", "transformers")

@@ -24,7 +24,8 @@ def cpu_model():
 
 
 def cpu_flags():
-    wanted = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile")
+    wanted = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16",
+              "avx512_fp16", "amx_tile", "amx_int8")
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -73,7 +74,9 @@ def environment():
         "packages": {p: _pkg_version(p) for p in ("numpy", "threadpoolctl", "torch", "onnxruntime",
                                                    "onnx", "matplotlib", "tqdm")},
         "env": {k: os.environ[k] for k in sorted(os.environ)
-                if k.startswith(("OPENBLAS_", "OMP_", "MKL_", "GOMP_", "KMP_"))},
+                if k.startswith(("OPENBLAS_", "OMP_", "MKL_", "GOMP_", "KMP_", "FASTATTN_",
+                                 # the peers' instruction-set caps (bench --isa sets them)
+                                 "CT2_", "ONEDNN_", "DNNL_", "ATEN_CPU_"))},
     }
     return env
 

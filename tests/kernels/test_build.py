@@ -21,9 +21,16 @@ def test_no_unportable_flags():
 
 
 def test_simd_dispatch_reported():
+    from fastattn._kernels import _qgemm, _simd
     cfg = _config.config()
     assert cfg["simd"] in ("avx512", "avx2", "baseline", "scalar")
-    assert cfg["simd"] == cfg["cpu_simd"]          # the best set the CPU has is in use
+    assert cfg["simd"] == _simd.cpu_isa()          # the best set available is in use ...
+    if _simd.isa_cap() is None:                    # ... the CPU's best, without FASTATTN_ISA
+        assert cfg["isa_cap"] == "none" and cfg["simd"] == cfg["cpu_simd"]
+    assert cfg["int8_kernels"] == _qgemm.variant()
+    assert set(cfg["cpu_int8"].split(", ")) <= {f"{f} {yn}" for f in ("avx512_vnni", "avx_vnni",
+                                                                       "amx_int8")
+                                                 for yn in ("yes", "no")}
 
 
 def test_version_single_source():
