@@ -18,12 +18,13 @@ from ..nn._masks import _KernelMask
 from ..nn._module import _Init
 from ..nn.attention import RowSubset
 from ..io.huggingface import checkpoint_files, read_safetensors
+from ..io.huggingface import read_json as _read_json
 from ..nn.embedding import Embedding
 from ..nn.linear import Linear
 from ..nn.norm import LayerNorm
 from ..nn.positional import RelativePositionBias, rotary_tables
 from ..nn.transformer import TransformerEncoderLayer
-from .bert import _read_json, load_config, load_weights
+from ._encoder_weights import load_config, load_weights
 
 __all__ = ["EncoderModel", "POOLING_MODES"]
 
@@ -38,8 +39,6 @@ _POOLING_FLAGS = {
     "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
 }
 
-
-_MPNET_MAX_DISTANCE = 128       # fixed in transformers' MPNet
 
 # below this many multiply-adds per score pass (B * heads * S * S * head_dim), attention runs
 # on one thread
@@ -227,13 +226,14 @@ class EncoderModel:
         self.final_norm = LayerNorm(c.hidden_size, eps, bias=c.bias, dtype=self.dtype,
                                     _init=init) if c.final_norm else None
         self.position_bias = RelativePositionBias(
-            c.relative_attention_num_buckets, _MPNET_MAX_DISTANCE, c.num_heads, True,
-            dtype=self.dtype, _init=init) if c.relative_attention_num_buckets else None
+            c.relative_attention_num_buckets, c.relative_attention_max_distance, c.num_heads,
+            True, dtype=self.dtype, _init=init) if c.relative_attention_num_buckets else None
 
     def state_dict(self):
         """The parameters by fastattn.nn name (``embeddings.weight``, ``layers.0.self_attn.
-        in_proj_weight`` ...; :func:`fastattn.models.bert.name_map` gives each checkpoint
-        tensor's place), as read-only views: the layers run on packed copies of them."""
+        in_proj_weight`` ...; the family's name map (:mod:`fastattn.models.registry`) gives
+        each checkpoint tensor's place), as read-only views: the layers run on packed copies of
+        them."""
         out = {}
         for k, v in self._arrays().items():
             view = v.view() if isinstance(v, np.ndarray) else v.dequantize()
@@ -333,7 +333,8 @@ class EncoderModel:
         Raises
         ------
         FileNotFoundError naming the missing file; ValueError naming the unsupported config
-        field, module, or bad tensor (see :func:`fastattn.models.bert.load_config`).
+        field, module, or bad tensor (see :func:`fastattn.models._encoder_weights.load_config`
+        and the families' ``read_config``).
         """
         try:
             if dtype is None:          # np.dtype(None) would be float64
@@ -343,7 +344,7 @@ class EncoderModel:
             raise ValueError(str(exc)) from None
         check_quantize(quantize, dt)
         model_dir, pooling_cfg, normalize, dense = _read_folder(path)
-        config = load_config(model_dir)
+        family, config = load_config(model_dir)
         pooling = pooling_cfg if isinstance(pooling_cfg, tuple) else \
             _pooling_from_config(os.path.join(pooling_cfg, "config.json"), config.hidden_size)
         saved = None
@@ -363,7 +364,7 @@ class EncoderModel:
                 else:
                     model.layers[i].compact_()
                 release_free_memory()
-            load_weights(model_dir, config, model._array, layer_done)
+            load_weights(model_dir, family, config, model._array, layer_done)
         else:
             model._assign_saved(saved, model_dir)
         width = config.hidden_size * len(pooling)

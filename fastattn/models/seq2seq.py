@@ -31,15 +31,15 @@ from ..generation.config import (check_generation_config, check_generation_ids,
                                  read_generation_config)
 from ..generation.kv_cache import KVCache
 from ..generation.search import DecoderState, generate, score
-from ..io.huggingface import Checkpoint, canonical_activation
+from ..io.huggingface import (Checkpoint, canonical_activation, checkpoint_files, read_json,
+                              read_safetensors)
 from ..nn._masks import _KernelMask
 from ..nn._module import _Init
 from ..nn.embedding import Embedding
 from ..nn.linear import Linear
 from ..nn.positional import POSITION_LAYOUTS, fairseq_positions_table, positions_table
 from ..nn.transformer import TransformerDecoder, TransformerEncoder
-from . import bart as _bart
-from . import marian, t5  # noqa: F401  (they register their loaders)
+from . import registry
 
 __all__ = ["Seq2SeqTransformer", "positions_table"]
 
@@ -198,9 +198,10 @@ class Seq2SeqTransformer:
                              "go together (T5's position bias)")
         if cfg["norm"] == "rms" and not cfg["normalize_before"]:
             raise ValueError("norm='rms' needs normalize_before=True")
-        if model_type not in _bart.LOADERS:
-            raise ValueError(f"model_type must be one of {sorted(_bart.LOADERS)}, got "
-                             f"{model_type!r} (it selects the checkpoint's names)")
+        self._family = registry.family(model_type, "seq2seq")
+        if self._family is None:
+            raise ValueError(f"model_type must be one of {sorted(registry.model_types('seq2seq'))}"
+                             f", got {model_type!r} (it selects the checkpoint's names)")
         canonical_activation(activation_function, "activation_function")
         if positions not in _POSITIONS:
             raise ValueError(f"positions must be one of {_POSITIONS}, got {positions!r}")
@@ -302,8 +303,7 @@ class Seq2SeqTransformer:
         arrays = {f"{lname}.{name}": arr for lname, layer in self._layers.items()
                   for name, arr, _, _ in layer._named_params()}
         params, qparams, order = {}, {}, []
-        for hf, (name, rows, shape) in _bart.LOADERS[self._config["model_type"]].name_map(
-                self._config).items():
+        for hf, name, rows, shape, _ in self._family.name_map(self._config):
             order.append(hf)
             arr = arrays[name]
             if not isinstance(arr, np.ndarray):      # int8, or a float weight held packed
@@ -315,7 +315,7 @@ class Seq2SeqTransformer:
     def _init_random(self, seed):
         rng = np.random.default_rng(check_seed(seed))
         for name, arr in self._params.items():
-            if name.endswith("layer_norm.weight"):
+            if arr.ndim == 1 and name.endswith(".weight"):     # norms (layernorm_embedding too)
                 arr[...] = 1.0
             elif name.endswith(".bias") or name == "final_logits_bias":
                 arr[...] = 0.0
@@ -414,8 +414,8 @@ class Seq2SeqTransformer:
                     v = v.detach().cpu().numpy()
                 sd[k] = np.asarray(v)
             sd = Checkpoint.of_arrays(sd)
-        sd = _bart.LOADERS[self._config["model_type"]].state_dict(sd, self._config)
-        names = _bart.LOADERS[self._config["model_type"]].name_map(self._config)
+        sd = self._family.state_dict(sd, self._config)
+        names = {e.checkpoint: e for e in self._family.name_map(self._config)}
         missing = [k for k in names if k not in sd]
         if missing:
             raise ValueError(f"state_dict is missing {len(missing)} parameter(s), e.g. "
@@ -425,7 +425,8 @@ class Seq2SeqTransformer:
             raise ValueError(f"state_dict has {len(unexpected)} unexpected key(s), e.g. "
                              f"{unexpected[:3]}")
         # every entry is checked before any is copied: a bad state_dict changes nothing
-        for k, (_, _, shape) in names.items():
+        for k, e in names.items():
+            shape = e.shape
             if sd.shape(k) != tuple(shape):
                 raise ValueError(f"{k}: shape {sd.shape(k)} does not match the model's "
                                  f"{tuple(shape)}")
@@ -441,18 +442,18 @@ class Seq2SeqTransformer:
         (_apply_quantize / _apply_compact convert them). The float model is never whole in
         memory: a load peaks at the loaded model plus one layer and the largest table."""
         sd = self._checked_state_dict(state_dict)
-        names = _bart.LOADERS[self._config["model_type"]].name_map(self._config)
+        names = {e.checkpoint: e for e in self._family.name_map(self._config)}
         owners = {f"{lname}.{name}": (owner, key) for lname, layer in self._layers.items()
                   for name, _, owner, key in layer._named_params()}
         units = {}
-        for hf, (nn, _, _) in names.items():
-            parts = nn.split(".")
+        for hf, e in names.items():
+            parts = e.network.split(".")
             unit = (parts[0], int(parts[2])) if parts[1:2] == ["layers"] else ("rest",)
             units.setdefault(unit, []).append(hf)
         rest = units.pop(("rest",), [])
         for (stack, i), hfs in list(units.items()) + [(("rest", None), rest)]:
             for hf in hfs:
-                nn, rows, shape = names[hf]
+                _, nn, rows, shape, _ = names[hf]
                 owner, key = owners[nn]
                 arr = owner._params[key]
                 dst = (arr if rows is None else arr[rows[0]:rows[1]]).reshape(shape)
@@ -490,7 +491,7 @@ class Seq2SeqTransformer:
             raise FileNotFoundError(f"{path} is not a directory")
         if _saved.is_saved_folder(path):
             return cls._from_saved(path, dtype, quantize)
-        config, legacy, weights = _bart.read_checkpoint(path)
+        config, legacy, weights = _read_checkpoint(path)
         gen = read_generation_config(path, legacy)
         check_generation_ids(gen, config["decoder_vocab_size"], os.path.join(
             path, "generation_config.json" if os.path.exists(
@@ -876,6 +877,23 @@ class Seq2SeqTransformer:
         :func:`fastattn.generation.search.generate`.
         """
         return generate(self, input_ids, attention_mask, do_sample=do_sample, **kwargs)
+
+
+def _read_checkpoint(path):
+    """``(keywords, generation settings in config.json, tensors)`` of a checkpoint folder, read
+    by the family of config.json's model_type (:mod:`fastattn.models.registry`)."""
+    where = os.path.join(path, "config.json")
+    raw = read_json(where, os.path.basename(where), dict)
+    model_type = raw.get("model_type")
+    family = registry.family(model_type, "seq2seq")
+    if family is None:
+        raise ValueError(f"{where}: model_type={model_type!r} is not supported; supported: "
+                         f"{', '.join(sorted(registry.model_types('seq2seq')))}")
+    config = family.read_config(raw, where)
+    legacy = config.pop("generation_config")
+    weights = read_safetensors(checkpoint_files(path))
+    family.untie(config, weights, path)
+    return config, legacy, weights
 
 
 class _Seq2SeqState(DecoderState):

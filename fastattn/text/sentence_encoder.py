@@ -23,8 +23,7 @@ import numpy as np
 from ..io.huggingface import read_json
 from ..models import EncoderModel
 from ..models.encoder import pool
-from ._common import (ENCODER_TYPES, TRANSLATION_TYPES, check_folder, check_quantize,
-                      check_threads, model_type)
+from ._common import check_folder, check_quantize, check_threads, model_family
 from ._progress import progress_bar
 from .batching import check_batching, length_batches, pad_batch
 from .tokenizers import JsonTokenizer, check_texts, load_tokenizer
@@ -79,13 +78,7 @@ class SentenceEncoder:
     def __init__(self, path, *, quantize=None, n_threads=None):
         path = check_folder(path)
         tdir = _transformer_dir(path)
-        mt = model_type(tdir)
-        if mt in TRANSLATION_TYPES:
-            raise ValueError(f"{os.path.join(tdir, 'config.json')}: model_type={mt!r} is a "
-                             "translation model: use fastattn.Translator")
-        if mt not in ENCODER_TYPES:
-            raise ValueError(f"{os.path.join(tdir, 'config.json')}: model_type={mt!r} is not an "
-                             f"encoder fastattn supports (supported: {', '.join(ENCODER_TYPES)})")
+        model_family(tdir, "encoder")
         extra = check_quantize(quantize)
         self.n_threads = check_threads(n_threads)
         self.path = path

@@ -32,15 +32,13 @@ special tokens, ``max_source_length`` ids in all (the smaller of the tokenizer's
 ``tokenizer(text, truncation=True, max_length=max_source_length)`` gives; transformers without
 truncation would fail on such a line.
 """
-import os
 import queue
 import threading
 
 import numpy as np
 
 from ..models import Seq2SeqTransformer
-from ._common import (ENCODER_TYPES, TRANSLATION_TYPES, check_folder, check_quantize,
-                      check_threads, model_type)
+from ._common import check_folder, check_quantize, check_threads, model_family
 from ._progress import progress_bar
 from .batching import check_batching, length_batches, pad_batch
 from .tokenizers import check_texts, load_tokenizer
@@ -90,16 +88,11 @@ class Translator:
     def __init__(self, path, *, src_lang=None, tgt_lang=None, quantize=None, dtype=np.float32,
                  n_threads=None):
         path = check_folder(path)
-        mt = model_type(path)
-        if mt not in TRANSLATION_TYPES:
-            hint = " (an encoder: use fastattn.SentenceEncoder)" if mt in ENCODER_TYPES else ""
-            raise ValueError(f"{os.path.join(path, 'config.json')}: model_type={mt!r} is not a "
-                             f"translation model fastattn supports (supported: "
-                             f"{', '.join(TRANSLATION_TYPES)}){hint}")
+        family = model_family(path, "seq2seq")
         extra = check_quantize(quantize)
         self.n_threads = check_threads(n_threads)
         self.path = path
-        self.tokenizer = load_tokenizer(path, family=mt if mt in ("marian", "m2m_100") else None)
+        self.tokenizer = load_tokenizer(path, family=family.tokenizer)
         self.tokenizer.check_languages(src_lang, tgt_lang)
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.model = Seq2SeqTransformer.from_pretrained(path, dtype=dtype, **extra)
