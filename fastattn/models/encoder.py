@@ -1,9 +1,11 @@
 """EncoderModel: BERT-family encoders and sentence embeddings from a Hugging Face folder.
 
 No torch, no transformers at run time: weights come from ``model.safetensors`` through the
-``safetensors`` NumPy API (:mod:`fastattn.io.huggingface`), into fastattn.nn's layers: an
-:class:`~fastattn.nn.Embedding` (word + token type + position, LayerNorm, one C pass) and
-post-norm :class:`~fastattn.nn.TransformerEncoderLayer` s. This file composes them and calls no
+``safetensors`` NumPy API (:mod:`fastattn.io.huggingface`), into fastattn.nn's network: an
+:class:`~fastattn.nn.Embedding` (word + token type + position, LayerNorm, one C pass) and a
+:class:`~fastattn.nn.TransformerEncoder` (post-norm layers, or ModernBERT's pre-norm ones and
+final norm; MPNet's position bias), then pooling. The model computes the network's arguments
+(position ids, the padding mask, ModernBERT's per-layer masks and rotary tables) and calls no
 kernel.
 """
 import os
@@ -22,8 +24,8 @@ from ..io.huggingface import read_json as _read_json
 from ..nn.embedding import Embedding
 from ..nn.linear import Linear
 from ..nn.norm import LayerNorm
-from ..nn.positional import RelativePositionBias, rotary_tables
-from ..nn.transformer import TransformerEncoderLayer
+from ..nn.positional import RelativePositionBias, counted_position_ids, rotary_tables
+from ..nn.transformer import TransformerEncoder, TransformerEncoderLayer
 from ._encoder_weights import load_config, load_weights
 
 __all__ = ["EncoderModel", "POOLING_MODES"]
@@ -216,18 +218,32 @@ class EncoderModel:
         # BERT's post-norm blocks: q/k/v one GEMM, the activation fused into the first FFN
         # GEMM's epilogue, each residual and LayerNorm into the second GEMM of its sublayer;
         # ModernBERT's pre-norm ones (the first without a norm before its attention)
-        self.layers = [TransformerEncoderLayer(c.hidden_size, c.num_heads, c.intermediate_size,
-                                               activation=c.activation, layer_norm_eps=eps,
-                                               norm_first=c.norm_first, bias=c.bias,
-                                               gated=c.gated,
-                                               attn_norm=i > 0 or c.first_attn_norm,
-                                               dtype=self.dtype, _init=init)
-                       for i in range(c.num_layers)]
-        self.final_norm = LayerNorm(c.hidden_size, eps, bias=c.bias, dtype=self.dtype,
-                                    _init=init) if c.final_norm else None
-        self.position_bias = RelativePositionBias(
+        layers = [TransformerEncoderLayer(c.hidden_size, c.num_heads, c.intermediate_size,
+                                          activation=c.activation, layer_norm_eps=eps,
+                                          norm_first=c.norm_first, bias=c.bias, gated=c.gated,
+                                          attn_norm=i > 0 or c.first_attn_norm,
+                                          dtype=self.dtype, _init=init)
+                  for i in range(c.num_layers)]
+        final_norm = LayerNorm(c.hidden_size, eps, bias=c.bias, dtype=self.dtype,
+                               _init=init) if c.final_norm else None
+        position_bias = RelativePositionBias(
             c.relative_attention_num_buckets, c.relative_attention_max_distance, c.num_heads,
             True, dtype=self.dtype, _init=init) if c.relative_attention_num_buckets else None
+        self.encoder = TransformerEncoder._of_layers(layers, final_norm, position_bias)
+
+    # the network's parts under the names the checkpoints' name maps and saved folders use
+    # (``layers.N.*``, ``final_norm.*``, ``position_bias.*``)
+    @property
+    def layers(self):
+        return self.encoder.layers
+
+    @property
+    def final_norm(self):
+        return self.encoder.norm
+
+    @property
+    def position_bias(self):
+        return self.encoder.position_bias
 
     def state_dict(self):
         """The parameters by fastattn.nn name (``embeddings.weight``, ``layers.0.self_attn.
@@ -439,8 +455,7 @@ class EncoderModel:
             return np.arange(S)[None, :]
         # RoBERTa: pad + cumulative count of non-padding ids; padding tokens get pad itself
         # (MPNet counts from its fixed padding_idx 1 but looks for the pad id)
-        not_pad = ids != cfg.pad_token_id
-        return np.cumsum(not_pad, axis=1) * not_pad + cfg.padding_idx
+        return counted_position_ids(ids, cfg.pad_token_id, cfg.padding_idx)
 
     def _embeddings(self, ids, tt, keep):
         """LN(word + token type + position) for the flat token positions `keep` (all: None);
@@ -449,18 +464,21 @@ class EncoderModel:
         return self.embeddings._forward(ids, position_ids=self._position_ids(ids),
                                         token_type_ids=tt, keep=keep)
 
-    def _layer_kinds(self, S, kmask):
-        """ModernBERT: per layer kind ("full", "sliding") the attention mask (sliding: only the
-        keys within local_attention // 2 positions) and the rotary tables (cos, sin) of its base."""
+    def _layer_args(self, S, kmask):
+        """The network's per-layer arguments: (the attention mask(s), the rotary tables or
+        None). ModernBERT: per layer, its kind's ("full", "sliding") mask (sliding: only the
+        keys within local_attention // 2 positions) and rotary tables (cos, sin) of its base;
+        the other families: kmask for every layer, no rotary tables."""
         cfg = self.config
         if not cfg.layer_types:
-            return {}, {}
+            return kmask, None
         pos = np.arange(S)
         ropes = {kind: rotary_tables(pos, cfg.head_dim, theta, self.dtype)
                  for kind, theta in zip(("full", "sliding"), cfg.rope_theta)}
         band = np.abs(pos[:, None] - pos[None, :]) <= cfg.local_attention // 2      # (S, S)
         local = band[None, None] if kmask.mask is None else np.logical_and(band, kmask.mask)
-        return {"full": kmask, "sliding": _KernelMask(local, False)}, ropes
+        masks = {"full": kmask, "sliding": _KernelMask(local, False)}
+        return [masks[k] for k in cfg.layer_types], [ropes[k] for k in cfg.layer_types]
 
     def _forward(self, ids, mask, tt, packed=False):
         """(B, S, H) last hidden state. packed=True computes the real tokens only (the dense
@@ -471,26 +489,17 @@ class EncoderModel:
         if B == 0 or S == 0:
             return np.zeros((B, S, H), dtype=self.dtype)
         padded = mask is not None and not mask.all()
-        # key padding as an SDPA bool mask, True = may attend; none when nothing is padded
-        pad_mask = mask[:, None, None, :] if padded else None
-        kmask = _KernelMask(pad_mask, False)
-        if self.position_bias is not None:       # MPNet: + the bias (1, H, S, S) of every layer
-            bias = self.position_bias._forward(S, S)
-            if padded:
-                bias = bias + np.where(pad_mask, 0.0, -np.inf).astype(bias.dtype)
-            kmask = _KernelMask(bias, False)
+        # key padding as an SDPA bool mask, True = may attend; none when nothing is padded (the
+        # network adds MPNet's position bias to it)
+        kmask = _KernelMask(mask[:, None, None, :] if padded else None, False)
         keep = RowSubset(np.flatnonzero(mask), B * S) if padded and packed else None
         x = self._embeddings(ids, tt, None if keep is None else keep.index)
         # tiny problems (a short query) run attention on one thread: waking a second OpenMP
         # thread costs more than the whole call (~0.1 ms for 1 x 16 tokens x 12 heads)
         attn_threads = 1 if B * cfg.num_heads * S * S * cfg.head_dim < _ATTN_ONE_THREAD else None
-        masks, ropes = self._layer_kinds(S, kmask)
-        for i, layer in enumerate(self.layers):
-            kind = cfg.layer_types[i] if cfg.layer_types else None
-            x = layer._forward(x, B, S, masks.get(kind, kmask), keep=keep,
-                               attn_threads=attn_threads, rope=ropes.get(kind))
-        if self.final_norm is not None:
-            x = self.final_norm._forward(x)
+        masks, ropes = self._layer_args(S, kmask)
+        x = self.encoder._forward(x, B, S, masks, keep=keep, attn_threads=attn_threads,
+                                  rope=ropes)
         if keep is None:
             return x.reshape(B, S, H)
         out = np.zeros((B * S, H), dtype=self.dtype)

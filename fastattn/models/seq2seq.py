@@ -37,7 +37,8 @@ from ..nn._masks import _KernelMask
 from ..nn._module import _Init
 from ..nn.embedding import Embedding
 from ..nn.linear import Linear
-from ..nn.positional import POSITION_LAYOUTS, fairseq_positions_table, positions_table
+from ..nn.positional import (POSITION_LAYOUTS, counted_position_ids, fairseq_positions_table,
+                             positions_table)
 from ..nn.transformer import TransformerDecoder, TransformerEncoder
 from . import registry
 
@@ -673,8 +674,8 @@ class Seq2SeqTransformer:
         c = self._config
         if c["positions"] != "fairseq":
             return {"start": t0 + c["position_offset"]}
-        tok = ids != c["pad_token_id"]
-        return {"position_ids": (np.cumsum(tok, axis=1) + t0) * tok + c["pad_token_id"]}
+        pad = c["pad_token_id"]
+        return {"position_ids": counted_position_ids(ids, pad, pad, t0)}
 
     def _encode(self, ids, mask, nthr):
         """ids (B, S) int64, mask (B, S) bool (True = token) -> (B*S, d)."""
@@ -728,7 +729,8 @@ class Seq2SeqTransformer:
         # second one (which cost ~1 ms per call on the busy 2-core machine). Single-thread GEMMs
         # and attentions helped there only under heavy load and lost at load ~2: not done.
         ln_thr = 1 if n * T * self.d_model <= _SMALL else nthr
-        x = self.decoder._step(x, n, T, cache, nthr, ln_thr)
+        x = self.decoder._forward(x, None, n, T, None, None, None, nthr, cache=cache,
+                                  ln_threads=ln_thr)
         cache.advance(T)
         return x
 
