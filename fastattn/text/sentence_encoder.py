@@ -22,7 +22,7 @@ import numpy as np
 
 from ..io.huggingface import read_json
 from ..models import EncoderModel
-from ..models.encoder import pool
+from ..models._sentence_transformers import pool
 from ._common import check_folder, check_quantize, check_threads, model_family
 from ._progress import progress_bar
 from .batching import check_batching, length_batches, pad_batch

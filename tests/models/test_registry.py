@@ -132,3 +132,17 @@ def test_nothing_else_branches_on_model_type():
                 if len(names) > 2:
                     found.append(f"{rel}:{node.lineno}: a table of model types {sorted(names)}")
     assert not found, "\n".join(found)
+
+
+def test_seq2seq_keywords_are_its_signature():
+    """_seq2seq_spec.KEYWORDS (what the keywords check reads, what a model's config holds) is
+    Seq2SeqTransformer's architecture keywords, in its signature's order."""
+    import inspect
+    from fastattn.models import _seq2seq_spec
+    names = [p.name for p in inspect.signature(fastattn.Seq2SeqTransformer).parameters.values()
+             if p.kind is p.POSITIONAL_OR_KEYWORD and p.name != "generation_config"]
+    assert tuple(names) == _seq2seq_spec.KEYWORDS
+    m = fastattn.Seq2SeqTransformer(vocab_size=20, d_model=8, encoder_layers=1, decoder_layers=1,
+                                    encoder_attention_heads=2, decoder_attention_heads=2,
+                                    encoder_ffn_dim=8, decoder_ffn_dim=8)
+    assert set(m.config) == set(_seq2seq_spec.KEYWORDS)
