@@ -1,7 +1,6 @@
-"""What Translator and SentenceEncoder share: the folder's family, quantize, n_threads."""
+"""What Translator and SentenceEncoder share: the folder's family, n_threads."""
 import os
 
-from .._quant import check_quantize as _check_quantize
 from .._validation import check_folder, check_n_threads  # noqa: F401 (check_folder: re-used)
 from ..io.huggingface import read_json
 from ..models import registry
@@ -27,12 +26,6 @@ def model_family(folder, kind):
     hint = " (an encoder: use fastattn.SentenceEncoder)" if family is not None else ""
     raise ValueError(f"{where}: model_type={mt!r} is not {what} fastattn supports (supported: "
                      f"{', '.join(registry.model_types(kind))}){hint}")
-
-
-def check_quantize(quantize):
-    """The from_pretrained keywords for `quantize`: {} for None, {'quantize': 'int8'};
-    ValueError naming `quantize` for anything else."""
-    return {} if _check_quantize(quantize) is None else {"quantize": quantize}
 
 
 def check_threads(n_threads):

@@ -23,7 +23,8 @@ import numpy as np
 from ..io.huggingface import read_json
 from ..models import EncoderModel
 from ..models._sentence_transformers import pool
-from ._common import check_folder, check_quantize, check_threads, model_family
+from .._quant import check_quantize
+from ._common import check_folder, check_threads, model_family
 from ._progress import progress_bar
 from .batching import check_batching, length_batches, pad_batch
 from .tokenizers import JsonTokenizer, check_texts, load_tokenizer
@@ -58,10 +59,12 @@ class SentenceEncoder:
     Parameters
     ----------
     path : str or os.PathLike
-        A sentence-transformers folder (modules.json: Transformer, Pooling, optional Normalize)
-        or a plain BERT / RoBERTa / DistilBERT folder (mean pooling, normalised).
+        A sentence-transformers folder (modules.json: Transformer, Pooling, optional Dense,
+        optional Normalize) or a plain encoder folder of a family EncoderModel reads (BERT,
+        RoBERTa, DistilBERT, MPNet, ModernBERT ...: mean pooling, normalised).
     quantize : None or "int8"
-        Only None is available today ("int8" raises ValueError until the model supports it).
+        "int8": the linear layers compute with int8 weights (``EncoderModel.from_pretrained``'s
+        quantize).
     n_threads : int, optional
         OpenMP threads for encode (applied with threadpoolctl's limit for the call; a global
         ``fastattn.set_num_threads`` takes precedence).
@@ -79,10 +82,10 @@ class SentenceEncoder:
         path = check_folder(path)
         tdir = _transformer_dir(path)
         model_family(tdir, "encoder")
-        extra = check_quantize(quantize)
+        check_quantize(quantize)
         self.n_threads = check_threads(n_threads)
         self.path = path
-        self.model = EncoderModel.from_pretrained(path, **extra)
+        self.model = EncoderModel.from_pretrained(path, quantize=quantize)
         self.tokenizer = load_tokenizer(tdir)
         if not isinstance(self.tokenizer, JsonTokenizer):
             raise ValueError(f"{tdir}: a {self.tokenizer.family} tokenizer cannot feed an "
