@@ -1,8 +1,6 @@
 """Seq2SeqTransformer's keywords: the architecture (what a family's config reader gives, what a
 saved folder stores) checked one by one and together, into the model's config dict."""
-import numpy as np
-
-from .._validation import (check_choice, check_dtype, check_eps, check_option,
+from .._validation import (check_choice, check_dtype, check_eps, check_int, check_option,
                            check_positive_int, check_real)
 from ..io.huggingface import canonical_activation
 from ..nn.positional import POSITION_LAYOUTS
@@ -34,15 +32,11 @@ def model_dtype(dtype):
 
 
 def _count(v, name):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
-    return int(v)
+    return check_int(v, name, 0, what="a non-negative integer")
 
 
 def _id(v, name, vocab):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v < vocab:
-        raise ValueError(f"{name} must be a token id in [0, {vocab}), got {v!r}")
-    return int(v)
+    return check_int(v, name, 0, vocab, f"a token id in [0, {vocab})")
 
 
 def _optional(v, check, name):

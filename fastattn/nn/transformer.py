@@ -182,21 +182,18 @@ class TransformerDecoderLayer(_Layer):
         on the self-attention scores (T5's positions) or None. ln_threads: the pre-norm
         LayerNorms' thread count there (a decode step's are microseconds of work).
 
-        The sublayers are spelled out (not _sublayers): a decode step runs this per layer and
-        token, where every Python call counts (batch 1 is bound by reading the weights, ~2 ms
-        a step)."""
-        pre = self.norm_first
+        The sublayers are spelled out (not _sublayers' closures): a decode step runs this per
+        layer and token, where every Python call counts (batch 1 is bound by reading the
+        weights, ~2 ms a step)."""
         if cache is None:
             ln_threads = n_threads
-        h = self.norm1._forward(x, n_threads=ln_threads) if pre else x
-        norm = None if pre else self.norm1
+        h, norm = self._norm_in(self.norm1, x, ln_threads)
         if cache is None:
             x = self.self_attn._forward(h, h, h, B, T, T, tmask, residual=x, norm=norm,
                                         n_threads=n_threads)[0]
         else:
             x = self.self_attn._step_self(h, B, T, cache.append, x, norm, n_threads, tmask)
-        h = self.norm2._forward(x, n_threads=ln_threads) if pre else x
-        norm = None if pre else self.norm2
+        h, norm = self._norm_in(self.norm2, x, ln_threads)
         if cache is None:
             x = self.multihead_attn._forward(h, mem, mem, B, T, S, mmask, residual=x, norm=norm,
                                              n_threads=n_threads)[0]
@@ -204,10 +201,15 @@ class TransformerDecoderLayer(_Layer):
             k, v = cache.cross
             x = self.multihead_attn._step_cross(h, k, v, cache.memory_mask, cache.n_src,
                                                 B * T // cache.n_src, x, norm, n_threads)
-        if pre:
-            return self.ff._forward(self.norm3._forward(x, n_threads=ln_threads), x, None,
-                                    n_threads)
-        return self.ff._forward(x, x, self.norm3, n_threads)
+        h, norm = self._norm_in(self.norm3, x, ln_threads)
+        return self.ff._forward(h, x, norm, n_threads)
+
+    def _norm_in(self, norm, x, n_threads):
+        """A sublayer's input and the norm its last GEMM applies: pre-norm (norm(x), None),
+        post-norm (x, norm) (x = norm(x + f(x)), the norm fused into f's output GEMM)."""
+        if self.norm_first:
+            return norm._forward(x, n_threads=n_threads), None
+        return x, norm
 
     def __call__(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                  memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
