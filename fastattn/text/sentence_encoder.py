@@ -22,9 +22,9 @@ import numpy as np
 
 from ..io.huggingface import read_json
 from ..models import EncoderModel
-from ..models.encoder import pool
-from ._common import (ENCODER_TYPES, TRANSLATION_TYPES, check_folder, check_quantize,
-                      check_threads, model_type)
+from ..models._sentence_transformers import pool
+from .._quant import check_quantize
+from ._common import check_folder, check_threads, model_family
 from ._progress import progress_bar
 from .batching import check_batching, length_batches, pad_batch
 from .tokenizers import JsonTokenizer, check_texts, load_tokenizer
@@ -59,10 +59,12 @@ class SentenceEncoder:
     Parameters
     ----------
     path : str or os.PathLike
-        A sentence-transformers folder (modules.json: Transformer, Pooling, optional Normalize)
-        or a plain BERT / RoBERTa / DistilBERT folder (mean pooling, normalised).
+        A sentence-transformers folder (modules.json: Transformer, Pooling, optional Dense,
+        optional Normalize) or a plain encoder folder of a family EncoderModel reads (BERT,
+        RoBERTa, DistilBERT, MPNet, ModernBERT ...: mean pooling, normalised).
     quantize : None or "int8"
-        Only None is available today ("int8" raises ValueError until the model supports it).
+        "int8": the linear layers compute with int8 weights (``EncoderModel.from_pretrained``'s
+        quantize).
     n_threads : int, optional
         OpenMP threads for encode (applied with threadpoolctl's limit for the call; a global
         ``fastattn.set_num_threads`` takes precedence).
@@ -79,17 +81,11 @@ class SentenceEncoder:
     def __init__(self, path, *, quantize=None, n_threads=None):
         path = check_folder(path)
         tdir = _transformer_dir(path)
-        mt = model_type(tdir)
-        if mt in TRANSLATION_TYPES:
-            raise ValueError(f"{os.path.join(tdir, 'config.json')}: model_type={mt!r} is a "
-                             "translation model: use fastattn.Translator")
-        if mt not in ENCODER_TYPES:
-            raise ValueError(f"{os.path.join(tdir, 'config.json')}: model_type={mt!r} is not an "
-                             f"encoder fastattn supports (supported: {', '.join(ENCODER_TYPES)})")
-        extra = check_quantize(quantize)
+        model_family(tdir, "encoder")
+        check_quantize(quantize)
         self.n_threads = check_threads(n_threads)
         self.path = path
-        self.model = EncoderModel.from_pretrained(path, **extra)
+        self.model = EncoderModel.from_pretrained(path, quantize=quantize)
         self.tokenizer = load_tokenizer(tdir)
         if not isinstance(self.tokenizer, JsonTokenizer):
             raise ValueError(f"{tdir}: a {self.tokenizer.family} tokenizer cannot feed an "
