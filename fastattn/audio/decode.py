@@ -10,27 +10,22 @@ same signal; FFmpeg's own down-mix matrix would weight them differently). Audio 
 is resampled by FFmpeg's swresample (PyAV's ``AudioResampler``, as faster-whisper decodes), for
 soundfile's files too: one resampler for every format.
 """
-import importlib
 import io
 import os
 from numbers import Integral
 
 import numpy as np
 
+from .._deps import require
 from .features import SAMPLE_RATE, _pcm_float32
 
 __all__ = ["load_audio", "decode_audio"]
 
-_EXTRA = 'pip install "fastattn[audio]"'
 _BLOCK = 1 << 16          # samples per frame fed to the resampler from soundfile's arrays
 
 
 def _require(module, purpose):
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise ImportError(f"{purpose} needs the {module!r} package, which is not installed: "
-                          f"{_EXTRA}") from exc
+    return require(module, purpose, extra="audio")
 
 
 def _one_line(exc):

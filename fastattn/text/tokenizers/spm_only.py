@@ -7,7 +7,7 @@ import os
 
 from ...io.huggingface import read_json
 from ...models import registry
-from .._deps import require
+from ..._deps import require
 from ._protobuf import precompiled_charsmap
 from .base import _UNDERLINE, _check_sp_model_kwargs, _content, _read_configs, _special
 from .json_tokenizer import JsonTokenizer
