@@ -158,17 +158,24 @@ def read_dense(folder, in_features, dtype, tensors=None, prefix=""):
     return lin, _DENSE_ACTIVATIONS[act]
 
 
-def st_max_seq_length(root, model_dir, config):
-    """sentence-transformers' truncation length (sentence_bert_config.json), or None."""
+def st_config(root, model_dir):
+    """(sentence_bert_config.json's fields, its path) from the Transformer module's folder or
+    the root; ({}, None) without one."""
     for folder in dict.fromkeys((model_dir, root)):
         path = os.path.join(folder, "sentence_bert_config.json")
         if os.path.isfile(path):
-            n = _read_json(path, "sentence-transformers config", dict).get("max_seq_length")
-            if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-                raise ValueError(f"config field max_seq_length={n!r} in {path} must be a "
-                                 "positive integer")
-            return None if n is None else min(n, config.max_tokens)
-    return None
+            return _read_json(path, "sentence-transformers config", dict), path
+    return {}, None
+
+
+def st_max_seq_length(root, model_dir, config):
+    """sentence-transformers' truncation length (sentence_bert_config.json), or None."""
+    cfg, path = st_config(root, model_dir)
+    n = cfg.get("max_seq_length")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"config field max_seq_length={n!r} in {path} must be a "
+                         "positive integer")
+    return None if n is None else min(n, config.max_tokens)
 
 
 def check_pooling(pooling):

@@ -20,9 +20,8 @@ import os
 
 import numpy as np
 
-from ..io.huggingface import read_json
 from ..models import EncoderModel
-from ..models._sentence_transformers import pool
+from ..models._sentence_transformers import pool, read_folder, st_config
 from .._quant import check_quantize
 from ._common import check_folder, check_threads, model_family
 from ._progress import progress_bar
@@ -30,27 +29,6 @@ from .batching import check_batching, length_batches, pad_batch
 from .tokenizers import JsonTokenizer, check_texts, load_tokenizer
 
 __all__ = ["SentenceEncoder"]
-
-
-def _transformer_dir(root):
-    """The folder of a sentence-transformers Transformer module (the root when there is no
-    modules.json)."""
-    modules_path = os.path.join(root, "modules.json")
-    if not os.path.isfile(modules_path):
-        return root
-    modules = read_json(modules_path, "sentence-transformers modules.json", list)
-    for m in modules:
-        if isinstance(m, dict) and str(m.get("type", "")).endswith("Transformer"):
-            return os.path.join(root, m.get("path") or "")
-    return root
-
-
-def _st_config(root, tdir):
-    for folder in dict.fromkeys((tdir, root)):
-        path = os.path.join(folder, "sentence_bert_config.json")
-        if os.path.isfile(path):
-            return read_json(path, "sentence-transformers config", dict), path
-    return {}, None
 
 
 class SentenceEncoder:
@@ -80,7 +58,7 @@ class SentenceEncoder:
 
     def __init__(self, path, *, quantize=None, n_threads=None):
         path = check_folder(path)
-        tdir = _transformer_dir(path)
+        tdir = read_folder(path)[0]           # the Transformer module's folder
         model_family(tdir, "encoder")
         check_quantize(quantize)
         self.n_threads = check_threads(n_threads)
@@ -91,7 +69,7 @@ class SentenceEncoder:
             raise ValueError(f"{tdir}: a {self.tokenizer.family} tokenizer cannot feed an "
                              f"encoder")
         self.quantize = quantize
-        cfg, cfg_path = _st_config(path, tdir)
+        cfg, cfg_path = st_config(path, tdir)
         lower = cfg.get("do_lower_case", False)
         if not isinstance(lower, bool):
             raise ValueError(f"{cfg_path}: do_lower_case={lower!r} must be true or false")
