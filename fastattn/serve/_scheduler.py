@@ -106,6 +106,8 @@ class _Worker:
         self._started([j for j in self._pending if j.expired()])
         for j in self._pending:
             if j.expired():
+                if self.metrics is not None:
+                    self.metrics.dropped.labels(self.name).inc()
                 _finish(j, None, Dropped())
         self._pending = live
         if stop:
@@ -217,8 +219,10 @@ class TranslationWorker(_Worker):
             r = tr._encode(j.payload["inputs"], p["src_lang"], p["tgt_lang"])
             spans.append((len(rows), len(rows) + len(r)))
             rows.extend(r)
-        bs = None if self.batching else 1
-        mbt = self.max_batch_tokens if self.batching else None
+        # a sampling job (alone) runs each input alone: row b of a batch draws from stream b
+        # of the seed, so each input gets what translate([text]) gives it
+        bs = None if self.batching and not first.alone else 1
+        mbt = self.max_batch_tokens if bs is None else None
         try:
             out = tr._run(rows, bs, mbt, kw, _NoBar)
         except (ValueError, TypeError) as exc:

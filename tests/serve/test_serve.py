@@ -308,6 +308,32 @@ def test_deadline_504(start_server, bert_folder):
     assert httpx.get(srv.url + "/health", timeout=10).status_code == 200
 
 
+def test_client_gone_is_dropped(start_server, bert_folder):
+    """A request whose client leaves while it waits is dropped, not computed."""
+    srv = start_server({"bert": bert_folder}, key=None)
+    busy = {"model": "bert", "input": [" ".join(["word"] * 60)] * 2000}
+    with cf.ThreadPoolExecutor(1) as pool:
+        first = pool.submit(httpx.post, srv.url + "/v1/embeddings", json=busy, timeout=60)
+        time.sleep(0.15)                                   # the worker is on it
+        body = json.dumps({"model": "bert", "input": ["left early"] * 500}).encode()
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: " +
+                      str(len(body)).encode() + b"\r\n\r\n" + body)
+            time.sleep(0.05)
+        assert first.result(timeout=60).status_code == 200
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        text = httpx.get(srv.url + "/metrics", timeout=10).text
+        if _metric(text, 'fastattn_dropped_total{model="bert"}') == 1.0:
+            break
+        time.sleep(0.1)
+    assert _metric(text, 'fastattn_dropped_total{model="bert"}') == 1.0
+    assert _metric(text, 'fastattn_batch_requests_count{model="bert"}') == 1.0
+    assert httpx.post(srv.url + "/v1/embeddings", json={"model": "bert", "input": "a"},
+                      timeout=30).status_code == 200
+
+
 def test_sigterm_drains(start_server, bert_folder, encoder):
     srv = start_server({"bert": bert_folder}, key=None)
     texts = mixed_sentences(7, 24)
