@@ -95,6 +95,8 @@ class _Metrics:
                                  ["endpoint"], registry=r,
                                  buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5,
                                           5, 10, 30, 60))
+        self.in_flight = Gauge("fastattn_requests_in_flight", "requests being handled",
+                               ["endpoint"], registry=r)
         self.queue_depth = Gauge("fastattn_queue_depth", "jobs waiting for a model's worker",
                                  ["model"], registry=r)
         self.batch_rows = Histogram("fastattn_batch_rows", "inputs (rows) per batch of requests",
@@ -259,6 +261,7 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
     def endpoint(path, fn, methods, open_=False):
         async def handle(request):
             t0 = time.perf_counter()
+            metrics.in_flight.labels(path).inc()
             try:
                 if not open_:
                     authorize(request)
@@ -272,6 +275,8 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
                       file=sys.stderr)
                 response = _error_response(ServeError(500, "internal server error",
                                                       type="server_error"))
+            finally:
+                metrics.in_flight.labels(path).dec()
             code = str(response.status_code)
             metrics.requests.labels(path, code).inc()
             if response.status_code >= 400:
