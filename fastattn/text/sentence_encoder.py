@@ -123,31 +123,47 @@ class SentenceEncoder:
         if normalize is not None and not isinstance(normalize, (bool, np.bool_)):
             raise TypeError(f"normalize must be True, False or None, got {normalize!r}")
         norm = self.normalize if normalize is None else bool(normalize)
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
-            return out
+            return np.zeros((0, self.dim), dtype=np.float32)
         ids, types = self.tokenize(texts)
         bar = progress_bar(progress, total=len(texts), desc="embed", unit="sentence")
         try:
-            from threadpoolctl import threadpool_limits
-            limits = threadpool_limits(limits=self.n_threads) if self.n_threads else None
-            try:
-                for idx in length_batches([len(r) for r in ids], batch_size):
-                    batch, mask = pad_batch([ids[i] for i in idx], self.tokenizer.pad_id)
-                    tt = None
-                    if any(any(types[i]) for i in idx):
-                        tt, _ = pad_batch([types[i] for i in idx], 0)
-                    # the last hidden state is row-invariant; pooling then runs on each row's
-                    # own tokens, so that no reduction's length depends on the padding (a
-                    # (1, S) @ (S, H) product's summation order does, with S)
-                    hidden = self.model(batch, mask, tt)
-                    for r, i in enumerate(idx):
-                        rows = np.ascontiguousarray(hidden[r:r + 1, :len(ids[i])])
-                        out[i] = pool(rows, None, self.model.pooling, norm)[0]
-                    bar.update(len(idx))
-            finally:
-                if limits is not None:
-                    limits.restore_original_limits()
+            out = self.embed_ids(ids, types, batch_size=batch_size, normalize=norm,
+                                 on_batch=bar.update)
         finally:
             bar.close()
         return out[0] if single else out
+
+    def embed_ids(self, ids, types=None, *, batch_size=32, max_batch_tokens=None,
+                  normalize=None, on_batch=None):
+        """Embeddings of sentences already tokenized (what :meth:`tokenize` gives: lists of
+        ids, special tokens included, at most ``max_seq_length`` each; ``types``: token type
+        ids, default zeros). The rows are sorted by length and batched by ``batch_size`` and /
+        or ``max_batch_tokens`` padded tokens; the result (N, dim) float32 is bitwise the same
+        whatever the batching. ``on_batch(n)`` is called after each forward pass."""
+        batch_size, max_batch_tokens = check_batching(batch_size, max_batch_tokens)
+        norm = self.normalize if normalize is None else bool(normalize)
+        out = np.zeros((len(ids), self.dim), dtype=np.float32)
+        if not len(ids):
+            return out
+        from threadpoolctl import threadpool_limits
+        limits = threadpool_limits(limits=self.n_threads) if self.n_threads else None
+        try:
+            for idx in length_batches([len(r) for r in ids], batch_size, max_batch_tokens):
+                batch, mask = pad_batch([ids[i] for i in idx], self.tokenizer.pad_id)
+                tt = None
+                if types is not None and any(any(types[i]) for i in idx):
+                    tt, _ = pad_batch([types[i] for i in idx], 0)
+                # the last hidden state is row-invariant; pooling then runs on each row's
+                # own tokens, so that no reduction's length depends on the padding (a
+                # (1, S) @ (S, H) product's summation order does, with S)
+                hidden = self.model(batch, mask, tt)
+                for r, i in enumerate(idx):
+                    rows = np.ascontiguousarray(hidden[r:r + 1, :len(ids[i])])
+                    out[i] = pool(rows, None, self.model.pooling, norm)[0]
+                if on_batch is not None:
+                    on_batch(len(idx))
+        finally:
+            if limits is not None:
+                limits.restore_original_limits()
+        return out
