@@ -17,7 +17,7 @@ the check off for users who know better
 import os
 import resource
 
-__all__ = ["available_bytes", "check_plan", "format_bytes"]
+__all__ = ["available_bytes", "check_plan", "format_bytes", "proc_bytes"]
 
 _OPT_OUT = "FASTATTN_NO_MEMORY_CHECK"
 # plans below this are not checked: reading the limits costs ~50 us (a 1 x 16 sentence embeds
@@ -39,9 +39,12 @@ def _read_int(path):
         return None
 
 
-def _meminfo(key):
+def proc_bytes(path, key):
+    """The ``key:`` line of a /proc file in kB units (``/proc/meminfo``, ``/proc/self/status``)
+    as bytes, or None when the file or the line cannot be read. fastattn's one reader of them
+    (the memory plans here; the benchmarks' available memory and peak RSS)."""
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
                 if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
@@ -50,15 +53,12 @@ def _meminfo(key):
     return None
 
 
+def _meminfo(key):
+    return proc_bytes("/proc/meminfo", key)
+
+
 def _vm_size():
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmSize:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return proc_bytes("/proc/self/status", "VmSize")
 
 
 def _cgroup_room():

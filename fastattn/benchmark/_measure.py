@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 
+from .._memory import proc_bytes
 from ._systems import LABELS, SYSTEM_CLASSES, _Skip
 
 # ---------------------------------------------------------------------------------------------
@@ -86,13 +87,9 @@ def fmt_bytes(n):
 
 def available_memory():
     """Bytes the process may still allocate without swapping (MemAvailable), or None if unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    avail = proc_bytes("/proc/meminfo", "MemAvailable")
+    if avail is not None:
+        return avail
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
@@ -103,11 +100,10 @@ def available_memory():
 # memory: peak extra bytes of one call
 
 def _proc_status_kib(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
+    n = proc_bytes("/proc/self/status", field)
+    if n is None:
+        raise KeyError(field)
+    return n // 1024
 
 
 class PeakMemory:

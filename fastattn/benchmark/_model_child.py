@@ -42,6 +42,8 @@ def _inputs(model, batch, length, vocab):
 # the child: one system, one model
 
 def _peak_rss():
+    # (its own reader of /proc/self/status, not fastattn._memory.proc_bytes: this script runs
+    # the peers too, whose processes must never import fastattn)
     try:
         with open("/proc/self/status") as f:
             for line in f:
