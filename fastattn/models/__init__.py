@@ -4,8 +4,10 @@
   decoder translation models, KV-cached greedy / beam / sampled generation (``fastattn.generation``).
 - :class:`EncoderModel` (``encoder.py``, BERT-family checkpoints in ``bert.py``): hidden states
   and sentence embeddings.
+- :class:`WhisperModel` (``whisper.py``): speech recognition, log-mel features in.
 """
 from .encoder import EncoderModel
 from .seq2seq import Seq2SeqTransformer, positions_table
+from .whisper import WhisperModel
 
-__all__ = ["EncoderModel", "Seq2SeqTransformer", "positions_table"]
+__all__ = ["EncoderModel", "Seq2SeqTransformer", "WhisperModel", "positions_table"]
