@@ -68,13 +68,14 @@ def generation_config(multilingual=True):
     return g
 
 
-def make_checkpoint(path, *, multilingual=True, seed=0, dtype="float32", **overrides):
+def make_checkpoint(path, *, multilingual=True, seed=0, dtype="float32", generation=None,
+                    **overrides):
     """Write a random Whisper to `path` (float32 safetensors unless `dtype`); returns the
     config keywords. On top of seq2seq_checkpoints.randomise, so that clips decode differently
     (languages detected, lengths, timestamp pairs): sharper and stronger cross-attention (its
     q_proj and out_proj x 3), token embeddings x 0.3 (with the tied output projection, the
     last token otherwise wins every step) and <|endoftext|> pushed up by ~3 logits along the
-    final LayerNorm's bias."""
+    final LayerNorm's bias. `generation`: fields of generation_config.json to change."""
     import torch
     from transformers import WhisperConfig, WhisperForConditionalGeneration
     kw = dict(SMALL, pad_token_id=EOT, bos_token_id=EOT, eos_token_id=EOT,
@@ -101,7 +102,7 @@ def make_checkpoint(path, *, multilingual=True, seed=0, dtype="float32", **overr
         model = model.half()
     model.save_pretrained(path)
     with open(os.path.join(path, "generation_config.json"), "w") as f:
-        json.dump(generation_config(multilingual), f, indent=2)
+        json.dump(dict(generation_config(multilingual), **(generation or {})), f, indent=2)
     return kw
 
 
