@@ -25,20 +25,24 @@ __all__ = ["convert", "model_class", "add_arguments", "run"]
 
 def model_class(folder):
     """The model class that loads `folder`: Seq2SeqTransformer for the encoder-decoder
-    families, EncoderModel for the BERT family and sentence-transformers folders."""
+    families, WhisperModel for Whisper, EncoderModel for the BERT family and
+    sentence-transformers folders."""
     from . import bart
     from .encoder import EncoderModel
     from .seq2seq import Seq2SeqTransformer
+    from .whisper import WhisperModel
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"{folder} is not a directory")
     if _saved.is_saved_folder(folder):
         meta = read_json(os.path.join(folder, _saved.MODEL_FILE), _saved.MODEL_FILE, dict)
-        return {"Seq2SeqTransformer": Seq2SeqTransformer,
+        return {"Seq2SeqTransformer": Seq2SeqTransformer, "WhisperModel": WhisperModel,
                 "EncoderModel": EncoderModel}.get(meta.get("class"), EncoderModel)
     if os.path.isfile(os.path.join(folder, "modules.json")):
         return EncoderModel
     cfg = read_json(os.path.join(folder, "config.json"), "config.json", dict)
+    if cfg.get("model_type") == "whisper":
+        return WhisperModel
     return Seq2SeqTransformer if cfg.get("model_type") in bart.LOADERS else EncoderModel
 
 

@@ -27,7 +27,8 @@ import numpy as np
 
 from .._memory import check_plan
 from .._quant import check_quantize
-from .._validation import check_option, check_real_input, check_token_ids, to_numpy
+from .._validation import (check_dtype, check_option, check_real_input, check_token_ids,
+                           to_numpy)
 from ..generation.config import (GENERATION_FIELDS, check_generation_config,
                                  check_generation_ids, resolve_settings, single_id)
 from ..generation.processors import SuppressTokens, _token_list, build_processors
@@ -44,7 +45,7 @@ from ..nn.embedding import Embedding
 from ..nn.linear import Linear
 from ..nn.transformer import TransformerDecoder, TransformerEncoder
 from . import bart as _bart
-from .seq2seq import _EMPTY, Seq2SeqTransformer, _pos_int, _Seq2SeqState
+from .seq2seq import _EMPTY, Seq2SeqTransformer, _pos_int
 
 __all__ = ["WhisperModel", "read_config", "read_generation", "name_map"]
 
@@ -365,7 +366,9 @@ class WhisperModel(Seq2SeqTransformer):
                 raise TypeError(f"WhisperModel() got an unexpected keyword argument {key!r}")
             if value != FIXED[key]:
                 raise ValueError(f"{key}={value!r}: a Whisper has {key}={FIXED[key]!r}")
-        dt = _model_dtype(dtype)
+        if dtype is None:               # np.dtype(None) would be float64
+            raise TypeError("dtype must be float32 or float64, got None")
+        dt = check_dtype(dtype)
         V = _pos_int(vocab_size, "vocab_size")
         cfg = {k: _pos_int(v, k) for k, v in (
             ("num_mel_bins", num_mel_bins), ("d_model", d_model),
@@ -477,12 +480,10 @@ class WhisperModel(Seq2SeqTransformer):
         """Load a Hugging Face Whisper folder (config.json, model.safetensors or a sharded
         index, generation_config.json), or a folder written by :meth:`save_pretrained`. No
         torch or transformers needed. ``quantize='int8'``: int8 linear layers (float32)."""
-        check_quantize(quantize, dtype if dtype is not None else np.float32)
-        path = os.fspath(path)
-        if not os.path.isdir(path):
-            raise FileNotFoundError(f"{path} is not a directory")
-        if _saved.is_saved_folder(path):
-            return cls._from_saved(path, dtype, quantize)
+        path = os.fspath(path) if isinstance(path, (str, os.PathLike)) else path
+        if not isinstance(path, str) or not os.path.isdir(path) or _saved.is_saved_folder(path):
+            # the checks and fastattn's saved folders: Seq2SeqTransformer's
+            return super().from_pretrained(path, dtype, quantize)
         config, legacy = read_config(path)
         gen = read_generation(path, legacy, config["vocab_size"])
         weights = read_safetensors(checkpoint_files(path))
@@ -623,33 +624,20 @@ class WhisperModel(Seq2SeqTransformer):
     def start(self, input_features=None, attention_mask=None, *, encoder_output=None,
               num_beams=1, max_length=None, n_threads=None):
         """Begin incremental decoding (the decoder interface): features (encoded here) or
-        ``encoder_output`` (B, max_source_positions, d_model); ``num_beams`` rows per clip.
-        Returns a :class:`fastattn.generation.DecoderState`."""
-        if isinstance(num_beams, bool) or not isinstance(num_beams, (int, np.integer)) or \
-                num_beams < 1:
-            raise ValueError(f"num_beams must be a positive integer, got {num_beams!r}")
-        P = self.max_decoder_positions
-        max_length = P if max_length is None else max_length
-        if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or \
-                not 1 <= max_length <= P:
-            raise ValueError(f"max_length must be an integer in [1, {P}], got {max_length!r}")
-        S = self._config["max_source_positions"]
-        if (input_features is None) == (encoder_output is None):
-            raise ValueError("give input_features or encoder_output (one of them)")
-        if encoder_output is None:
-            f, mask = self.check_sources(input_features)
-            check_plan(self.plan_bytes(f.shape[0], S, int(num_beams), int(max_length)),
-                       f"start(input_features {f.shape}, num_beams={num_beams})")
-            memory = self._encode(f, mask, n_threads)
-        else:
-            mem = check_real_input(np.asarray(to_numpy(encoder_output)), "encoder_output")
-            if mem.ndim != 3 or mem.shape[1:] != (S, self.d_model) or mem.shape[0] == 0:
-                raise ValueError(f"encoder_output must be (B, {S}, {self.d_model}), got "
-                                 f"{mem.shape}")
-            mask = np.ones(mem.shape[:2], bool)
-            memory = np.ascontiguousarray(mem.reshape(-1, self.d_model), dtype=self._dtype)
-        cache = self._start_cache(memory, mask, int(num_beams), int(max_length), n_threads)
-        return _Seq2SeqState(self, cache, int(num_beams), n_threads)
+        ``encoder_output`` (B, max_source_positions, d_model); ``num_beams`` rows per clip,
+        at most ``max_length`` positions (default max_target_positions). Returns a
+        :class:`fastattn.generation.DecoderState`."""
+        if input_features is not None:
+            if encoder_output is not None:
+                raise ValueError("give input_features or encoder_output, not both")
+            f, _ = self.check_sources(input_features)
+            S = self._config["max_source_positions"]
+            check_plan(self._plan_encode(f.shape[0], S), f"start(input_features {f.shape})")
+            encoder_output = self._encode(f, None, n_threads).reshape(f.shape[0], S, -1)
+        elif encoder_output is None:
+            raise ValueError("give input_features or encoder_output")
+        return super().start(encoder_output=encoder_output, num_beams=num_beams,
+                             max_length=max_length, n_threads=n_threads)
 
     # ---------------------------------------------------------------------------------------
     # language detection and generation
@@ -853,14 +841,3 @@ class WhisperModel(Seq2SeqTransformer):
                 gen.get("_detect_timestamp_from_logprob", True) is not False))
         return procs
 
-
-def _model_dtype(dtype):
-    if dtype is None:
-        raise TypeError("dtype must be float32 or float64, got None")
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise TypeError(f"dtype must be float32 or float64, got {dtype!r}") from None
-    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(f"dtype must be float32 or float64, got {dt}")
-    return dt

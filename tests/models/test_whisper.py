@@ -420,3 +420,13 @@ def test_saved_folder_round_trip(ckpt, feats, tmp_path, quantize):
     assert np.array_equal(back.generate(feats, **kw), model.generate(feats, **kw))
     with pytest.raises(ValueError, match="WhisperModel"):
         fastattn.Seq2SeqTransformer.from_pretrained(tmp_path / "saved")
+
+
+def test_fastattn_convert_writes_a_whisper_folder(ckpt, feats, tmp_path):
+    from fastattn.models.convert import convert
+    path, hf, model = ckpt("multi", quantize="int8")
+    assert convert(path, tmp_path / "out", "int8") == "WhisperModel"
+    back = fastattn.WhisperModel.from_pretrained(tmp_path / "out")
+    kw = dict(language="de", max_new_tokens=12)
+    assert back.quantize == "int8"
+    assert np.array_equal(back.generate(feats, **kw), model.generate(feats, **kw))
