@@ -179,6 +179,28 @@ def test_max_length_grows_window_after_window_as_in_transformers(ckpt, feats):
         assert want.shape[1] > 2 * 24                        # several windows
 
 
+def test_decoder_interface_runs_fastattn_search(ckpt, feats):
+    """start / DecoderState: fastattn.generation's generic search and score run the model; the
+    step API gives the teacher-forced logits."""
+    from fastattn.generation import generate
+    path, hf, model = ckpt("multi")
+    prefix = np.array([_prefix("multi")] * N_CLIPS)
+    out = generate(model, feats, decoder_input_ids=prefix, max_new_tokens=6)
+    assert out.shape[0] == N_CLIPS and np.array_equal(out[:, :4], prefix)
+    lg = model.logits(feats, out[:, :-1])
+    live = np.cumsum(out[:, 4:] == W.EOT, axis=1) - (out[:, 4:] == W.EOT) == 0
+    assert np.array_equal(np.argmax(lg[:, 3:], axis=-1)[live], out[:, 4:][live])
+    state = model.start(feats, num_beams=2, max_length=8)
+    step = state.step(np.repeat(prefix, 2, axis=0))
+    assert np.allclose(step[::2], lg[:, 3], rtol=1e-5, atol=1e-5)
+    labels = out[:, 1:]
+    sc = model.score(feats, labels)
+    want = np.log(np.exp(lg.astype(np.float64)) / np.exp(lg.astype(np.float64)).sum(-1,
+                                                                                      keepdims=True))
+    ref = np.take_along_axis(want, labels[:, :, None], axis=2)[:, :, 0]
+    assert np.allclose(sc, ref, atol=1e-4)
+
+
 def test_detect_language_matches_transformers(ckpt, feats):
     path, hf, model = ckpt("multi")
     want = hf.detect_language(torch.from_numpy(feats)).numpy()
@@ -337,6 +359,20 @@ def test_config_fields_are_read_or_rejected_by_name(ckpt, feats, tmp_path):
             json.dump(d, f)
         return dst
 
+    # the fields of the real config.json files (openai/whisper-tiny's older one carries
+    # generation fields too): read or known to change nothing; the result is the same model
+    real = edited("config.json", _name_or_path="openai/whisper-tiny", apply_spec_augment=False,
+                  architectures=["WhisperForConditionalGeneration"], classifier_proj_size=256,
+                  decoder_layerdrop=0.0, encoder_layerdrop=0.0, init_std=0.02,
+                  is_encoder_decoder=True, mask_feature_length=10, mask_feature_min_masks=0,
+                  mask_feature_prob=0.0, mask_time_length=10, mask_time_min_masks=2,
+                  mask_time_prob=0.05, max_length=448, median_filter_width=7,
+                  num_hidden_layers=2, torch_dtype="float32", use_cache=True,
+                  use_weighted_layer_sum=False, scale_embedding=False,
+                  forced_decoder_ids=[[1, W.LANG_IDS["<|en|>"]], [2, W.TRANSCRIBE],
+                                      [3, W.NOTIMESTAMPS]])
+    assert np.array_equal(fastattn.WhisperModel.from_pretrained(real).logits(feats, dec),
+                          model.logits(feats, dec))
     with pytest.raises(ValueError, match="unknown config field 'layer_norm_eps'"):
         fastattn.WhisperModel.from_pretrained(edited("config.json", layer_norm_eps=1e-6))
     with pytest.raises(ValueError, match="num_mel_bins"):
