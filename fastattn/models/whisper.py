@@ -225,6 +225,9 @@ def name_map(c):
     keywords `c` (the BART-family map of :func:`fastattn.models.bart.name_map` for the
     Transformer, then Whisper's differences: the audio stem instead of a token embedding, no
     k_proj bias, no final_logits_bias, ``proj_out``)."""
+    if "num_mel_bins" not in c:
+        raise ValueError("model_type='whisper' is a speech model: build it as "
+                         "fastattn.WhisperModel, not Seq2SeqTransformer")
     d = c["d_model"]
     m = _bart.name_map(dict(c, share_encoder_decoder_embeddings=False, positions="learned",
                             max_position_embeddings=c["max_target_positions"],
@@ -802,9 +805,14 @@ class WhisperModel(Seq2SeqTransformer):
         checkpoint's, the defaults) for a decoder prefix of P tokens, Whisper's max_length
         before its first window; sampling never (Whisper samples only in its temperature
         fallback)."""
+        gen = self.generation_config
         mnt = user.get("max_new_tokens")
+        if mnt is None:
+            mnt = gen.get("max_new_tokens")
         p = resolve_settings(self, dict(user, max_new_tokens=1), 1)
         p["do_sample"], p["max_new_tokens"] = False, mnt
+        if gen.get("min_new_tokens") is not None:     # counted after the whole prefix
+            p["min_length"] = gen["min_new_tokens"] + P
         limit = self.max_decoder_positions
         if mnt is not None:
             if isinstance(mnt, bool) or not isinstance(mnt, (int, np.integer)) or mnt < 1:
@@ -819,7 +827,7 @@ class WhisperModel(Seq2SeqTransformer):
                 raise ValueError(f"the decoder prefix ({P} tokens: prompt and "
                                  f"<|startoftranscript|>...) leaves no room below "
                                  f"max_target_positions={limit}")
-            p["max_length"] = self.generation_config.get("max_length", 20)
+            p["max_length"] = gen.get("max_length", 20)
         return p, P
 
     def _processors(self, p, user, P, timestamps):

@@ -179,6 +179,18 @@ def test_max_length_grows_window_after_window_as_in_transformers(ckpt, feats):
         assert want.shape[1] > 2 * 24                        # several windows
 
 
+def test_checkpoint_length_settings(ckpt, feats):
+    """max_new_tokens and min_new_tokens from the checkpoint's generation config (counted
+    after the whole prefix, prompt included)."""
+    path, hf, model = ckpt("multi", generation={"max_new_tokens": 7, "min_new_tokens": 6})
+    long_prompt = [W.STARTOFPREV] + list(range(10, 30))
+    for kw in (dict(language="de"), dict(prompt_ids=[W.STARTOFPREV, 3, 4], num_beams=2),
+               # EOS comes early here: min_new_tokens (not min_length) must hold it back
+               dict(prompt_ids=long_prompt, return_timestamps=True, max_new_tokens=12)):
+        want = W.hf_generate(hf, feats, **kw)
+        assert np.array_equal(model.generate(feats, **kw), want)
+
+
 def test_decoder_interface_runs_fastattn_search(ckpt, feats):
     """start / DecoderState: fastattn.generation's generic search and score run the model; the
     step API gives the teacher-forced logits."""
@@ -393,6 +405,9 @@ def test_config_fields_are_read_or_rejected_by_name(ckpt, feats, tmp_path):
         fastattn.WhisperModel.from_pretrained(edited("config.json", max_target_positions=32))
     with pytest.raises(ValueError, match="WhisperModel"):
         fastattn.Seq2SeqTransformer.from_pretrained(path)
+    with pytest.raises(ValueError, match="WhisperModel"):
+        fastattn.Seq2SeqTransformer(model_type="whisper", vocab_size=50, d_model=16,
+                                    encoder_attention_heads=2, decoder_attention_heads=2)
 
 
 def test_generate_argument_errors(ckpt, feats):
