@@ -207,9 +207,10 @@ def test_decoder_interface_runs_fastattn_search(ckpt, feats):
     assert np.allclose(step[::2], lg[:, 3], rtol=1e-5, atol=1e-5)
     labels = out[:, 1:]
     sc = model.score(feats, labels)
-    want = np.log(np.exp(lg.astype(np.float64)) / np.exp(lg.astype(np.float64)).sum(-1,
-                                                                                      keepdims=True))
-    ref = np.take_along_axis(want, labels[:, :, None], axis=2)[:, :, 0]
+    z = lg.astype(np.float64)
+    logp = z - z.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    ref = np.take_along_axis(logp, labels[:, :, None], axis=2)[:, :, 0]
     assert np.allclose(sc, ref, atol=1e-4)
 
 
