@@ -15,6 +15,8 @@ Systems (default: all that are installed):
   fastattn-int8       from_pretrained(FOLDER, quantize="int8")                            int8
   fastattn-convert    fastattn convert FOLDER WORK/fa-int8 --quantize int8                int8
   fastattn-saved      from_pretrained(WORK/fa-int8): the converted folder, memory-mapped  int8
+  fastattn-convert-f32  fastattn convert FOLDER WORK/fa-f32 --quantize float32            float32
+  fastattn-saved-f32  from_pretrained(WORK/fa-f32): packed float panels, memory-mapped    float32
   ct2-convert         ctranslate2 TransformersConverter(FOLDER).convert(WORK/ct2)         float32
   ct2                 ctranslate2.Translator(WORK/ct2)                                    float32
   ct2-int8            ctranslate2.Translator(WORK/ct2, compute_type="int8")               int8
@@ -36,7 +38,8 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SYSTEMS = ("fastattn", "fastattn-int8", "fastattn-convert", "fastattn-saved", "ct2-convert",
+SYSTEMS = ("fastattn", "fastattn-int8", "fastattn-convert", "fastattn-saved",
+           "fastattn-convert-f32", "fastattn-saved-f32", "ct2-convert",
            "ct2", "ct2-int8", "ct2-convert-int8", "ct2-saved-int8", "transformers")
 
 
@@ -84,6 +87,10 @@ def child(system, folder, work, check):
         convert(folder, os.path.join(work, "fa-int8"), "int8", force=True)
     elif system == "fastattn-saved":
         model = model_class(folder).from_pretrained(os.path.join(work, "fa-int8"))
+    elif system == "fastattn-convert-f32":
+        convert(folder, os.path.join(work, "fa-f32"), None, force=True)
+    elif system == "fastattn-saved-f32":
+        model = model_class(folder).from_pretrained(os.path.join(work, "fa-f32"))
     elif system in ("ct2-convert", "ct2-convert-int8"):
         out = os.path.join(work, "ct2" if system == "ct2-convert" else "ct2-int8")
         converter = TransformersConverter
@@ -190,7 +197,7 @@ def main(argv=None):
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
     for s in systems:
         _warm(a.folder)
-        if s.endswith("saved") or s in ("ct2", "ct2-int8", "ct2-saved-int8"):
+        if "saved" in s or s in ("ct2", "ct2-int8"):
             _warm(work)
         cmd = [sys.executable, os.path.abspath(__file__), a.folder, "--work", work,
                "--child", s, "--check", str(a.check)]
@@ -208,15 +215,17 @@ def main(argv=None):
               f"{(peak or 0) / 2**20:.0f} | {ratio} |", flush=True)
     if a.check:
         ref = results.get("transformers", {}).get("tokens")
-        for s in ("fastattn", "fastattn-int8", "fastattn-saved"):
+        for s in ("fastattn", "fastattn-saved-f32", "fastattn-int8", "fastattn-saved"):
             toks = results.get(s, {}).get("tokens")
             if toks is None:
                 continue
-            other = ref if s == "fastattn" else results.get("fastattn-int8", {}).get("tokens")
+            other = ref if s in ("fastattn", "fastattn-saved-f32") else \
+                results.get("fastattn-int8", {}).get("tokens")
             if other is None or other is toks:
                 continue
             same = sum(x == y for x, y in zip(toks, other))
-            print(f"# greedy tokens, {s} vs {'transformers' if s == 'fastattn' else 'fastattn-int8'}"
+            print(f"# greedy tokens, {s} vs "
+                  f"{'transformers' if s in ('fastattn', 'fastattn-saved-f32') else 'fastattn-int8'}"
                   f": {same} of {len(toks)} sequences identical")
 
 

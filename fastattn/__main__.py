@@ -5,6 +5,7 @@
   fastattn convert FOLDER OUT [--quantize int8]   a fastattn folder that loads by memory map
   fastattn bench [options]   fastattn side by side with the NumPy formula, PyTorch and ONNX Runtime,
                              then whole models against transformers, CTranslate2 and ONNX Runtime
+  fastattn serve --model NAME=FOLDER [...]   HTTP server: /v1/embeddings, /translate, /metrics
   fastattn info              build configuration, threads, BLAS, CPU
 """
 import argparse
@@ -13,7 +14,7 @@ import sys
 
 
 def build_parser():
-    from . import benchmark
+    from . import benchmark, serve
     from ._version import __version__
     from .models import convert
     from .text import cli as text_cli
@@ -25,8 +26,8 @@ def build_parser():
                     "`fastattn bench --quick` compares with the NumPy formula and, when "
                     "installed, PyTorch and ONNX Runtime.")
     parser.add_argument("--version", action="version", version=f"fastattn {__version__}")
-    sub = parser.add_subparsers(dest="command",
-                                metavar="{translate,embed,convert,bench,info}", required=True)
+    sub = parser.add_subparsers(dest="command", required=True,
+                                metavar="{translate,embed,convert,serve,bench,info}")
     text_cli.add_translate_arguments(sub.add_parser(
         "translate", help="translate UTF-8 lines with a translation model folder",
         description="Translate UTF-8 text, one source a line, with a translation model folder "
@@ -47,6 +48,13 @@ def build_parser():
                     "config files, so that it loads by memory map in milliseconds. The model is "
                     "read one layer at a time: converting needs about the memory of the result. "
                     "OUT is written under a temporary name and renamed when complete."))
+    serve.add_arguments(sub.add_parser(
+        "serve", help="serve model folders over HTTP (OpenAI embeddings, LibreTranslate)",
+        description="Serve embedding and translation model folders over HTTP: POST "
+                    "/v1/embeddings (OpenAI's schema), POST /translate and /translate/stream, "
+                    "GET /v1/models, /health, /metrics. Concurrent requests are batched; each "
+                    "response is what the in-process call gives for that request alone. "
+                    "Needs fastattn[serve]; see docs/serve.md."))
     bench = sub.add_parser(
         "bench", help="time fastattn against the NumPy formula, PyTorch, ONNX Runtime, "
                       "transformers and CTranslate2",
@@ -106,6 +114,9 @@ def main(argv=None):
             return info()
         if args.command in ("translate", "embed", "convert"):
             return _text_command(args)
+        if args.command == "serve":
+            from . import serve
+            return serve.run(args)  # (fails at start with one line on stderr, exit 2)
         from . import benchmark
         benchmark.run_bench(args, bench_parser.error)
     except BrokenPipeError:  # `fastattn ... | head`: stop quietly (as the Python docs suggest)

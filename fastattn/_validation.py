@@ -259,10 +259,17 @@ def check_seed(seed, name="seed"):
     return int(seed)
 
 
-def check_positive_int(n, name):
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"{name} must be a positive integer, got {n!r}")
+def check_int(n, name, low=1, high=None, what="a positive integer"):
+    """An integer (Python or NumPy, not bool) in [low, high) (high None: no bound) as an int;
+    else a ValueError "`name` must be `what`, got `n`"."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < low or (
+            high is not None and n >= high):
+        raise ValueError(f"{name} must be {what}, got {n!r}")
     return int(n)
+
+
+def check_positive_int(n, name):
+    return check_int(n, name)
 
 
 def check_choice(value, name, choices):

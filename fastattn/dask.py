@@ -40,7 +40,7 @@ import uuid
 
 import numpy as np
 
-from ._validation import check_folder, check_token_ids
+from ._validation import check_folder, check_positive_int, check_token_ids
 
 __all__ = ["generate", "encode", "translate", "embed"]
 
@@ -61,12 +61,6 @@ def _check_sources(sources):
     if not isinstance(sources, db.Bag):
         raise TypeError("sources must be a dask.bag.Bag of 1-D token id sequences, got "
                         f"{type(sources).__name__}")
-
-
-def _check_batch_size(batch_size):
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    return int(batch_size)
 
 
 def _model_ref(model):
@@ -175,7 +169,7 @@ def _map(sources, model, batch_size, what, kwargs, dtype):
     _require_dask()
     import dask.bag as db
     _check_sources(sources)
-    batch_size = _check_batch_size(batch_size)
+    batch_size = check_positive_int(batch_size, "batch_size")
     kind, path, obj = _model_ref(model)
     if kind == "object":
         dtype = None

@@ -31,6 +31,30 @@ from .._threads import _effective_n_threads
 __all__ = ["KVCache"]
 
 
+class _LayerCache:
+    """One decoder layer's view of a KVCache (what TransformerDecoderLayer._forward reads)."""
+
+    __slots__ = ("_cache", "_layer")
+
+    def __init__(self, cache, layer):
+        self._cache, self._layer = cache, layer
+
+    def append(self, k_new, v_new):
+        return self._cache.append(self._layer, k_new, v_new)
+
+    @property
+    def cross(self):
+        return self._cache.cross(self._layer)
+
+    @property
+    def memory_mask(self):
+        return self._cache.memory_mask
+
+    @property
+    def n_src(self):
+        return self._cache.n_src
+
+
 class KVCache:
     """Self- and cross-attention keys / values for every decoder layer (see module docstring)."""
 
@@ -49,6 +73,11 @@ class KVCache:
         self.n_src = n_src
         self.group = n_rows // n_src
         self.n_threads = None                     # for reorder's copies (None: the default)
+        self._layers = [_LayerCache(self, i) for i in range(n_layers)]
+
+    def layer(self, i):
+        """Layer i's view: ``append(k, v)``, ``cross`` (k, v), ``memory_mask``, ``n_src``."""
+        return self._layers[i]
 
     # -- filling ---------------------------------------------------------------------------------
 

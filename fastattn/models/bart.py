@@ -1,8 +1,11 @@
-"""BART-style checkpoints: BART, mBART, Pegasus, M2M100 / NLLB (and Marian, :mod:`.marian`).
+"""BART-style families: BART, mBART, Pegasus, M2M100 / NLLB (and Marian, :mod:`.marian`; T5,
+:mod:`.t5`).
 
-One loader for the encoder-decoders that transformers writes with the same weight names
-(``model.shared``, ``model.encoder.layers.N.self_attn.q_proj`` ...). Each ``model_type`` is a
-small subclass of :class:`BartLoader` stating what its transformers class computes:
+One config reader and one name map for the encoder-decoders that transformers writes with the
+same weight names (``model.shared``, ``model.encoder.layers.N.self_attn.q_proj`` ...). Each
+``model_type`` is a small subclass of :class:`BartFamily` stating what its transformers class
+computes (the family interface: :mod:`fastattn.models.family`; registered in
+:mod:`fastattn.models.registry`):
 
 ============  =========  ============  ====================  ==========================  =========
 model_type    layers     final norms   layernorm_embedding   positions                   logits
@@ -23,15 +26,16 @@ a ValueError naming it, and so is an unknown field. No torch, no transformers: t
 JSON, the weights safetensors (sharded or not, float16 / bfloat16 widened) read by
 :mod:`fastattn.io.huggingface`.
 """
-import os
 import warnings
 
 import numpy as np
 
+from .._validation import check_positive_int
 from ..generation.config import GENERATION_FIELDS, single_id
-from ..io.huggingface import checkpoint_files, read_json, read_safetensors
+from .family import Entry, Family
 
-__all__ = ["BartLoader", "LOADERS", "name_map", "read_checkpoint"]
+__all__ = ["BartFamily", "MBartFamily", "PegasusFamily", "M2M100Family", "BART", "MBART",
+           "PEGASUS", "M2M100", "name_map"]
 
 # config.json fields with no effect on inference (training knobs, bookkeeping)
 IGNORED = {
@@ -58,10 +62,14 @@ _POSITIVE = ("vocab_size", "d_model", "encoder_layers", "decoder_layers",
              "decoder_ffn_dim", "max_position_embeddings")
 
 
-class BartLoader:
+class BartFamily(Family):
     """BART: post-norm layers, an embedding LayerNorm, learned positions offset by 2."""
 
+    kind = "seq2seq"
     model_type = "bart"
+    title = "BART"
+    tokenizer = None          # the tokenizer files it insists on (load_tokenizer's family=)
+    spm_tokenizer = None      # the SentencePiece pipeline of a folder without tokenizer.json
     # what the transformers class computes (Seq2SeqTransformer keywords)
     architecture = {"normalize_before": False, "layernorm_embedding": True,
                     "positions": "learned", "position_offset": 2}
@@ -80,17 +88,20 @@ class BartLoader:
     extra_fields = ()         # further structure fields a subclass reads
     start_fallback = "bos_token_id"       # transformers' start token when the config names none
 
-    def read_config(self, path):
-        """Parse ``path/config.json``: ``(keywords of Seq2SeqTransformer, generation settings
-        found in config.json itself)`` (the latter used only without generation_config.json)."""
-        where = os.path.join(path, "config.json")
-        raw = read_json(where, os.path.basename(where), dict)
+    @property
+    def model_types(self):
+        return (self.model_type,)
+
+    def read_config(self, raw, where):
+        """config.json (`raw`, read from `where`) -> the keywords of Seq2SeqTransformer, with
+        the generation settings config.json itself holds as ``generation_config`` (used only
+        without a generation_config.json)."""
         gen = {}
         for key, value in raw.items():
             if key in self.fixed:
                 if value != self.fixed[key]:
-                    raise ValueError(f"{where}: {key}={value!r} is not supported ({self.model_type} "
-                                     f"models use {key}={self.fixed[key]!r})")
+                    raise ValueError(f"{where}: {key}={value!r} is not supported "
+                                     f"({self.model_type} models use {key}={self.fixed[key]!r})")
             elif key in self.defaults or key in self.extra_fields or key in IGNORED:
                 continue
             elif key in GENERATION_FIELDS:
@@ -99,9 +110,7 @@ class BartLoader:
                 raise ValueError(f"{where}: unknown config field {key!r}")
         cfg = {k: raw.get(k, d) for k, d in self.defaults.items()}
         for k in _POSITIVE:
-            v = cfg[k]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{where}: {k} must be a positive integer, got {v!r}")
+            check_positive_int(cfg[k], f"{where}: {k}")
         for k in ("scale_embedding", "tie_word_embeddings"):
             if not isinstance(cfg[k], bool):
                 raise ValueError(f"{where}: {k} must be true or false, got {cfg[k]!r}")
@@ -120,7 +129,9 @@ class BartLoader:
                    model_type=self.model_type, **self.architecture)
         if "forced_eos_token_id" in raw:
             gen["forced_eos_token_id"] = raw["forced_eos_token_id"]
-        return self.adjust(raw, out, where), gen
+        out = self.adjust(raw, out, where)
+        out["generation_config"] = gen
+        return out
 
     def adjust(self, raw, config, where):
         """A subclass's own config fields."""
@@ -140,73 +151,55 @@ class BartLoader:
         untie_differing_copies(config, weights, path)
 
 
-class MBartLoader(BartLoader):
+class MBartFamily(BartFamily):
     """mBART (and mBART-50): pre-norm layers with final LayerNorms, embedding LayerNorm."""
 
     model_type = "mbart"
-    architecture = dict(BartLoader.architecture, normalize_before=True)
-    fixed = dict(BartLoader.fixed, normalize_before=True, add_final_layer_norm=True)
-    defaults = dict(BartLoader.defaults, decoder_start_token_id=None)
+    title = "mBART / mBART-50"
+    spm_tokenizer = "mbart"
+    architecture = dict(BartFamily.architecture, normalize_before=True)
+    fixed = dict(BartFamily.fixed, normalize_before=True, add_final_layer_norm=True)
+    defaults = dict(BartFamily.defaults, decoder_start_token_id=None)
 
 
-class PegasusLoader(BartLoader):
+class PegasusFamily(BartFamily):
     """Pegasus: pre-norm layers with final LayerNorms, Marian's sinusoids, no embedding norm."""
 
     model_type = "pegasus"
+    title = "Pegasus"
+    spm_tokenizer = "pegasus"
     architecture = {"normalize_before": True, "layernorm_embedding": False,
                     "positions": "marian", "position_offset": 0}
-    fixed = dict(BartLoader.fixed, normalize_before=True, add_final_layer_norm=True,
+    fixed = dict(BartFamily.fixed, normalize_before=True, add_final_layer_norm=True,
                  normalize_embedding=False, static_position_embeddings=True)
-    defaults = dict(BartLoader.defaults, pad_token_id=0, eos_token_id=1,
+    defaults = dict(BartFamily.defaults, pad_token_id=0, eos_token_id=1,
                     decoder_start_token_id=0, bos_token_id=None)
 
 
-class M2M100Loader(BartLoader):
+class M2M100Family(BartFamily):
     """M2M100 and NLLB-200: pre-norm layers with final LayerNorms, sinusoids counted from the
     pad id (padding tokens get a zero position vector), ReLU, scaled embeddings."""
 
     model_type = "m2m_100"
+    title = "M2M100 / NLLB"
+    tokenizer = "m2m_100"         # M2M100's files unless a tokenizer.json (NLLB's) is there
+    spm_tokenizer = "nllb"
     architecture = {"normalize_before": True, "layernorm_embedding": False,
                     "positions": "fairseq", "position_offset": 0}
     fixed = {"is_decoder": False}
-    defaults = dict(BartLoader.defaults, vocab_size=128112, activation_function="relu",
+    defaults = dict(BartFamily.defaults, vocab_size=128112, activation_function="relu",
                     scale_embedding=True)
 
 
-LOADERS = {}
-
-
-def register(loader):
-    LOADERS[loader.model_type] = loader
-    return loader
-
-
-for _cls in (BartLoader, MBartLoader, PegasusLoader, M2M100Loader):
-    register(_cls)
-
-
-def read_checkpoint(path):
-    """``(keywords, generation settings in config.json, tensors)`` of a checkpoint folder,
-    dispatched on config.json's model_type (the loaders registered: this module's, Marian's,
-    T5's)."""
-    where = os.path.join(path, "config.json")
-    model_type = read_json(where, os.path.basename(where), dict).get("model_type")
-    loader = LOADERS.get(model_type)
-    if loader is None:
-        raise ValueError(f"{where}: model_type={model_type!r} is not supported; supported: "
-                         f"{', '.join(sorted(LOADERS))}")
-    config, gen = loader().read_config(path)
-    weights = read_safetensors(checkpoint_files(path))
-    loader.untie(config, weights, path)
-    return config, gen, weights
+BART, MBART, PEGASUS, M2M100 = BartFamily(), MBartFamily(), PegasusFamily(), M2M100Family()
 
 
 def name_map(c):
-    """Hugging Face parameter name -> (fastattn.nn name, rows, shape) for the model's keywords
-    `c`: the names of :class:`fastattn.Seq2SeqTransformer`'s network (``encoder_embed``,
-    ``decoder_embed``, ``encoder``, ``decoder``, ``lm_head``), rows ``(a, b)`` of the nn
-    parameter when the Hugging Face tensor is a block of it (q, k and v are one
-    ``in_proj_weight``), and the Hugging Face shape (``final_logits_bias`` is (1, V)).
+    """The name map (a list of :class:`~fastattn.models.family.Entry`) for the model's keywords
+    `c`: each Hugging Face parameter's place in :class:`fastattn.Seq2SeqTransformer`'s network
+    (``encoder_embed``, ``decoder_embed``, ``encoder``, ``decoder``, ``lm_head``), rows
+    ``(a, b)`` of the nn parameter when the Hugging Face tensor is a block of it (q, k and v are
+    one ``in_proj_weight``), and the Hugging Face shape (``final_logits_bias`` is (1, V)).
 
     The order is the one random initialisation draws in: the packed projections first, then
     every name in Hugging Face's order.
@@ -217,11 +210,12 @@ def name_map(c):
 
     def proj(hf, nn, j):
         rows = (j * d, (j + 1) * d)
-        m[f"{hf}.{qkv[j]}.weight"] = (f"{nn}.in_proj_weight", rows, (d, d))
-        m[f"{hf}.{qkv[j]}.bias"] = (f"{nn}.in_proj_bias", rows, (d,))
+        m[f"{hf}.{qkv[j]}.weight"] = Entry(f"{hf}.{qkv[j]}.weight", f"{nn}.in_proj_weight",
+                                           rows, (d, d))
+        m[f"{hf}.{qkv[j]}.bias"] = Entry(f"{hf}.{qkv[j]}.bias", f"{nn}.in_proj_bias", rows, (d,))
 
     def put(hf, nn, shape):
-        m.setdefault(hf, (nn, None, shape))
+        m.setdefault(hf, Entry(hf, nn, None, shape))
 
     stacks = ("encoder", "decoder")
     for which in stacks:                          # pass 1: the packed projections
@@ -273,7 +267,7 @@ def name_map(c):
         if c["normalize_before"]:
             put(f"model.{which}.layer_norm.weight", f"{which}.norm.weight", (d,))
             put(f"model.{which}.layer_norm.bias", f"{which}.norm.bias", (d,))
-    return m
+    return list(m.values())
 
 
 # the token tables' names: (shared, encoder copy, decoder copy, output projection)

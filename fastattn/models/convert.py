@@ -19,31 +19,31 @@ import numpy as np
 
 from ..io import saved as _saved
 from ..io.huggingface import checkpoint_files, read_json, read_progress
+from . import registry
+from .encoder import EncoderModel
+from .family import KINDS
+from .seq2seq import Seq2SeqTransformer
 
 __all__ = ["convert", "model_class", "add_arguments", "run"]
 
+_CLASSES = {cls.__name__: cls for cls in (Seq2SeqTransformer, EncoderModel)}
+
 
 def model_class(folder):
-    """The model class that loads `folder`: Seq2SeqTransformer for the encoder-decoder
-    families, WhisperModel for Whisper, EncoderModel for the BERT family and
-    sentence-transformers folders."""
-    from . import bart
-    from .encoder import EncoderModel
-    from .seq2seq import Seq2SeqTransformer
-    from .whisper import WhisperModel
+    """The model class that loads `folder`: the class of its config.json's family
+    (:mod:`fastattn.models.registry`), EncoderModel for sentence-transformers folders (and
+    anything else: its own error names what is wrong), the saved class of a fastattn folder."""
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"{folder} is not a directory")
     if _saved.is_saved_folder(folder):
         meta = read_json(os.path.join(folder, _saved.MODEL_FILE), _saved.MODEL_FILE, dict)
-        return {"Seq2SeqTransformer": Seq2SeqTransformer, "WhisperModel": WhisperModel,
-                "EncoderModel": EncoderModel}.get(meta.get("class"), EncoderModel)
+        return _CLASSES.get(meta.get("class"), EncoderModel)
     if os.path.isfile(os.path.join(folder, "modules.json")):
         return EncoderModel
     cfg = read_json(os.path.join(folder, "config.json"), "config.json", dict)
-    if cfg.get("model_type") == "whisper":
-        return WhisperModel
-    return Seq2SeqTransformer if cfg.get("model_type") in bart.LOADERS else EncoderModel
+    family = registry.family(cfg.get("model_type"))
+    return EncoderModel if family is None else _CLASSES[KINDS[family.kind]]
 
 
 def _weight_bytes(folder):

@@ -1,180 +1,40 @@
 """EncoderModel: BERT-family encoders and sentence embeddings from a Hugging Face folder.
 
 No torch, no transformers at run time: weights come from ``model.safetensors`` through the
-``safetensors`` NumPy API (:mod:`fastattn.io.huggingface`), into fastattn.nn's layers: an
-:class:`~fastattn.nn.Embedding` (word + token type + position, LayerNorm, one C pass) and
-post-norm :class:`~fastattn.nn.TransformerEncoderLayer` s. This file composes them and calls no
-kernel.
+``safetensors`` NumPy API (:mod:`fastattn.io.huggingface`), into fastattn.nn's network: an
+:class:`~fastattn.nn.Embedding` (word + token type + position, LayerNorm, one C pass) and a
+:class:`~fastattn.nn.TransformerEncoder` (post-norm layers, or ModernBERT's pre-norm ones and
+final norm; MPNet's position bias), then pooling. The model computes the network's arguments
+(position ids, the padding mask, ModernBERT's per-layer masks and rotary tables) and calls no
+kernel. Beside it: ``_encoder_weights.py`` (config.json through the family of its model_type,
+the checkpoint's tensors through its name map), ``_sentence_transformers.py`` (modules.json,
+Pooling, Dense, pooling itself).
 """
 import os
 
 import numpy as np
 
 from .._memory import check_plan, release_free_memory
-from .._quant import Int8Weight, check_quantize
+from .._quant import check_quantize
+from .._validation import check_dtype, check_token_ids, hf_attention_mask
 from ..io import saved as _saved
-from .._validation import check_dtype, check_folder, check_token_ids, hf_attention_mask
 from ..nn._masks import _KernelMask
 from ..nn._module import _Init
 from ..nn.attention import RowSubset
-from ..io.huggingface import checkpoint_files, read_safetensors
 from ..nn.embedding import Embedding
-from ..nn.linear import Linear
 from ..nn.norm import LayerNorm
-from ..nn.positional import RelativePositionBias, rotary_tables
-from ..nn.transformer import TransformerEncoderLayer
-from .bert import _read_json, load_config, load_weights
+from ..nn.positional import RelativePositionBias, counted_position_ids, rotary_tables
+from ..nn.transformer import TransformerEncoder, TransformerEncoderLayer
+from ._encoder_weights import load_config, load_weights
+from ._sentence_transformers import (POOLING_MODES, check_pooling, l2_normalize, pool,
+                                     pooling_from_config, read_dense, read_folder,
+                                     st_max_seq_length)
 
-__all__ = ["EncoderModel", "POOLING_MODES"]
-
-#: pooling modes in the order sentence-transformers concatenates them when several are set
-POOLING_MODES = ("cls", "max", "mean", "mean_sqrt_len")
-
-# sentence-transformers' Pooling config flags -> our mode names
-_POOLING_FLAGS = {
-    "pooling_mode_cls_token": "cls",
-    "pooling_mode_max_tokens": "max",
-    "pooling_mode_mean_tokens": "mean",
-    "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len",
-}
-
-
-_MPNET_MAX_DISTANCE = 128       # fixed in transformers' MPNet
+__all__ = ["EncoderModel", "POOLING_MODES", "pool"]
 
 # below this many multiply-adds per score pass (B * heads * S * S * head_dim), attention runs
 # on one thread
 _ATTN_ONE_THREAD = 1 << 20
-
-
-def _pooling_from_config(path, hidden_size):
-    """Pooling modes (tuple, POOLING_MODES order) from a sentence-transformers Pooling config."""
-    cfg = _read_json(path, "sentence-transformers Pooling config", dict)
-    dim = cfg.get("word_embedding_dimension", hidden_size)
-    if dim != hidden_size:
-        raise ValueError(f"Pooling config field word_embedding_dimension={dim!r} in {path} "
-                         f"differs from the model's hidden size {hidden_size}")
-    if cfg.get("include_prompt", True) is not True:
-        raise ValueError(f"Pooling config field include_prompt={cfg['include_prompt']!r} in "
-                         f"{path} is not supported (only true)")
-    modes = set()
-    mode = cfg.get("pooling_mode")         # newer writers may also store the mode by name
-    if mode is not None:
-        by_name = {"cls": "cls", "max": "max", "mean": "mean", "mean_sqrt_len_tokens":
-                   "mean_sqrt_len", "mean_sqrt_len": "mean_sqrt_len"}
-        if not isinstance(mode, str) or mode not in by_name:
-            raise ValueError(f"Pooling config field pooling_mode={mode!r} in {path} is not "
-                             f"supported; supported: cls, max, mean, mean_sqrt_len_tokens")
-        modes.add(by_name[mode])
-    for key, value in cfg.items():
-        if not key.startswith("pooling_mode_"):
-            continue
-        if not isinstance(value, bool):
-            raise ValueError(f"Pooling config field {key}={value!r} in {path} must be true "
-                             "or false")
-        if not value:
-            continue
-        if key not in _POOLING_FLAGS:
-            raise ValueError(f"Pooling config field {key}=true in {path} is not supported; "
-                             f"supported: {', '.join(_POOLING_FLAGS)}")
-        modes.add(_POOLING_FLAGS[key])
-    if not modes:
-        raise ValueError(f"Pooling config {path} sets no pooling mode (one of "
-                         f"{', '.join(_POOLING_FLAGS)} must be true)")
-    return tuple(m for m in POOLING_MODES if m in modes)
-
-
-def _read_folder(path):
-    """(transformer folder, pooling modes or the Pooling folder, normalize, Dense folders) for a
-    model folder.
-
-    A sentence-transformers folder has modules.json: its Transformer module names the folder
-    of config.json + weights, its Pooling module the pooling config, and a Normalize module
-    turns on L2 normalisation. Without modules.json: mean pooling, then normalisation.
-    """
-    root = check_folder(path)
-    modules_path = os.path.join(root, "modules.json")
-    if not os.path.exists(modules_path):
-        return root, ("mean",), True, []
-    modules = _read_json(modules_path, "sentence-transformers modules.json")
-    if not isinstance(modules, list):
-        raise ValueError(f"{modules_path} must hold a JSON list of modules")
-    entries = []
-    for i, m in enumerate(modules):
-        if not isinstance(m, dict) or not isinstance(m.get("type"), str):
-            raise ValueError(f"{modules_path}: module {i} has no 'type'")
-        path_i = m.get("path") or ""
-        if not isinstance(path_i, str):
-            raise ValueError(f"{modules_path}: module {i} has a bad 'path' {path_i!r}")
-        entries.append((m.get("idx", i), m["type"], os.path.join(root, path_i)))
-    entries.sort(key=lambda e: e[0] if isinstance(e[0], int) else 0)
-    kinds = [t.rsplit(".", 1)[-1] for _, t, _ in entries]
-    n_dense = 0
-    while 2 + n_dense < len(kinds) and kinds[2 + n_dense] == "Dense":
-        n_dense += 1
-    tail = kinds[2 + n_dense:]
-    if kinds[:2] != ["Transformer", "Pooling"] or tail not in ([], ["Normalize"]):
-        known = ("Transformer", "Pooling", "Dense", "Normalize")
-        odd = next((t for (_, t, _), k in zip(entries, kinds) if k not in known), None)
-        raise ValueError(
-            f"{modules_path} lists the modules {[t for _, t, _ in entries]}"
-            + (f"; module type {odd!r} is not supported" if odd else "")
-            + "; supported: Transformer, Pooling, then optionally Dense modules, then "
-              "optionally Normalize")
-    dense = [e[2] for e in entries[2:2 + n_dense]]
-    return entries[0][2], entries[1][2], bool(tail), dense
-
-
-# sentence-transformers' Dense activations (torch class paths) -> NumPy
-_DENSE_ACTIVATIONS = {
-    "torch.nn.modules.activation.Tanh": np.tanh,
-    "torch.nn.modules.linear.Identity": None,
-    "torch.nn.modules.activation.ReLU": lambda x: np.maximum(x, 0),
-    "torch.nn.modules.activation.Sigmoid": lambda x: 1 / (1 + np.exp(-x)),
-}
-
-
-def _read_dense(folder, in_features, dtype, tensors=None, prefix=""):
-    """A sentence-transformers Dense module: (Linear, activation or None); its weights from
-    the folder, or from `tensors` (a saved folder's, names under `prefix`)."""
-    cfg = _read_json(os.path.join(folder, "config.json"), "sentence-transformers Dense config",
-                     dict)
-    where = os.path.join(folder, "config.json")
-    n_in, n_out = cfg.get("in_features"), cfg.get("out_features")
-    for name, v in (("in_features", n_in), ("out_features", n_out)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"Dense config field {name}={v!r} in {where} must be a positive "
-                             "integer")
-    if n_in != in_features:
-        raise ValueError(f"Dense config field in_features={n_in} in {where} does not match the "
-                         f"{in_features} features that reach it")
-    act = cfg.get("activation_function", "torch.nn.modules.activation.Tanh")
-    if act not in _DENSE_ACTIVATIONS:
-        raise ValueError(f"Dense config field activation_function={act!r} in {where} is not "
-                         f"supported; supported: {', '.join(_DENSE_ACTIVATIONS)}")
-    bias = cfg.get("bias", True)
-    if not isinstance(bias, bool):
-        raise ValueError(f"Dense config field bias={bias!r} in {where} must be true or false")
-    lin = Linear(n_in, n_out, bias, dtype=dtype, _init=_Init.empty(dtype))
-    if tensors is not None:                      # a saved folder: mapped as they are
-        for ours in ("weight", "bias")[:1 + bias]:
-            t = tensors.get(prefix + ours)
-            if t is None or tuple(t.shape) != lin._params[ours].shape:
-                raise ValueError(f"{folder}: saved tensor {prefix + ours!r} is missing or not "
-                                 f"of shape {lin._params[ours].shape}")
-            lin._params[ours] = t
-            if isinstance(t, Int8Weight):
-                lin.__dict__["_quantize"] = "int8"
-        return lin, _DENSE_ACTIVATIONS[act]
-    tensors = read_safetensors(checkpoint_files(folder))
-    for ours, theirs in (("weight", "linear.weight"), ("bias", "linear.bias"))[:1 + bias]:
-        t = tensors.get(theirs)
-        dst = lin._params[ours]
-        if t is None or t.shape != dst.shape or t.dtype.kind != "f":
-            raise ValueError(f"{folder}: tensor {theirs!r} is missing or not a float array of "
-                             f"shape {dst.shape}")
-        dst[...] = t
-    lin._prepack()
-    return lin, _DENSE_ACTIVATIONS[act]
 
 
 class EncoderModel:
@@ -201,7 +61,7 @@ class EncoderModel:
         self.config = config
         self.dtype = np.dtype(dtype)
         self.hidden_size = config.hidden_size
-        self.pooling = _check_pooling(pooling)
+        self.pooling = check_pooling(pooling)
         self.normalize = bool(normalize)
         self.max_seq_length = None
         self.dense = []          # sentence-transformers Dense modules: (Linear, activation)
@@ -217,23 +77,38 @@ class EncoderModel:
         # BERT's post-norm blocks: q/k/v one GEMM, the activation fused into the first FFN
         # GEMM's epilogue, each residual and LayerNorm into the second GEMM of its sublayer;
         # ModernBERT's pre-norm ones (the first without a norm before its attention)
-        self.layers = [TransformerEncoderLayer(c.hidden_size, c.num_heads, c.intermediate_size,
-                                               activation=c.activation, layer_norm_eps=eps,
-                                               norm_first=c.norm_first, bias=c.bias,
-                                               gated=c.gated,
-                                               attn_norm=i > 0 or c.first_attn_norm,
-                                               dtype=self.dtype, _init=init)
-                       for i in range(c.num_layers)]
-        self.final_norm = LayerNorm(c.hidden_size, eps, bias=c.bias, dtype=self.dtype,
-                                    _init=init) if c.final_norm else None
-        self.position_bias = RelativePositionBias(
-            c.relative_attention_num_buckets, _MPNET_MAX_DISTANCE, c.num_heads, True,
-            dtype=self.dtype, _init=init) if c.relative_attention_num_buckets else None
+        layers = [TransformerEncoderLayer(c.hidden_size, c.num_heads, c.intermediate_size,
+                                          activation=c.activation, layer_norm_eps=eps,
+                                          norm_first=c.norm_first, bias=c.bias, gated=c.gated,
+                                          attn_norm=i > 0 or c.first_attn_norm,
+                                          dtype=self.dtype, _init=init)
+                  for i in range(c.num_layers)]
+        final_norm = LayerNorm(c.hidden_size, eps, bias=c.bias, dtype=self.dtype,
+                               _init=init) if c.final_norm else None
+        position_bias = RelativePositionBias(
+            c.relative_attention_num_buckets, c.relative_attention_max_distance, c.num_heads,
+            True, dtype=self.dtype, _init=init) if c.relative_attention_num_buckets else None
+        self.encoder = TransformerEncoder._of_layers(layers, final_norm, position_bias)
+
+    # the network's parts under the names the checkpoints' name maps and saved folders use
+    # (``layers.N.*``, ``final_norm.*``, ``position_bias.*``)
+    @property
+    def layers(self):
+        return self.encoder.layers
+
+    @property
+    def final_norm(self):
+        return self.encoder.norm
+
+    @property
+    def position_bias(self):
+        return self.encoder.position_bias
 
     def state_dict(self):
         """The parameters by fastattn.nn name (``embeddings.weight``, ``layers.0.self_attn.
-        in_proj_weight`` ...; :func:`fastattn.models.bert.name_map` gives each checkpoint
-        tensor's place), as read-only views: the layers run on packed copies of them."""
+        in_proj_weight`` ...; the family's name map (:mod:`fastattn.models.registry`) gives
+        each checkpoint tensor's place), as read-only views: the layers run on packed copies of
+        them."""
         out = {}
         for k, v in self._arrays().items():
             view = v.view() if isinstance(v, np.ndarray) else v.dequantize()
@@ -333,7 +208,8 @@ class EncoderModel:
         Raises
         ------
         FileNotFoundError naming the missing file; ValueError naming the unsupported config
-        field, module, or bad tensor (see :func:`fastattn.models.bert.load_config`).
+        field, module, or bad tensor (see :func:`fastattn.models._encoder_weights.load_config`
+        and the families' ``read_config``).
         """
         try:
             if dtype is None:          # np.dtype(None) would be float64
@@ -342,10 +218,10 @@ class EncoderModel:
         except TypeError as exc:
             raise ValueError(str(exc)) from None
         check_quantize(quantize, dt)
-        model_dir, pooling_cfg, normalize, dense = _read_folder(path)
-        config = load_config(model_dir)
+        model_dir, pooling_cfg, normalize, dense = read_folder(path)
+        family, config = load_config(model_dir)
         pooling = pooling_cfg if isinstance(pooling_cfg, tuple) else \
-            _pooling_from_config(os.path.join(pooling_cfg, "config.json"), config.hidden_size)
+            pooling_from_config(os.path.join(pooling_cfg, "config.json"), config.hidden_size)
         saved = None
         if _saved.is_saved_folder(model_dir):    # written by save_pretrained: mapped
             meta = _saved.read_meta(model_dir, cls.__name__)
@@ -363,12 +239,12 @@ class EncoderModel:
                 else:
                     model.layers[i].compact_()
                 release_free_memory()
-            load_weights(model_dir, config, model._array, layer_done)
+            load_weights(model_dir, family, config, model._array, layer_done)
         else:
             model._assign_saved(saved, model_dir)
         width = config.hidden_size * len(pooling)
         for i, folder in enumerate(dense):       # sentence-transformers Dense modules
-            lin, act = _read_dense(folder, width, dt, saved, f"dense.{i}.")
+            lin, act = read_dense(folder, width, dt, saved, f"dense.{i}.")
             model.dense.append((lin, act))
             width = lin.out_features
         model._source, model._model_dir = os.fspath(path), model_dir
@@ -384,7 +260,7 @@ class EncoderModel:
             layer._prepack()
         for lin, _ in model.dense:
             lin._prepack()
-        model.max_seq_length = _st_max_seq_length(os.fspath(path), model_dir, config)
+        model.max_seq_length = st_max_seq_length(os.fspath(path), model_dir, config)
         return model
 
     # -- inputs --------------------------------------------------------------------------------
@@ -438,8 +314,7 @@ class EncoderModel:
             return np.arange(S)[None, :]
         # RoBERTa: pad + cumulative count of non-padding ids; padding tokens get pad itself
         # (MPNet counts from its fixed padding_idx 1 but looks for the pad id)
-        not_pad = ids != cfg.pad_token_id
-        return np.cumsum(not_pad, axis=1) * not_pad + cfg.padding_idx
+        return counted_position_ids(ids, cfg.pad_token_id, cfg.padding_idx)
 
     def _embeddings(self, ids, tt, keep):
         """LN(word + token type + position) for the flat token positions `keep` (all: None);
@@ -448,18 +323,21 @@ class EncoderModel:
         return self.embeddings._forward(ids, position_ids=self._position_ids(ids),
                                         token_type_ids=tt, keep=keep)
 
-    def _layer_kinds(self, S, kmask):
-        """ModernBERT: per layer kind ("full", "sliding") the attention mask (sliding: only the
-        keys within local_attention // 2 positions) and the rotary tables (cos, sin) of its base."""
+    def _layer_args(self, S, kmask):
+        """The network's per-layer arguments: (the attention mask(s), the rotary tables or
+        None). ModernBERT: per layer, its kind's ("full", "sliding") mask (sliding: only the
+        keys within local_attention // 2 positions) and rotary tables (cos, sin) of its base;
+        the other families: kmask for every layer, no rotary tables."""
         cfg = self.config
         if not cfg.layer_types:
-            return {}, {}
+            return kmask, None
         pos = np.arange(S)
         ropes = {kind: rotary_tables(pos, cfg.head_dim, theta, self.dtype)
                  for kind, theta in zip(("full", "sliding"), cfg.rope_theta)}
         band = np.abs(pos[:, None] - pos[None, :]) <= cfg.local_attention // 2      # (S, S)
         local = band[None, None] if kmask.mask is None else np.logical_and(band, kmask.mask)
-        return {"full": kmask, "sliding": _KernelMask(local, False)}, ropes
+        masks = {"full": kmask, "sliding": _KernelMask(local, False)}
+        return [masks[k] for k in cfg.layer_types], [ropes[k] for k in cfg.layer_types]
 
     def _forward(self, ids, mask, tt, packed=False):
         """(B, S, H) last hidden state. packed=True computes the real tokens only (the dense
@@ -470,26 +348,17 @@ class EncoderModel:
         if B == 0 or S == 0:
             return np.zeros((B, S, H), dtype=self.dtype)
         padded = mask is not None and not mask.all()
-        # key padding as an SDPA bool mask, True = may attend; none when nothing is padded
-        pad_mask = mask[:, None, None, :] if padded else None
-        kmask = _KernelMask(pad_mask, False)
-        if self.position_bias is not None:       # MPNet: + the bias (1, H, S, S) of every layer
-            bias = self.position_bias._forward(S, S)
-            if padded:
-                bias = bias + np.where(pad_mask, 0.0, -np.inf).astype(bias.dtype)
-            kmask = _KernelMask(bias, False)
+        # key padding as an SDPA bool mask, True = may attend; none when nothing is padded (the
+        # network adds MPNet's position bias to it)
+        kmask = _KernelMask(mask[:, None, None, :] if padded else None, False)
         keep = RowSubset(np.flatnonzero(mask), B * S) if padded and packed else None
         x = self._embeddings(ids, tt, None if keep is None else keep.index)
         # tiny problems (a short query) run attention on one thread: waking a second OpenMP
         # thread costs more than the whole call (~0.1 ms for 1 x 16 tokens x 12 heads)
         attn_threads = 1 if B * cfg.num_heads * S * S * cfg.head_dim < _ATTN_ONE_THREAD else None
-        masks, ropes = self._layer_kinds(S, kmask)
-        for i, layer in enumerate(self.layers):
-            kind = cfg.layer_types[i] if cfg.layer_types else None
-            x = layer._forward(x, B, S, masks.get(kind, kmask), keep=keep,
-                               attn_threads=attn_threads, rope=ropes.get(kind))
-        if self.final_norm is not None:
-            x = self.final_norm._forward(x)
+        masks, ropes = self._layer_args(S, kmask)
+        x = self.encoder._forward(x, B, S, masks, keep=keep, attn_threads=attn_threads,
+                                  rope=ropes)
         if keep is None:
             return x.reshape(B, S, H)
         out = np.zeros((B * S, H), dtype=self.dtype)
@@ -540,7 +409,7 @@ class EncoderModel:
         ndarray, shape (B, hidden_size * number of modes), in the model's dtype. A sequence
         with no token (mask all 0) gives a zero vector.
         """
-        modes = self.pooling if pooling is None else _check_pooling(pooling)
+        modes = self.pooling if pooling is None else check_pooling(pooling)
         norm = self.normalize if normalize is None else _check_flag(normalize, "normalize")
         ids, mask, tt = self._check_ids(input_ids, attention_mask, token_type_ids)
         check_plan(self._plan(*ids.shape) + ids.shape[0] * self.hidden_size * len(modes) * 8,
@@ -556,73 +425,10 @@ class EncoderModel:
             x = lin._forward(x)
             if act is not None:
                 x = act(x)
-        return _l2_normalize(x) if norm else x
-
-
-def _st_max_seq_length(root, model_dir, config):
-    """sentence-transformers' truncation length (sentence_bert_config.json), or None."""
-    for folder in dict.fromkeys((model_dir, root)):
-        path = os.path.join(folder, "sentence_bert_config.json")
-        if os.path.isfile(path):
-            n = _read_json(path, "sentence-transformers config", dict).get("max_seq_length")
-            if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-                raise ValueError(f"config field max_seq_length={n!r} in {path} must be a "
-                                 "positive integer")
-            return None if n is None else min(n, config.max_tokens)
-    return None
+        return l2_normalize(x) if norm else x
 
 
 def _check_flag(value, name):
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be True or False, got {value!r}")
     return bool(value)
-
-
-def _check_pooling(pooling):
-    try:
-        modes = (pooling,) if isinstance(pooling, str) else tuple(pooling)
-    except TypeError:
-        modes = ()
-    if not modes or any(m not in POOLING_MODES for m in modes):
-        raise ValueError(f"pooling must be one of {POOLING_MODES} or a sequence of them, got "
-                         f"{pooling!r}")
-    return tuple(m for m in POOLING_MODES if m in modes)
-
-
-def pool(hidden, mask, modes, normalize):
-    """Pool a hidden state over its tokens.
-
-    hidden : ndarray (B, S, H); mask : bool ndarray (B, S) or None (all tokens);
-    modes : tuple in POOLING_MODES order; returns (B, H * len(modes)). Rows with no token are
-    zeros.
-    """
-    B, S, H = hidden.shape
-    m = np.ones((B, S), dtype=bool) if mask is None else mask
-    counts = m.sum(axis=1).astype(hidden.dtype)[:, None]              # (B, 1)
-    empty = counts[:, 0] == 0
-    parts = []
-    summed = None
-    for mode in modes:
-        if mode == "cls":
-            v = hidden[:, 0, :].copy() if S else np.zeros((B, H), hidden.dtype)
-        elif mode == "max":
-            v = np.where(m[:, :, None], hidden, -np.inf).max(axis=1, initial=-np.inf)
-        else:
-            if summed is None:
-                # each row's tokens added in their order, whatever padding follows them (a
-                # masked matmul over S summed in an order that depended on S)
-                summed = np.stack([hidden[b][m[b]].sum(axis=0) for b in range(B)]) if B \
-                    else np.zeros((0, H), hidden.dtype)
-            safe = np.maximum(counts, 1)
-            v = summed / (safe if mode == "mean" else np.sqrt(safe))
-        v[empty] = 0
-        parts.append(v)
-    out = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
-    return _l2_normalize(out) if normalize else out
-
-
-def _l2_normalize(out):
-    """Each row over its L2 norm (in place); zero rows stay zero."""
-    norms = np.sqrt(np.square(out).sum(axis=1, keepdims=True))
-    out /= np.maximum(norms, np.finfo(out.dtype).tiny)
-    return out

@@ -5,74 +5,51 @@ Design:
   :class:`~fastattn.nn.TransformerEncoder` and :class:`~fastattn.nn.TransformerDecoder` (post-
   or pre-norm), a :class:`~fastattn.nn.Linear` output projection (tied to the decoder embedding
   or not; its bias is ``final_logits_bias``). This file composes them and calls no kernel.
-- Parameters carry Hugging Face Marian names (``model.encoder.layers.0.self_attn.q_proj.weight``,
-  ``lm_head.weight``, ``final_logits_bias`` ...) and torch's (out, in) layout, so that a
-  ``MarianMTModel.state_dict()`` / ``model.safetensors`` loads by name: they are views into the
-  layers' arrays, through the name map of :mod:`fastattn.models.marian` (q, k and v of every
+- Parameters carry the checkpoint's Hugging Face names (Marian's
+  ``model.encoder.layers.0.self_attn.q_proj.weight``, ``lm_head.weight``,
+  ``final_logits_bias`` ...; T5's ``encoder.block.0.layer.0.SelfAttention.q.weight`` ...) and
+  torch's (out, in) layout, so that the transformers model's ``state_dict()`` /
+  ``model.safetensors`` loads by name: they are views into the layers' arrays, through the name
+  map of the model_type's family (:mod:`fastattn.models.registry`; q, k and v of every
   attention are row blocks of its ``in_proj_weight``: one GEMM for q, k, v of a self-attention,
   one for k, v of a cross-attention).
+- The rest lives beside this file: the keywords' checks in ``_seq2seq_spec.py``, the
+  parameters, state_dict and folders in and out in ``_seq2seq_weights.py`` (the base class).
 - Decoding keeps a :class:`fastattn.generation.KVCache`: self-attention keys / values written in
   place at the step's position of buffers sized for the longest output; cross-attention keys /
   values computed once per source. The beams of one source share that source's cross keys and
   values: their queries are stacked on the query axis of one attention call.
 """
 import math
-import os
 
 import numpy as np
 
 from .._memory import check_plan, release_free_memory
-from .._ops import _aligned_empty
 from .._quant import check_quantize
-from ..io import saved as _saved
-from .._validation import (check_choice, check_eps, check_option, check_real,
-                           check_real_input, check_seed, check_token_ids, hf_attention_mask,
-                           to_numpy)
-from ..generation.config import (check_generation_config, check_generation_ids,
-                                 read_generation_config)
+from .._validation import (check_positive_int, check_real_input, check_token_ids,
+                           hf_attention_mask, to_numpy)
+from ..generation.config import check_generation_config, check_generation_ids
 from ..generation.kv_cache import KVCache
 from ..generation.search import DecoderState, generate, score
-from ..io.huggingface import Checkpoint, canonical_activation
+from ..io.huggingface import canonical_activation
 from ..nn._masks import _KernelMask
 from ..nn._module import _Init
 from ..nn.embedding import Embedding
 from ..nn.linear import Linear
-from ..nn.positional import POSITION_LAYOUTS, fairseq_positions_table, positions_table
+from ..nn.positional import counted_position_ids, fairseq_positions_table, positions_table
 from ..nn.transformer import TransformerDecoder, TransformerEncoder
-from . import bart as _bart
-from . import marian, t5  # noqa: F401  (they register their loaders)
+from . import _seq2seq_spec
+from ._seq2seq_weights import EMPTY, Seq2SeqWeights
 
 __all__ = ["Seq2SeqTransformer", "positions_table"]
 
-_POSITIONS = POSITION_LAYOUTS + ("fairseq", "learned", "none")
 _SMALL = 1 << 16          # elements below which an elementwise pass runs on one thread
 
 
-def _pos_int(v, name):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-        raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    return int(v)
-
-
-def _count(v, name):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-        raise ValueError(f"{name} must be a non-negative integer, got {v!r}")
-    return int(v)
-
-
-def _id(v, name, vocab, allow_none=False):
-    if v is None and allow_none:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v < vocab:
-        raise ValueError(f"{name} must be a token id in [0, {vocab}), got {v!r}")
-    return int(v)
-
-
-_EMPTY = object()      # _build: no weights (from_pretrained maps a saved folder's in)
-
-
-class Seq2SeqTransformer:
-    """Encoder-decoder Transformer for translation-style generation (Marian layout).
+class Seq2SeqTransformer(Seq2SeqWeights):
+    """Encoder-decoder Transformer for translation-style generation: Marian, BART, mBART,
+    Pegasus, M2M100 / NLLB, T5 / mT5 checkpoints (every ``seq2seq`` family of
+    :mod:`fastattn.models.registry`), or built in code.
 
     Parameters
     ----------
@@ -148,72 +125,10 @@ class Seq2SeqTransformer:
                  relative_attention_num_buckets=None, relative_attention_max_distance=None,
                  output_scale=1.0, final_logits_bias=True, *, seed=0, dtype=np.float32,
                  quantize=None, _state_dict=None):
-        if dtype is None:              # np.dtype(None) would be float64
-            raise TypeError("dtype must be float32 or float64, got None")
-        try:
-            dt = np.dtype(dtype)
-        except TypeError:
-            raise TypeError(f"dtype must be float32 or float64, got {dtype!r}") from None
-        if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-            raise TypeError(f"dtype must be float32 or float64, got {dt}")
-        V = _pos_int(vocab_size, "vocab_size")
-        shared = check_option(share_encoder_decoder_embeddings, "share_encoder_decoder_embeddings")
-        Vt = V if (shared or decoder_vocab_size is None) else _pos_int(decoder_vocab_size,
-                                                                       "decoder_vocab_size")
-        d = _pos_int(d_model, "d_model")
-        cfg = {
-            "vocab_size": V, "decoder_vocab_size": Vt, "d_model": d,
-            "encoder_layers": _pos_int(encoder_layers, "encoder_layers"),
-            "decoder_layers": _pos_int(decoder_layers, "decoder_layers"),
-            "encoder_attention_heads": _pos_int(encoder_attention_heads, "encoder_attention_heads"),
-            "decoder_attention_heads": _pos_int(decoder_attention_heads, "decoder_attention_heads"),
-            "encoder_ffn_dim": _pos_int(encoder_ffn_dim, "encoder_ffn_dim"),
-            "decoder_ffn_dim": _pos_int(decoder_ffn_dim, "decoder_ffn_dim"),
-            "activation_function": activation_function,
-            "scale_embedding": check_option(scale_embedding, "scale_embedding"),
-            "normalize_before": check_option(normalize_before, "normalize_before"),
-            "positions": positions,
-            "max_position_embeddings": _pos_int(max_position_embeddings, "max_position_embeddings"),
-            "share_encoder_decoder_embeddings": shared,
-            "tie_word_embeddings": check_option(tie_word_embeddings, "tie_word_embeddings"),
-            "layer_norm_eps": check_eps(layer_norm_eps, "layer_norm_eps"),
-            "layernorm_embedding": check_option(layernorm_embedding, "layernorm_embedding"),
-            "position_offset": _count(position_offset, "position_offset"),
-            "model_type": model_type,
-            "norm": check_choice(norm, "norm", ("layer", "rms")),
-            "bias": check_option(bias, "bias"),
-            "head_dim": None if head_dim is None else _pos_int(head_dim, "head_dim"),
-            "attention_scale": None if attention_scale is None else
-            check_real(attention_scale, "attention_scale"),
-            "gated_ffn": check_option(gated_ffn, "gated_ffn"),
-            "relative_attention_num_buckets": None if relative_attention_num_buckets is None
-            else _pos_int(relative_attention_num_buckets, "relative_attention_num_buckets"),
-            "relative_attention_max_distance": None if relative_attention_max_distance is None
-            else _pos_int(relative_attention_max_distance, "relative_attention_max_distance"),
-            "output_scale": check_real(output_scale, "output_scale"),
-            "final_logits_bias": check_option(final_logits_bias, "final_logits_bias"),
-        }
-        if (cfg["relative_attention_num_buckets"] is None) != (
-                cfg["relative_attention_max_distance"] is None):
-            raise ValueError("relative_attention_num_buckets and relative_attention_max_distance "
-                             "go together (T5's position bias)")
-        if cfg["norm"] == "rms" and not cfg["normalize_before"]:
-            raise ValueError("norm='rms' needs normalize_before=True")
-        if model_type not in _bart.LOADERS:
-            raise ValueError(f"model_type must be one of {sorted(_bart.LOADERS)}, got "
-                             f"{model_type!r} (it selects the checkpoint's names)")
-        canonical_activation(activation_function, "activation_function")
-        if positions not in _POSITIONS:
-            raise ValueError(f"positions must be one of {_POSITIONS}, got {positions!r}")
-        for which in ("encoder", "decoder"):
-            h = cfg[f"{which}_attention_heads"]
-            if d % h and cfg["head_dim"] is None:
-                raise ValueError(f"d_model={d} is not divisible by {which}_attention_heads={h}")
-        pad = Vt - 1 if pad_token_id is None else _id(pad_token_id, "pad_token_id", min(V, Vt))
-        cfg["pad_token_id"] = pad
-        cfg["eos_token_id"] = _id(eos_token_id, "eos_token_id", Vt)
-        cfg["decoder_start_token_id"] = (pad if decoder_start_token_id is None else
-                                         _id(decoder_start_token_id, "decoder_start_token_id", Vt))
+        keywords = {k: v for k, v in locals().items() if k in _seq2seq_spec.KEYWORDS}
+        dt = _seq2seq_spec.model_dtype(dtype)
+        cfg, self._family = _seq2seq_spec.check_keywords(keywords)   # (_seq2seq_spec.py)
+        Vt = cfg["decoder_vocab_size"]
         self._config = cfg
         if generation_config is not None and not isinstance(generation_config, dict):
             raise TypeError(f"generation_config must be a dict, got "
@@ -226,13 +141,13 @@ class Seq2SeqTransformer:
         self._quantize = None                  # the float network first, then its int8 form
         self._qparams = {}
         self._build(seed, _state_dict)
-        given = _state_dict is not None and _state_dict is not _EMPTY
+        given = _state_dict is not None and _state_dict is not EMPTY
         if given:
             self._load_streaming(_state_dict, quantize)
         if quantize is not None:
             self._quantize = quantize
             self._apply_quantize()
-        elif _state_dict is not _EMPTY:
+        elif _state_dict is not EMPTY:
             self._apply_compact()
         if given:
             release_free_memory()          # the float arrays just freed (docs/int8.md)
@@ -296,262 +211,6 @@ class Seq2SeqTransformer:
             self._init_random(seed)
         else:                   # weights to stream in (_load_streaming) or a saved folder's
             self._params, self._qparams, self._order = {}, {}, []
-
-    def _map_params(self):
-        """The parameters by Hugging Face name: views into the layers' float arrays
-        (_params), and the int8 weights with their rows and shape (_qparams)."""
-        arrays = {f"{lname}.{name}": arr for lname, layer in self._layers.items()
-                  for name, arr, _, _ in layer._named_params()}
-        params, qparams, order = {}, {}, []
-        for hf, (name, rows, shape) in _bart.LOADERS[self._config["model_type"]].name_map(
-                self._config).items():
-            order.append(hf)
-            arr = arrays[name]
-            if not isinstance(arr, np.ndarray):      # int8, or a float weight held packed
-                qparams[hf] = (arr, rows, shape)
-            else:
-                params[hf] = (arr if rows is None else arr[rows[0]:rows[1]]).reshape(shape)
-        self._params, self._qparams, self._order = params, qparams, order
-
-    def _init_random(self, seed):
-        rng = np.random.default_rng(check_seed(seed))
-        for name, arr in self._params.items():
-            if name.endswith("layer_norm.weight"):
-                arr[...] = 1.0
-            elif name.endswith(".bias") or name == "final_logits_bias":
-                arr[...] = 0.0
-            else:                  # matrices and embeddings: unit-variance outputs
-                arr[...] = rng.standard_normal(arr.shape) / math.sqrt(arr.shape[1])
-        self._drop_packed()
-
-    def _apply_quantize(self):
-        """Quantize the linear layers (encoder, decoder, output projection) to int8 and release
-        their float weights: the Hugging Face names of those weights move from _params (views)
-        to _qparams (Int8Weight, rows, shape: dequantized by state_dict)."""
-        memo = {}
-        for layer in self._layers.values():
-            layer.quantize_(self._quantize, _memo=memo)
-        del memo                                 # (it holds the float arrays)
-        self._map_params()
-        self._drop_packed()
-
-    def _apply_compact(self):
-        """Keep each linear weight once, packed (float32 / float64 models): the Hugging Face
-        names of those weights move to _qparams (read back from the panels by state_dict)."""
-        for layer in (self.encoder, self.decoder, self.lm_head):
-            layer.compact_()
-        self._map_params()
-        self._drop_packed()
-
-    @property
-    def quantize(self):
-        """'int8' when the linear layers compute with int8 weights, else None."""
-        return self._quantize
-
-    def _drop_packed(self):
-        """The layers pack their weights again, now (as when the model was built)."""
-        for layer in self._layers.values():
-            layer._drop_packed()
-        self.encoder._prepack()
-        self.decoder._prepack()
-        self.lm_head._prepack()
-
-    def state_dict(self):
-        """Parameters by HF Marian name, read-only: views of the embeddings, norms and biases,
-        and the linear layers' weights read back from the packed form they are held in (int8:
-        the dequantized values the model computes with).
-
-        Writing into them could not change the model: they are read-only (an assignment raises
-        ``ValueError``). To change weights, build a new dict (``{k: v.copy() ...}``), edit it
-        and pass it to :meth:`load_state_dict`.
-        """
-        out = {}
-        for k, v in self._params.items():
-            view = v.view()
-            view.flags.writeable = False
-            out[k] = view
-        for k, (q, rows, shape) in self._qparams.items():      # the values computed with
-            w = q.dequantize()
-            w = (w if rows is None else w[rows[0]:rows[1]]).reshape(shape)
-            w.flags.writeable = False
-            out[k] = w
-        return {k: out[k] for k in self._order}          # the checkpoint's order
-
-    def load_state_dict(self, state_dict):
-        """Copy parameters in by name; shapes must match, every parameter must be given (if
-        any entry is missing, misshapen or not floating point, nothing is changed).
-
-        Accepts NumPy arrays or torch tensors (converted with ``.detach().cpu().numpy()``).
-        ``model.shared.weight`` may be given as the encoder / decoder ``embed_tokens`` copies,
-        a tied ``lm_head.weight`` and saved position tables are ignored, a missing
-        ``final_logits_bias`` is zeros (as transformers loads it).
-        """
-        if not hasattr(state_dict, "items"):
-            raise TypeError("state_dict must be a mapping of names to arrays, got "
-                            f"{type(state_dict).__name__}")
-        if self._quantize is not None or self._qparams or \
-                not all(v.flags.writeable for v in self._params.values()):
-            # weights held packed or int8, or a read-only map of a saved folder: a new model
-            # from these float weights (a bad state_dict raises there and changes nothing)
-            new = type(self)(**self._config, generation_config=self.generation_config,
-                             dtype=self._dtype, quantize=self._quantize, _state_dict=state_dict)
-            self.__dict__.update(new.__dict__)
-            return
-        sd = self._checked_state_dict(state_dict)
-        for k, dst in self._params.items():
-            sd.copy_into(k, dst)
-        self._drop_packed()              # the layers' packed copies are of the old values
-
-    def _checked_state_dict(self, state_dict):
-        """`state_dict` (a mapping of arrays or tensors, or a Checkpoint read from disk) as a
-        Checkpoint under the names of the model's name map, checked entry by entry without
-        reading any tensor: every name present, none unexpected, shapes and float dtypes."""
-        if isinstance(state_dict, Checkpoint):
-            sd = state_dict
-        else:
-            sd = {}
-            for k, v in state_dict.items():
-                if hasattr(v, "detach") and hasattr(v, "numpy"):
-                    v = v.detach().cpu().numpy()
-                sd[k] = np.asarray(v)
-            sd = Checkpoint.of_arrays(sd)
-        sd = _bart.LOADERS[self._config["model_type"]].state_dict(sd, self._config)
-        names = _bart.LOADERS[self._config["model_type"]].name_map(self._config)
-        missing = [k for k in names if k not in sd]
-        if missing:
-            raise ValueError(f"state_dict is missing {len(missing)} parameter(s), e.g. "
-                             f"{missing[:3]}")
-        unexpected = [k for k in sd if k not in names]
-        if unexpected:
-            raise ValueError(f"state_dict has {len(unexpected)} unexpected key(s), e.g. "
-                             f"{unexpected[:3]}")
-        # every entry is checked before any is copied: a bad state_dict changes nothing
-        for k, (_, _, shape) in names.items():
-            if sd.shape(k) != tuple(shape):
-                raise ValueError(f"{k}: shape {sd.shape(k)} does not match the model's "
-                                 f"{tuple(shape)}")
-            if sd.dtype(k).kind != "f":
-                raise TypeError(f"{k}: expected floating-point values, got {sd.dtype(k)}")
-        return sd
-
-    def _load_streaming(self, state_dict, quantize):
-        """Fill a newly built network from `state_dict` one layer at a time: each layer's
-        tensors are read (from disk, for a Checkpoint) into its float arrays, then the layer is
-        packed (float) or quantized (int8) and its float arrays let go before the next layer
-        is read. The embeddings, output projection and final norms come last
-        (_apply_quantize / _apply_compact convert them). The float model is never whole in
-        memory: a load peaks at the loaded model plus one layer and the largest table."""
-        sd = self._checked_state_dict(state_dict)
-        names = _bart.LOADERS[self._config["model_type"]].name_map(self._config)
-        owners = {f"{lname}.{name}": (owner, key) for lname, layer in self._layers.items()
-                  for name, _, owner, key in layer._named_params()}
-        units = {}
-        for hf, (nn, _, _) in names.items():
-            parts = nn.split(".")
-            unit = (parts[0], int(parts[2])) if parts[1:2] == ["layers"] else ("rest",)
-            units.setdefault(unit, []).append(hf)
-        rest = units.pop(("rest",), [])
-        arena = _Arena()
-        for (stack, i), hfs in list(units.items()) + [(("rest", None), rest)]:
-            layer = getattr(self, stack).layers[i] if stack != "rest" else None
-            if layer is not None:
-                arena.lend(layer)
-            for hf in hfs:
-                nn, rows, shape = names[hf]
-                owner, key = owners[nn]
-                arr = owner._params[key]
-                dst = (arr if rows is None else arr[rows[0]:rows[1]]).reshape(shape)
-                sd.copy_into(hf, dst)
-                del arr, dst
-            if layer is None:
-                break
-            if quantize is not None:
-                layer.quantize_(quantize)
-            else:
-                layer.compact_()
-            arena.check_returned(layer)
-            release_free_memory()
-
-    # ---------------------------------------------------------------------------------------
-    # construction
-    # ---------------------------------------------------------------------------------------
-
-    @classmethod
-    def from_state_dict(cls, state_dict, dtype=np.float32, quantize=None, **config):
-        """Build from a PyTorch-style state_dict (HF Marian names) and the architecture keywords."""
-        return cls(**config, dtype=dtype, quantize=quantize, _state_dict=state_dict)
-
-    @classmethod
-    def from_pretrained(cls, path, dtype=np.float32, quantize=None):
-        """Load a Hugging Face encoder-decoder folder: config.json, model.safetensors (or a
-        sharded index) and generation_config.json when present; ``model_type`` ``marian``,
-        ``bart``, ``mbart``, ``pegasus``, ``m2m_100`` (NLLB), ``t5`` or ``mt5``. No torch or
-        transformers needed. ``quantize='int8'``: the linear layers (and the output
-        projection) compute with int8 weights, one scale per output channel, and int8
-        activations quantized per row; float32 only."""
-        check_quantize(quantize, dtype if dtype is not None else np.float32)
-        path = os.fspath(path)
-        if not os.path.isdir(path):
-            raise FileNotFoundError(f"{path} is not a directory")
-        if _saved.is_saved_folder(path):
-            return cls._from_saved(path, dtype, quantize)
-        config, legacy, weights = _bart.read_checkpoint(path)
-        gen = read_generation_config(path, legacy)
-        check_generation_ids(gen, config["decoder_vocab_size"], os.path.join(
-            path, "generation_config.json" if os.path.exists(
-                os.path.join(path, "generation_config.json")) else "config.json"))
-        model = cls(**config, generation_config=gen, dtype=dtype, quantize=quantize,
-                    _state_dict=weights)
-        model._source = path
-        return model
-
-    def save_pretrained(self, path, *, progress=None):
-        """Write the model to the folder `path` in fastattn's own format (fastattn/io/saved.py):
-        int8 weights as their packed panels and scales, so that :meth:`from_pretrained` maps
-        them with no quantizing or repacking; the tokenizer and configuration files of the
-        folder the model came from are copied along (a Translator can load the folder).
-        ``progress(done_bytes, total_bytes)`` is called as the weights are written."""
-        params = {f"{lname}.{name}": arr for lname, layer in self._layers.items()
-                  for name, arr, _, _ in layer._named_params()}
-        meta = {"class": "Seq2SeqTransformer", "quantize": self._quantize,
-                "dtype": self._dtype.name, "config": self._config,
-                "generation_config": self.generation_config}
-        _saved.write_folder(path, params, meta, source=getattr(self, "_source", None),
-                            progress=progress)
-
-    @classmethod
-    def _from_saved(cls, path, dtype, quantize):
-        """A folder written by save_pretrained: its arrays mapped, not copied."""
-        meta = _saved.read_meta(path, cls.__name__)
-        where = os.path.join(path, _saved.MODEL_FILE)
-        saved_q, saved_dt = meta.get("quantize"), meta.get("dtype")
-        if saved_q not in (None, "int8") or saved_dt not in ("float32", "float64"):
-            raise ValueError(f"{where}: quantize={saved_q!r}, dtype={saved_dt!r} is not a "
-                             f"model fastattn writes")
-        check_quantize(quantize, dtype)
-        if dtype is not None and np.dtype(dtype) != np.dtype(saved_dt):
-            raise ValueError(f"dtype={np.dtype(dtype).name}: {where} holds a {saved_dt} model "
-                             f"(load it with dtype={saved_dt}, or save it in that dtype)")
-        if quantize is None and saved_q is not None:
-            quantize = saved_q                  # an int8 folder loads as int8
-        try:
-            model = cls(**meta["config"], generation_config=meta.get("generation_config"),
-                        dtype=saved_dt, _state_dict=_EMPTY)
-        except (TypeError, ValueError, KeyError) as exc:
-            raise ValueError(f"{where}: its config does not describe a valid model: "
-                             f"{exc}") from None
-        _saved.assign(_saved.read_folder(path), model._layers.items(), path)
-        model._quantize = saved_q
-        model._map_params()
-        if quantize is not None and saved_q is None:
-            model._quantize = quantize          # a float folder quantized at load
-            model._apply_quantize()
-        elif saved_q is None:
-            model._apply_compact()
-        else:
-            model._drop_packed()
-        model._source = path
-        return model
 
     # ---------------------------------------------------------------------------------------
     # attributes
@@ -677,8 +336,8 @@ class Seq2SeqTransformer:
         c = self._config
         if c["positions"] != "fairseq":
             return {"start": t0 + c["position_offset"]}
-        tok = ids != c["pad_token_id"]
-        return {"position_ids": (np.cumsum(tok, axis=1) + t0) * tok + c["pad_token_id"]}
+        pad = c["pad_token_id"]
+        return {"position_ids": counted_position_ids(ids, pad, pad, t0)}
 
     def _encode(self, ids, mask, nthr):
         """ids (B, S) int64, mask (B, S) bool (True = token) -> (B*S, d)."""
@@ -708,7 +367,7 @@ class Seq2SeqTransformer:
         """A KVCache for `group` rows per source, cross keys/values from memory (B*S, d)."""
         c = self._config
         B, S = mask.shape
-        d, H = c["d_model"], c["decoder_attention_heads"]
+        H = c["decoder_attention_heads"]
         Dh = self.decoder.layers[0].self_attn.head_dim
         cache = KVCache(c["decoder_layers"], B * group, H, Dh, max_len, B, S, self._dtype)
         cache.n_threads = nthr
@@ -732,7 +391,8 @@ class Seq2SeqTransformer:
         # second one (which cost ~1 ms per call on the busy 2-core machine). Single-thread GEMMs
         # and attentions helped there only under heavy load and lost at load ~2: not done.
         ln_thr = 1 if n * T * self.d_model <= _SMALL else nthr
-        x = self.decoder._step(x, n, T, cache, nthr, ln_thr)
+        x = self.decoder._forward(x, None, n, T, None, None, None, nthr, cache=cache,
+                                  ln_threads=ln_thr)
         cache.advance(T)
         return x
 
@@ -785,9 +445,7 @@ class Seq2SeqTransformer:
         is beam j of source b). ``max_length`` bounds the tokens fed (default
         max_position_embeddings).
         """
-        if isinstance(num_beams, bool) or not isinstance(num_beams, (int, np.integer)) or \
-                num_beams < 1:
-            raise ValueError(f"num_beams must be a positive integer, got {num_beams!r}")
+        check_positive_int(num_beams, "num_beams")
         P = self.max_decoder_positions
         if max_length is None:
             max_length = P
@@ -881,38 +539,6 @@ class Seq2SeqTransformer:
         :func:`fastattn.generation.search.generate`.
         """
         return generate(self, input_ids, attention_mask, do_sample=do_sample, **kwargs)
-
-
-class _Arena:
-    """One buffer reused for the linear weights of one layer after another while a model
-    streams in: each layer's weights are read into it, packed or quantized out of it, and the
-    next layer's take its place. The float weights then cost one layer's pages, touched once,
-    instead of fresh pages for every layer (first-touch page faults were half the load time)."""
-
-    def __init__(self):
-        self.buf = None
-
-    def lend(self, module):
-        """Point the (not yet written) float linear weights of `module` into the buffer."""
-        spots = [(m, key, m._params[key]) for m in module._modules() for key in m._LINEAR_PARAMS
-                 if isinstance(m._params.get(key), np.ndarray)]
-        sizes = [-(-a.nbytes // 64) * 64 for _, _, a in spots]
-        if self.buf is None or self.buf.size < sum(sizes):
-            self.buf = None
-            self.buf = _aligned_empty((sum(sizes),), np.dtype(np.uint8))
-        off = 0
-        for (m, key, a), n in zip(spots, sizes):
-            m._params[key] = self.buf[off:off + a.nbytes].view(a.dtype).reshape(a.shape)
-            off += n
-
-    def check_returned(self, module):
-        """After the layer was converted: none of its parameters may still be a view of the
-        buffer (the next layer overwrites it)."""
-        for m in module._modules():
-            for key, a in m._params.items():
-                if isinstance(a, np.ndarray) and np.may_share_memory(a, self.buf):
-                    raise RuntimeError(f"{key} of {type(m).__name__} still points into the "
-                                       "loading buffer")
 
 
 class _Seq2SeqState(DecoderState):

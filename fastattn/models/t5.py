@@ -1,4 +1,4 @@
-"""T5, T5 v1.1 / flan-T5 and mT5 checkpoints: a config reader and a name map.
+"""T5, T5 v1.1 / flan-T5 and mT5 checkpoints: a family with its own config reader and name map.
 
 What transformers' T5 computes, against the BART-style models (:mod:`.bart`):
 
@@ -20,17 +20,16 @@ What transformers' T5 computes, against the BART-style models (:mod:`.bart`):
 A field that would change the numbers and is missing or unknown is a ValueError naming it
 (``relative_attention_max_distance`` included: transformers would assume 128).
 """
-import os
-
+from .._validation import check_positive_int
 from ..generation.config import GENERATION_FIELDS, single_id
-from ..io.huggingface import canonical_activation, read_json
-from .bart import (IGNORED, BartLoader, checkpoint_state_dict, register,
-                   untie_differing_copies)
+from ..io.huggingface import canonical_activation
+from .bart import IGNORED, BartFamily, checkpoint_state_dict, untie_differing_copies
+from .family import Entry
 
 T5_NAMES = ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight",
             "lm_head.weight")
 
-__all__ = ["T5Loader"]
+__all__ = ["T5Family", "MT5Family", "T5", "MT5"]
 
 _IGNORED = (IGNORED | {"dropout_rate", "initializer_factor", "n_positions", "is_gated_act",
                        "dense_act_fn", "output_past", "gradient_checkpointing"}) - {"bos_token_id"}
@@ -38,14 +37,13 @@ _REQUIRED = ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads",
              "relative_attention_num_buckets", "relative_attention_max_distance")
 
 
-@register
-class T5Loader(BartLoader):
+class T5Family(BartFamily):
     model_type = "t5"
+    title = "T5"
+    spm_tokenizer = "t5"
     scales_output = True          # original T5's tied head: decoder output * d_model ** -0.5
 
-    def read_config(self, path):
-        where = os.path.join(path, "config.json")
-        raw = read_json(where, os.path.basename(where), dict)
+    def read_config(self, raw, where):
         known = set(_REQUIRED) | {
             "num_decoder_layers", "layer_norm_epsilon", "feed_forward_proj", "pad_token_id",
             "eos_token_id", "decoder_start_token_id", "tie_word_embeddings",
@@ -62,13 +60,10 @@ class T5Loader(BartLoader):
             v = raw.get(key)
             if v is None:
                 raise ValueError(f"{where}: {key} is missing (a {self.model_type} model needs it)")
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{where}: {key} must be a positive integer, got {v!r}")
+            check_positive_int(v, f"{where}: {key}")
         dec_layers = raw.get("num_decoder_layers")
         dec_layers = raw["num_layers"] if dec_layers is None else dec_layers
-        if isinstance(dec_layers, bool) or not isinstance(dec_layers, int) or dec_layers < 1:
-            raise ValueError(f"{where}: num_decoder_layers must be a positive integer, got "
-                             f"{dec_layers!r}")
+        check_positive_int(dec_layers, f"{where}: num_decoder_layers")
         if raw.get("is_decoder", False) is not False:
             raise ValueError(f"{where}: is_decoder={raw['is_decoder']!r} is not supported")
         proj = raw.get("feed_forward_proj", "relu")
@@ -112,22 +107,28 @@ class T5Loader(BartLoader):
             "head_dim": raw["d_kv"], "attention_scale": 1.0, "gated_ffn": parts[0] == "gated",
             "relative_attention_num_buckets": raw["relative_attention_num_buckets"],
             "relative_attention_max_distance": raw["relative_attention_max_distance"],
-            "output_scale": d ** -0.5 if scale else 1.0, "final_logits_bias": False, **ids}
-        return config, gen
+            "output_scale": d ** -0.5 if scale else 1.0, "final_logits_bias": False, **ids,
+            "generation_config": gen}
+        return config
 
     @staticmethod
     def name_map(c):
-        """T5's parameter names -> (fastattn.nn name, rows, shape), in the order random
+        """T5's name map (:class:`~fastattn.models.family.Entry` s), in the order random
         initialisation draws in."""
         d, V = c["d_model"], c["vocab_size"]
         inner = c["encoder_attention_heads"] * c["head_dim"]
+        m = []
+
+        def add(hf, nn, shape, rows=None):
+            m.append(Entry(hf, nn, rows, shape))
+
         if c["share_encoder_decoder_embeddings"]:
-            m = {"shared.weight": ("encoder_embed.weight", None, (V, d))}
+            add("shared.weight", "encoder_embed.weight", (V, d))
         else:
-            m = {"encoder.embed_tokens.weight": ("encoder_embed.weight", None, (V, d)),
-                 "decoder.embed_tokens.weight": ("decoder_embed.weight", None, (V, d))}
+            add("encoder.embed_tokens.weight", "encoder_embed.weight", (V, d))
+            add("decoder.embed_tokens.weight", "decoder_embed.weight", (V, d))
         if not c["tie_word_embeddings"]:
-            m["lm_head.weight"] = ("lm_head.weight", None, (V, d))
+            add("lm_head.weight", "lm_head.weight", (V, d))
         for which in ("encoder", "decoder"):
             f = c[f"{which}_ffn_dim"]
             blocks = ["SelfAttention"] + (["EncDecAttention"] if which == "decoder" else [])
@@ -136,25 +137,24 @@ class T5Loader(BartLoader):
                 for j, blk in enumerate(blocks):
                     nn = "self_attn" if j == 0 else "multihead_attn"
                     for r, proj in enumerate("qkv"):
-                        m[f"{p}{j}.{blk}.{proj}.weight"] = (f"{q}{nn}.in_proj_weight",
-                                                            (r * inner, (r + 1) * inner),
-                                                            (inner, d))
-                    m[f"{p}{j}.{blk}.o.weight"] = (f"{q}{nn}.out_proj.weight", None, (d, inner))
+                        add(f"{p}{j}.{blk}.{proj}.weight", f"{q}{nn}.in_proj_weight",
+                            (inner, d), (r * inner, (r + 1) * inner))
+                    add(f"{p}{j}.{blk}.o.weight", f"{q}{nn}.out_proj.weight", (d, inner))
                     if i == 0 and j == 0:
-                        m[f"{p}0.SelfAttention.relative_attention_bias.weight"] = (
-                            f"{which}.position_bias.weight", None,
+                        add(f"{p}0.SelfAttention.relative_attention_bias.weight",
+                            f"{which}.position_bias.weight",
                             (c["relative_attention_num_buckets"], c[f"{which}_attention_heads"]))
-                    m[f"{p}{j}.layer_norm.weight"] = (f"{q}norm{j + 1}.weight", None, (d,))
+                    add(f"{p}{j}.layer_norm.weight", f"{q}norm{j + 1}.weight", (d,))
                 k = len(blocks)
                 ffn = f"{p}{k}.DenseReluDense."
                 if c["gated_ffn"]:
-                    m[ffn + "wi_0.weight"] = (f"{q}linear1.weight", None, (f, d))
-                    m[ffn + "wi_1.weight"] = (f"{q}gate.weight", None, (f, d))
+                    add(ffn + "wi_0.weight", f"{q}linear1.weight", (f, d))
+                    add(ffn + "wi_1.weight", f"{q}gate.weight", (f, d))
                 else:
-                    m[ffn + "wi.weight"] = (f"{q}linear1.weight", None, (f, d))
-                m[ffn + "wo.weight"] = (f"{q}linear2.weight", None, (d, f))
-                m[f"{p}{k}.layer_norm.weight"] = (f"{q}norm{k + 1}.weight", None, (d,))
-            m[f"{which}.final_layer_norm.weight"] = (f"{which}.norm.weight", None, (d,))
+                    add(ffn + "wi.weight", f"{q}linear1.weight", (f, d))
+                add(ffn + "wo.weight", f"{q}linear2.weight", (d, f))
+                add(f"{p}{k}.layer_norm.weight", f"{q}norm{k + 1}.weight", (d,))
+            add(f"{which}.final_layer_norm.weight", f"{which}.norm.weight", (d,))
         return m
 
     @staticmethod
@@ -172,7 +172,10 @@ class T5Loader(BartLoader):
         untie_differing_copies(config, weights, path, T5_NAMES, warn=False)
 
 
-@register
-class MT5Loader(T5Loader):
+class MT5Family(T5Family):
     model_type = "mt5"
+    title = "mT5"
     scales_output = False         # transformers' mT5 never scales the decoder output
+
+
+T5, MT5 = T5Family(), MT5Family()

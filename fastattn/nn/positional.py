@@ -9,7 +9,7 @@ from ._module import _init_for, _Module
 
 __all__ = ["sinusoidal_positions", "PositionalEncoding", "positions_table",
            "fairseq_positions_table", "RelativePositionBias", "t5_position_buckets",
-           "rotary_tables", "apply_rotary"]
+           "rotary_tables", "apply_rotary", "counted_position_ids"]
 
 POSITION_LAYOUTS = ("marian", "interleaved")
 
@@ -75,6 +75,16 @@ def fairseq_positions_table(n_positions, d_model, padding_idx=None, dtype=np.flo
     if padding_idx is not None:
         out[padding_idx] = 0
     return out.astype(dtype)
+
+
+def counted_position_ids(ids, pad_id, padding_idx, start=0):
+    """Position ids counted over the tokens that are not padding (fairseq's and RoBERTa's,
+    transformers' ``create_position_ids_from_input_ids``): ids (B, T) fed at positions
+    start .. -> (B, T) int, a token's ``padding_idx + start + its count among its row's
+    non-padding tokens so far`` (from 1), a padding token's (``pad_id``) ``padding_idx``.
+    M2M100 / NLLB and RoBERTa count from the pad id itself, MPNet from its fixed 1."""
+    tok = ids != pad_id
+    return (np.cumsum(tok, axis=1) + start) * tok + padding_idx
 
 
 class PositionalEncoding:

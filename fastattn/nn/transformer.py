@@ -167,39 +167,49 @@ class TransformerDecoderLayer(_Layer):
                           **self._ffn_children(), "norm1": self.norm1, "norm2": self.norm2,
                           "norm3": self.norm3}
 
-    def _forward(self, x, mem, B, T, S, tmask, mmask, n_threads=None):
-        """x: (B*T, d) owned; mem: (B*S, d) read only -> (B*T, d)."""
-        return self._sublayers(x, (
-            (self.norm1, lambda h, r, n: self.self_attn._forward(
-                h, h, h, B, T, T, tmask, residual=r, norm=n, n_threads=n_threads)[0]),
-            (self.norm2, lambda h, r, n: self.multihead_attn._forward(
-                h, mem, mem, B, T, S, mmask, residual=r, norm=n, n_threads=n_threads)[0]),
-            (self.norm3, lambda h, r, n: self.ff._forward(h, r, n, n_threads))), n_threads)
+    def _forward(self, x, mem, B, T, S, tmask, mmask, n_threads=None, *, cache=None,
+                 ln_threads=None):
+        """x: (B*T, d) owned -> (B*T, d): T positions of B rows.
 
-    def _step(self, x, n, T, kv_append, cross_k, cross_v, cross_mask, n_src, n_threads=None,
-              ln_threads=None, self_mask=None):
-        """Incremental decoding: x (n*T, d), T new positions of n rows (n_src sources, the rows
-        of one source consecutive) -> (n*T, d). kv_append(k, v) stores the new self-attention
-        keys and values (n, T, H, Dh) and returns all so far (n, H, t0 + T, Dh); cross_k,
-        cross_v (n_src, H, S, Dh) are the memory's, computed once (MultiHeadAttention._cross_kv),
-        cross_mask (n_src, 1, 1, S) bool or None; self_mask: an additive bias (1, H, T, t0 + T)
+        Without `cache`, the whole target at once: mem (B*S, d) read only, tmask and mmask
+        the self- and cross-attention's _KernelMask. With `cache` (incremental decoding: this
+        layer's view of a :class:`fastattn.generation.KVCache`, ``cache.layer(i)``): x holds
+        the positions [t0, t0 + T) of the B rows (the rows of one of ``cache.n_src`` sources
+        consecutive); ``cache.append(k, v)`` stores their self-attention keys and values and
+        returns every position's so far, ``cache.cross`` is the memory's keys and values
+        computed once per source (MultiHeadAttention._cross_kv) and ``cache.memory_mask`` its
+        padding; mem, S and mmask are unused, and tmask is an additive bias (1, H, T, t0 + T)
         on the self-attention scores (T5's positions) or None. ln_threads: the pre-norm
-        LayerNorms' thread count (a decode step's are microseconds of work)."""
-        rows = n * T // n_src
-        # _sublayers spelled out: a decode step runs this per layer and token, where every
-        # Python call counts (batch 1 is bound by reading the weights, ~2 ms a step)
+        LayerNorms' thread count there (a decode step's are microseconds of work).
+
+        The sublayers are spelled out (not _sublayers' closures): a decode step runs this per
+        layer and token, where every Python call counts (batch 1 is bound by reading the
+        weights, ~2 ms a step)."""
+        if cache is None:
+            ln_threads = n_threads
+        h, norm = self._norm_in(self.norm1, x, ln_threads)
+        if cache is None:
+            x = self.self_attn._forward(h, h, h, B, T, T, tmask, residual=x, norm=norm,
+                                        n_threads=n_threads)[0]
+        else:
+            x = self.self_attn._step_self(h, B, T, cache.append, x, norm, n_threads, tmask)
+        h, norm = self._norm_in(self.norm2, x, ln_threads)
+        if cache is None:
+            x = self.multihead_attn._forward(h, mem, mem, B, T, S, mmask, residual=x, norm=norm,
+                                             n_threads=n_threads)[0]
+        else:
+            k, v = cache.cross
+            x = self.multihead_attn._step_cross(h, k, v, cache.memory_mask, cache.n_src,
+                                                B * T // cache.n_src, x, norm, n_threads)
+        h, norm = self._norm_in(self.norm3, x, ln_threads)
+        return self.ff._forward(h, x, norm, n_threads)
+
+    def _norm_in(self, norm, x, n_threads):
+        """A sublayer's input and the norm its last GEMM applies: pre-norm (norm(x), None),
+        post-norm (x, norm) (x = norm(x + f(x)), the norm fused into f's output GEMM)."""
         if self.norm_first:
-            h = self.norm1._forward(x, n_threads=ln_threads)
-            x = self.self_attn._step_self(h, n, T, kv_append, x, None, n_threads, self_mask)
-            h = self.norm2._forward(x, n_threads=ln_threads)
-            x = self.multihead_attn._step_cross(h, cross_k, cross_v, cross_mask, n_src, rows, x,
-                                                None, n_threads)
-            return self.ff._forward(self.norm3._forward(x, n_threads=ln_threads), x, None,
-                                    n_threads)
-        x = self.self_attn._step_self(x, n, T, kv_append, x, self.norm1, n_threads, self_mask)
-        x = self.multihead_attn._step_cross(x, cross_k, cross_v, cross_mask, n_src, rows, x,
-                                            self.norm2, n_threads)
-        return self.ff._forward(x, x, self.norm3, n_threads)
+            return norm._forward(x, n_threads=n_threads), None
+        return x, norm
 
     def __call__(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                  memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
@@ -234,6 +244,15 @@ class _Stack(_Module):
             self._children["position_bias"] = position_bias
 
     @classmethod
+    def _of_layers(cls, layers, norm=None, position_bias=None):
+        """The stack of the given layers (built by the caller: they may differ, e.g.
+        ModernBERT's first layer has no norm before its attention), final norm and position
+        bias."""
+        self = cls.__new__(cls)
+        self._init_common(list(layers), norm, position_bias)
+        return self
+
+    @classmethod
     def _build(cls, _init=None, *, num_layers, final_norm, seed=None, position_bias=None,
                **layer_cfg):
         """The stack from layer keywords; position_bias: None or the keywords of a
@@ -251,9 +270,7 @@ class _Stack(_Module):
             bias = RelativePositionBias(**position_bias, num_heads=layers[0].nhead,
                                         bidirectional=cls is TransformerEncoder, dtype=dtype,
                                         _init=init)
-        self = cls.__new__(cls)
-        self._init_common(layers, norm, bias)
-        return self
+        return cls._of_layers(layers, norm, bias)
 
     def _with_position_bias(self, kmask, L, S, offset=0):
         """kmask with this stack's position bias (1, H, L, S) added (kmask itself without one)."""
@@ -277,14 +294,6 @@ class _Stack(_Module):
         for layer in self.layers:
             layer._prepack()
 
-    def _forward(self, x, *args, n_threads=None, **kwargs):
-        """x (B*T, d_model) owned; args as the layers' _forward -> (B*T, d_model)."""
-        for layer in self.layers:
-            x = layer._forward(x, *args, n_threads=n_threads, **kwargs)
-        if self.norm is not None:
-            x = self.norm._forward(x, n_threads=n_threads)
-        return x
-
 
 class TransformerEncoder(_Stack):
     """A stack of ``num_layers`` copies of `encoder_layer`, then an optional final LayerNorm.
@@ -299,9 +308,28 @@ class TransformerEncoder(_Stack):
     def __init__(self, encoder_layer, num_layers, norm=None):
         super().__init__(encoder_layer, num_layers, norm)
 
-    def _forward(self, x, B, T, kmask, n_threads=None, **kwargs):
-        return super()._forward(x, B, T, self._with_position_bias(kmask, T, T),
-                                n_threads=n_threads, **kwargs)
+    def _forward(self, x, B, T, kmask, n_threads=None, keep=None, attn_threads=None, rope=None):
+        """x (B*T, d_model) owned -> (B*T, d_model); with `keep` (a RowSubset) x holds only
+        those rows (the real tokens), and so does the result.
+
+        kmask: the attention mask (a _KernelMask) of every layer, or a sequence of one per layer
+        (ModernBERT's full and sliding-window layers); this stack's position bias (MPNet, T5)
+        is added to each. rope: None, or a sequence of one (cos, sin) rotary table pair (T,
+        head_dim) or None per layer. attn_threads: the attention's thread count, when it
+        differs from the GEMMs'."""
+        n = len(self.layers)
+        masks = list(kmask) if isinstance(kmask, (list, tuple)) else [kmask] * n
+        biased = {}                   # each distinct mask with the bias added once
+        for m in masks:
+            if id(m) not in biased:
+                biased[id(m)] = self._with_position_bias(m, T, T)
+        ropes = [None] * n if rope is None else rope
+        for layer, m, r in zip(self.layers, masks, ropes):
+            x = layer._forward(x, B, T, biased[id(m)], keep=keep, n_threads=n_threads,
+                               attn_threads=attn_threads, rope=r)
+        if self.norm is not None:
+            x = self.norm._forward(x, n_threads=n_threads)
+        return x
 
     def __call__(self, src, mask=None, src_key_padding_mask=None, is_causal=False):
         return _encoder_call(self, src, mask, "mask", src_key_padding_mask, is_causal)
@@ -321,21 +349,24 @@ class TransformerDecoder(_Stack):
     def __init__(self, decoder_layer, num_layers, norm=None):
         super().__init__(decoder_layer, num_layers, norm)
 
-    def _forward(self, x, mem, B, T, S, tmask, mmask, n_threads=None):
-        return super()._forward(x, mem, B, T, S, self._with_position_bias(tmask, T, T), mmask,
-                                n_threads=n_threads)
-
-    def _step(self, x, n, T, cache, n_threads=None, ln_threads=None):
-        """Incremental decoding through every layer: x (n*T, d) at positions
-        [cache.length, cache.length + T) -> (n*T, d). `cache` is the KV-cache view:
-        ``append(layer, k, v)``, ``cross(layer)`` -> (k, v), ``memory_mask``, ``n_src``
-        (:class:`fastattn.generation.KVCache`); the caller advances it afterwards."""
-        bias = None if self.position_bias is None else \
-            self.position_bias._forward(T, cache.length + T, cache.length)
+    def _forward(self, x, mem, B, T, S, tmask, mmask, n_threads=None, *, cache=None,
+                 ln_threads=None):
+        """x (B*T, d_model) owned -> (B*T, d_model), through every layer (see
+        TransformerDecoderLayer._forward). With `cache` (a :class:`fastattn.generation.KVCache`
+        whose ``layer(i)`` is layer i's view) x holds the positions [cache.length,
+        cache.length + T) of its B rows (the caller advances it afterwards); mem, S, tmask and
+        mmask are unused."""
+        if cache is None:
+            tmask = self._with_position_bias(tmask, T, T)
+            ln_threads = n_threads
+        else:
+            t0 = cache.length
+            tmask = None if self.position_bias is None else \
+                self.position_bias._forward(T, t0 + T, t0)
         for i, layer in enumerate(self.layers):
-            ck, cv = cache.cross(i)
-            x = layer._step(x, n, T, lambda k, v, i=i: cache.append(i, k, v), ck, cv,
-                            cache.memory_mask, cache.n_src, n_threads, ln_threads, bias)
+            x = layer._forward(x, mem, B, T, S, tmask, mmask, n_threads,
+                               cache=None if cache is None else cache.layer(i),
+                               ln_threads=ln_threads)
         if self.norm is not None:
             x = self.norm._forward(x, n_threads=ln_threads)
         return x

@@ -1,29 +1,31 @@
-"""What Translator and SentenceEncoder share: the folder's model type, quantize, n_threads."""
+"""What Translator and SentenceEncoder share: the folder's family, n_threads."""
 import os
 
-from .._quant import check_quantize as _check_quantize
 from .._validation import check_folder, check_n_threads  # noqa: F401 (check_folder: re-used)
 from ..io.huggingface import read_json
-from ..models.bert import SUPPORTED_MODEL_TYPES
-
-ENCODER_TYPES = SUPPORTED_MODEL_TYPES          # what EncoderModel reads
-# what Seq2SeqTransformer reads (m2m_100 covers NLLB)
-TRANSLATION_TYPES = ("marian", "bart", "mbart", "pegasus", "m2m_100", "t5", "mt5")
+from ..models import registry
 
 
-def model_type(folder, where=None):
-    """config.json's model_type (FileNotFoundError / ValueError naming the file)."""
-    cfg = read_json(os.path.join(folder, "config.json"), "model config", dict)
+def model_family(folder, kind):
+    """The registered family (:mod:`fastattn.models.registry`) of ``folder/config.json``'s
+    model_type, which must be of `kind` ("seq2seq" for Translator, "encoder" for
+    SentenceEncoder): FileNotFoundError / ValueError naming the file, the supported types and,
+    for a model of the other kind, the class that runs it."""
+    where = os.path.join(folder, "config.json")
+    cfg = read_json(where, "model config", dict)
     mt = cfg.get("model_type")
     if not isinstance(mt, str):
-        raise ValueError(f"{os.path.join(folder, 'config.json')} has no model_type")
-    return mt
-
-
-def check_quantize(quantize):
-    """The from_pretrained keywords for `quantize`: {} for None, {'quantize': 'int8'};
-    ValueError naming `quantize` for anything else."""
-    return {} if _check_quantize(quantize) is None else {"quantize": quantize}
+        raise ValueError(f"{where} has no model_type")
+    family = registry.family(mt)
+    if family is not None and family.kind == kind:
+        return family
+    if family is not None and kind == "encoder":
+        raise ValueError(f"{where}: model_type={mt!r} is a translation model: use "
+                         "fastattn.Translator")
+    what = "a translation model" if kind == "seq2seq" else "an encoder"
+    hint = " (an encoder: use fastattn.SentenceEncoder)" if family is not None else ""
+    raise ValueError(f"{where}: model_type={mt!r} is not {what} fastattn supports (supported: "
+                     f"{', '.join(registry.model_types(kind))}){hint}")
 
 
 def check_threads(n_threads):

@@ -2,7 +2,7 @@
 import sys
 import time
 
-from ._deps import optional
+from .._deps import optional
 
 
 class _Plain:

@@ -10,6 +10,8 @@ depend on the batching.
 """
 import numpy as np
 
+from .._validation import check_positive_int
+
 __all__ = ["check_batching", "length_batches", "pad_batch"]
 
 
@@ -21,18 +23,14 @@ def _direct_max_l():
 def check_batching(batch_size, max_batch_tokens):
     """(batch_size or None, max_batch_tokens or None), checked: positive integers; batch_size
     may be None only when max_batch_tokens is given."""
-    def pos(v, name):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        return int(v)
     if max_batch_tokens is not None:
-        max_batch_tokens = pos(max_batch_tokens, "max_batch_tokens")
+        max_batch_tokens = check_positive_int(max_batch_tokens, "max_batch_tokens")
     if batch_size is None:
         if max_batch_tokens is None:
             raise ValueError("batch_size must be a positive integer (None only together with "
                              "max_batch_tokens)")
     else:
-        batch_size = pos(batch_size, "batch_size")
+        batch_size = check_positive_int(batch_size, "batch_size")
     return batch_size, max_batch_tokens
 
 

@@ -14,6 +14,7 @@ import tempfile
 import numpy as np
 
 from ..benchmark._cli import positive_int
+from ..models import registry
 
 __all__ = ["add_translate_arguments", "add_embed_arguments", "run_translate", "run_embed"]
 
@@ -24,8 +25,7 @@ class CommandError(Exception):
 
 def add_translate_arguments(p):
     p.add_argument("model", metavar="MODEL",
-                   help="a translation model folder (Marian / OPUS-MT, BART, mBART, mBART-50, "
-                        "M2M100, NLLB, Pegasus, T5)")
+                   help=f"a translation model folder ({registry.titles('seq2seq')})")
     p.add_argument("--input", metavar="FILE", help="UTF-8 text, one source a line (default stdin)")
     p.add_argument("--output", metavar="FILE",
                    help="where the translations go, one a line (default stdout); written only "
@@ -52,7 +52,8 @@ def add_translate_arguments(p):
 
 def add_embed_arguments(p):
     p.add_argument("model", metavar="MODEL",
-                   help="a sentence-transformers / BERT-family model folder")
+                   help=f"a sentence-transformers folder or an encoder model folder "
+                        f"({registry.titles('encoder')})")
     p.add_argument("--input", metavar="FILE", required=True, help="UTF-8 text, one sentence a line")
     p.add_argument("--output", metavar="FILE.npy", required=True,
                    help="the (lines, dim) float32 embeddings, NumPy .npy")

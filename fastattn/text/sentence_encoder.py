@@ -20,37 +20,15 @@ import os
 
 import numpy as np
 
-from ..io.huggingface import read_json
 from ..models import EncoderModel
-from ..models.encoder import pool
-from ._common import (ENCODER_TYPES, TRANSLATION_TYPES, check_folder, check_quantize,
-                      check_threads, model_type)
+from ..models._sentence_transformers import pool, read_folder, st_config
+from .._quant import check_quantize
+from ._common import check_folder, check_threads, model_family
 from ._progress import progress_bar
 from .batching import check_batching, length_batches, pad_batch
 from .tokenizers import JsonTokenizer, check_texts, load_tokenizer
 
 __all__ = ["SentenceEncoder"]
-
-
-def _transformer_dir(root):
-    """The folder of a sentence-transformers Transformer module (the root when there is no
-    modules.json)."""
-    modules_path = os.path.join(root, "modules.json")
-    if not os.path.isfile(modules_path):
-        return root
-    modules = read_json(modules_path, "sentence-transformers modules.json", list)
-    for m in modules:
-        if isinstance(m, dict) and str(m.get("type", "")).endswith("Transformer"):
-            return os.path.join(root, m.get("path") or "")
-    return root
-
-
-def _st_config(root, tdir):
-    for folder in dict.fromkeys((tdir, root)):
-        path = os.path.join(folder, "sentence_bert_config.json")
-        if os.path.isfile(path):
-            return read_json(path, "sentence-transformers config", dict), path
-    return {}, None
 
 
 class SentenceEncoder:
@@ -59,10 +37,12 @@ class SentenceEncoder:
     Parameters
     ----------
     path : str or os.PathLike
-        A sentence-transformers folder (modules.json: Transformer, Pooling, optional Normalize)
-        or a plain BERT / RoBERTa / DistilBERT folder (mean pooling, normalised).
+        A sentence-transformers folder (modules.json: Transformer, Pooling, optional Dense,
+        optional Normalize) or a plain encoder folder of a family EncoderModel reads (BERT,
+        RoBERTa, DistilBERT, MPNet, ModernBERT ...: mean pooling, normalised).
     quantize : None or "int8"
-        Only None is available today ("int8" raises ValueError until the model supports it).
+        "int8": the linear layers compute with int8 weights (``EncoderModel.from_pretrained``'s
+        quantize).
     n_threads : int, optional
         OpenMP threads for encode (applied with threadpoolctl's limit for the call; a global
         ``fastattn.set_num_threads`` takes precedence).
@@ -78,24 +58,18 @@ class SentenceEncoder:
 
     def __init__(self, path, *, quantize=None, n_threads=None):
         path = check_folder(path)
-        tdir = _transformer_dir(path)
-        mt = model_type(tdir)
-        if mt in TRANSLATION_TYPES:
-            raise ValueError(f"{os.path.join(tdir, 'config.json')}: model_type={mt!r} is a "
-                             "translation model: use fastattn.Translator")
-        if mt not in ENCODER_TYPES:
-            raise ValueError(f"{os.path.join(tdir, 'config.json')}: model_type={mt!r} is not an "
-                             f"encoder fastattn supports (supported: {', '.join(ENCODER_TYPES)})")
-        extra = check_quantize(quantize)
+        tdir = read_folder(path)[0]           # the Transformer module's folder
+        model_family(tdir, "encoder")
+        check_quantize(quantize)
         self.n_threads = check_threads(n_threads)
         self.path = path
-        self.model = EncoderModel.from_pretrained(path, **extra)
+        self.model = EncoderModel.from_pretrained(path, quantize=quantize)
         self.tokenizer = load_tokenizer(tdir)
         if not isinstance(self.tokenizer, JsonTokenizer):
             raise ValueError(f"{tdir}: a {self.tokenizer.family} tokenizer cannot feed an "
                              f"encoder")
         self.quantize = quantize
-        cfg, cfg_path = _st_config(path, tdir)
+        cfg, cfg_path = st_config(path, tdir)
         lower = cfg.get("do_lower_case", False)
         if not isinstance(lower, bool):
             raise ValueError(f"{cfg_path}: do_lower_case={lower!r} must be true or false")
@@ -149,31 +123,47 @@ class SentenceEncoder:
         if normalize is not None and not isinstance(normalize, (bool, np.bool_)):
             raise TypeError(f"normalize must be True, False or None, got {normalize!r}")
         norm = self.normalize if normalize is None else bool(normalize)
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
-            return out
+            return np.zeros((0, self.dim), dtype=np.float32)
         ids, types = self.tokenize(texts)
         bar = progress_bar(progress, total=len(texts), desc="embed", unit="sentence")
         try:
-            from threadpoolctl import threadpool_limits
-            limits = threadpool_limits(limits=self.n_threads) if self.n_threads else None
-            try:
-                for idx in length_batches([len(r) for r in ids], batch_size):
-                    batch, mask = pad_batch([ids[i] for i in idx], self.tokenizer.pad_id)
-                    tt = None
-                    if any(any(types[i]) for i in idx):
-                        tt, _ = pad_batch([types[i] for i in idx], 0)
-                    # the last hidden state is row-invariant; pooling then runs on each row's
-                    # own tokens, so that no reduction's length depends on the padding (a
-                    # (1, S) @ (S, H) product's summation order does, with S)
-                    hidden = self.model(batch, mask, tt)
-                    for r, i in enumerate(idx):
-                        rows = np.ascontiguousarray(hidden[r:r + 1, :len(ids[i])])
-                        out[i] = pool(rows, None, self.model.pooling, norm)[0]
-                    bar.update(len(idx))
-            finally:
-                if limits is not None:
-                    limits.restore_original_limits()
+            out = self.embed_ids(ids, types, batch_size=batch_size, normalize=norm,
+                                 on_batch=bar.update)
         finally:
             bar.close()
         return out[0] if single else out
+
+    def embed_ids(self, ids, types=None, *, batch_size=32, max_batch_tokens=None,
+                  normalize=None, on_batch=None):
+        """Embeddings of sentences already tokenized (what :meth:`tokenize` gives: lists of
+        ids, special tokens included, at most ``max_seq_length`` each; ``types``: token type
+        ids, default zeros). The rows are sorted by length and batched by ``batch_size`` and /
+        or ``max_batch_tokens`` padded tokens; the result (N, dim) float32 is bitwise the same
+        whatever the batching. ``on_batch(n)`` is called after each forward pass."""
+        batch_size, max_batch_tokens = check_batching(batch_size, max_batch_tokens)
+        norm = self.normalize if normalize is None else bool(normalize)
+        out = np.zeros((len(ids), self.dim), dtype=np.float32)
+        if not len(ids):
+            return out
+        from threadpoolctl import threadpool_limits
+        limits = threadpool_limits(limits=self.n_threads) if self.n_threads else None
+        try:
+            for idx in length_batches([len(r) for r in ids], batch_size, max_batch_tokens):
+                batch, mask = pad_batch([ids[i] for i in idx], self.tokenizer.pad_id)
+                tt = None
+                if types is not None and any(any(types[i]) for i in idx):
+                    tt, _ = pad_batch([types[i] for i in idx], 0)
+                # the last hidden state is row-invariant; pooling then runs on each row's
+                # own tokens, so that no reduction's length depends on the padding (a
+                # (1, S) @ (S, H) product's summation order does, with S)
+                hidden = self.model(batch, mask, tt)
+                for r, i in enumerate(idx):
+                    rows = np.ascontiguousarray(hidden[r:r + 1, :len(ids[i])])
+                    out[i] = pool(rows, None, self.model.pooling, norm)[0]
+                if on_batch is not None:
+                    on_batch(len(idx))
+        finally:
+            if limits is not None:
+                limits.restore_original_limits()
+        return out

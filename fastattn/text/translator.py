@@ -32,15 +32,15 @@ special tokens, ``max_source_length`` ids in all (the smaller of the tokenizer's
 ``tokenizer(text, truncation=True, max_length=max_source_length)`` gives; transformers without
 truncation would fail on such a line.
 """
-import os
 import queue
 import threading
 
 import numpy as np
 
+from .._quant import check_quantize
+from .._validation import check_positive_int
 from ..models import Seq2SeqTransformer
-from ._common import (ENCODER_TYPES, TRANSLATION_TYPES, check_folder, check_quantize,
-                      check_threads, model_type)
+from ._common import check_folder, check_threads, model_family
 from ._progress import progress_bar
 from .batching import check_batching, length_batches, pad_batch
 from .tokenizers import check_texts, load_tokenizer
@@ -73,8 +73,8 @@ class Translator:
         default for the family; default target: none (the checkpoint's
         ``forced_bos_token_id``, if any, decides).
     quantize : None or "int8"
-        Weight quantisation, passed to ``from_pretrained`` only when not None ("int8" raises
-        ValueError while the model does not take it).
+        "int8": the linear layers compute with int8 weights (``Seq2SeqTransformer.
+        from_pretrained``'s quantize; float32 only).
     dtype : numpy.float32 or numpy.float64
     n_threads : int, optional
         Threads for each generate call (default: fastattn's, see ``fastattn.get_num_threads``).
@@ -90,19 +90,14 @@ class Translator:
     def __init__(self, path, *, src_lang=None, tgt_lang=None, quantize=None, dtype=np.float32,
                  n_threads=None):
         path = check_folder(path)
-        mt = model_type(path)
-        if mt not in TRANSLATION_TYPES:
-            hint = " (an encoder: use fastattn.SentenceEncoder)" if mt in ENCODER_TYPES else ""
-            raise ValueError(f"{os.path.join(path, 'config.json')}: model_type={mt!r} is not a "
-                             f"translation model fastattn supports (supported: "
-                             f"{', '.join(TRANSLATION_TYPES)}){hint}")
-        extra = check_quantize(quantize)
+        family = model_family(path, "seq2seq")
+        check_quantize(quantize)
         self.n_threads = check_threads(n_threads)
         self.path = path
-        self.tokenizer = load_tokenizer(path, family=mt if mt in ("marian", "m2m_100") else None)
+        self.tokenizer = load_tokenizer(path, family=family.tokenizer)
         self.tokenizer.check_languages(src_lang, tgt_lang)
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
-        self.model = Seq2SeqTransformer.from_pretrained(path, dtype=dtype, **extra)
+        self.model = Seq2SeqTransformer.from_pretrained(path, dtype=dtype, quantize=quantize)
         self.quantize = quantize
         cfg = self.model.config
         # every id the tokenizer can write must be a row of the model's embedding
@@ -227,8 +222,8 @@ class Translator:
         src_lang, tgt_lang = self._languages(src_lang, tgt_lang)
         if window is None:
             window = 16 * batch_size if batch_size is not None else 1024
-        elif isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"window must be a positive integer, got {window!r}")
+        else:
+            window = check_positive_int(window, "window")
         try:
             it = iter(iterable)
         except TypeError:

@@ -1,6 +1,6 @@
 """Concurrency and determinism.
 
-- Many Python threads calling the kernel (and the fastattn.layers blocks) at once give the same
+- Many Python threads calling the kernel (and the fastattn.nn blocks) at once give the same
   bits as serial calls.
 - The GIL is released while the kernel runs: a pure-Python counter thread keeps advancing.
 - Use inside a user's own thread pool and under threadpoolctl limits neither deadlocks nor
@@ -110,7 +110,7 @@ def test_concurrent_softmax_same_bits():
 
 
 def test_layers_blocks_concurrently_give_the_serial_bits():
-    layers = pytest.importorskip("fastattn.layers")
+    from fastattn import nn as layers
     rng = np.random.default_rng(2)
     mha = layers.MultiHeadAttention(32, 4, seed=0)
     enc = layers.TransformerEncoderLayer(32, 4, 64, seed=1)

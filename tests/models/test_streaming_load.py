@@ -87,6 +87,9 @@ def _largest_f32(folder):
 @pytest.mark.parametrize("dtype,sharded", [("float32", False), ("float32", True),
                                            ("float16", True), ("bfloat16", False)])
 def test_peak_memory_of_a_load_is_bounded(folders, dtype, sharded, quantize):
+    if os.environ.get("FASTATTN_SANITIZED"):
+        pytest.skip("AddressSanitizer keeps freed memory in quarantine: peak RSS measures "
+                    "nothing of the load")
     folder = folders(dtype, sharded)
     if sharded:
         assert os.path.exists(os.path.join(folder, "model.safetensors.index.json"))

@@ -1,4 +1,4 @@
-"""Parity of fastattn.layers with torch.nn (eval, dropout 0, batch_first=True), same weights.
+"""Parity of fastattn.nn with torch.nn (eval, dropout 0, batch_first=True), same weights.
 
 Tolerances (max abs error): float32 1e-4, float64 1e-10. Where PyTorch has no defined value
 (rows whose every key is masked: NaN on the slow path, zeros on the nested-tensor fast path) we

@@ -230,14 +230,6 @@ def test_vocabulary_mismatch_is_named(family, tmp_path):
         Translator(str(bad))
 
 
-def test_quantize_goes_to_from_pretrained_only_when_given():
-    from fastattn.text._common import check_quantize
-    assert check_quantize(None) == {}
-    assert check_quantize("int8") == {"quantize": "int8"}
-    with pytest.raises(ValueError, match="quantize must be None or 'int8', got 'fp16'"):
-        check_quantize("fp16")
-
-
 def test_int8_translator_equals_the_int8_model(family):
     """Translator(quantize='int8') decodes with the int8 model, and its output does not depend
     on the batching either."""

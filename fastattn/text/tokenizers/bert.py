@@ -4,7 +4,7 @@ builds (BertNormalizer with the folder's ``do_lower_case`` / ``strip_accents`` /
 ``tokenizers``."""
 import os
 
-from .._deps import require
+from ..._deps import require
 from .base import _content, _read_config
 from .json_tokenizer import JsonTokenizer
 

@@ -14,7 +14,7 @@ import os
 import re
 import threading
 
-from .._deps import require
+from ..._deps import require
 from .base import (Tokenizer, _check_max_length, _content, _max_length, _optional_json,
                    check_texts, clean_up_tokenization)
 from .languages import LANGUAGE_SCHEMES

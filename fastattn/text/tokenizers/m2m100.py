@@ -3,7 +3,7 @@ transformers' slow M2M100Tokenizer, the ``__xx__`` language tokens after the voc
 source written ``[__src__] pieces </s>``."""
 import os
 
-from .._deps import require
+from ..._deps import require
 from ._spm_vocab import _SpmVocabTokenizer
 from .base import _check_max_length, _check_sp_model_kwargs, check_texts
 from .languages import M2M100_LANGUAGES

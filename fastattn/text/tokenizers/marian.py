@@ -13,7 +13,7 @@ source text, as those models expect).
 """
 import os
 
-from .._deps import require
+from ..._deps import require
 from ._spm_vocab import _SpmVocabTokenizer
 from .base import _UNDERLINE, _check_max_length, check_texts
 

@@ -6,7 +6,8 @@ T5 sentinels, Pegasus' offset, the fairseq mapping), run by ``tokenizers``."""
 import os
 
 from ...io.huggingface import read_json
-from .._deps import require
+from ...models import registry
+from ..._deps import require
 from ._protobuf import precompiled_charsmap
 from .base import _UNDERLINE, _check_sp_model_kwargs, _content, _read_configs, _special
 from .json_tokenizer import JsonTokenizer
@@ -21,8 +22,6 @@ SPM_FAMILIES = {"T5Tokenizer": "t5", "T5TokenizerFast": "t5", "MT5Tokenizer": "t
                 "MBartTokenizerFast": "mbart", "MBart50Tokenizer": "mbart50",
                 "MBart50TokenizerFast": "mbart50", "NllbTokenizer": "nllb",
                 "NllbTokenizerFast": "nllb"}
-_SPM_MODEL_TYPES = {"t5": "t5", "mt5": "t5", "pegasus": "pegasus", "mbart": "mbart",
-                    "m2m_100": "nllb"}
 
 
 def spm_tokenizer(path, kind=None):
@@ -51,8 +50,9 @@ def spm_tokenizer(path, kind=None):
     cls = cfg.get("tokenizer_class")
     kind = kind or SPM_FAMILIES.get(cls)
     if kind is None and cls is None and os.path.isfile(os.path.join(path, "config.json")):
-        kind = _SPM_MODEL_TYPES.get(read_json(os.path.join(path, "config.json"), "model config",
-                                              dict).get("model_type"))
+        family = registry.family(read_json(os.path.join(path, "config.json"), "model config",
+                                           dict).get("model_type"), "seq2seq")
+        kind = None if family is None else family.spm_tokenizer
     if kind is None:
         raise ValueError(f"{path} has a SentencePiece model and no tokenizer.json, and its "
                          f"tokenizer_class={cls!r} is not one fastattn reads from the model "
