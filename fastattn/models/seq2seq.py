@@ -137,17 +137,25 @@ class Seq2SeqTransformer(Seq2SeqWeights):
         check_generation_ids(gen, Vt, "generation_config")
         self.generation_config = gen
         self._dtype = dt
-        quantize = check_quantize(quantize, dt)
+        self._finish_init(seed, _state_dict, check_quantize(quantize, dt))
+
+    _KIND = "seq2seq"         # the registry's kind of the families this class runs
+
+    def _finish_init(self, seed, sd, quantize):
+        """The end of a constructor (this class's and WhisperModel's), once _config,
+        _family, generation_config and _dtype are set: build the network, stream the weights
+        `sd` in (None: random from `seed`; EMPTY: a saved folder's, mapped in later), then
+        pack or quantize (`quantize` checked)."""
         self._quantize = None                  # the float network first, then its int8 form
         self._qparams = {}
-        self._build(seed, _state_dict)
-        given = _state_dict is not None and _state_dict is not EMPTY
+        self._build(seed, sd)
+        given = sd is not None and sd is not EMPTY
         if given:
-            self._load_streaming(_state_dict, quantize)
+            self._load_streaming(sd, quantize)
         if quantize is not None:
             self._quantize = quantize
             self._apply_quantize()
-        elif _state_dict is not EMPTY:
+        elif sd is not EMPTY:
             self._apply_compact()
         if given:
             release_free_memory()          # the float arrays just freed (docs/int8.md)
