@@ -148,7 +148,12 @@ class Seq2SeqTransformer(Seq2SeqWeights):
         pack or quantize (`quantize` checked)."""
         self._quantize = None                  # the float network first, then its int8 form
         self._qparams = {}
-        self._build(seed, sd)
+        self._build()
+        if sd is None:
+            self._map_params()
+            self._init_random(seed)
+        else:                   # weights to stream in (_load_streaming) or a saved folder's
+            self._params, self._qparams, self._order = {}, {}, []
         given = sd is not None and sd is not EMPTY
         if given:
             self._load_streaming(sd, quantize)
@@ -164,9 +169,9 @@ class Seq2SeqTransformer(Seq2SeqWeights):
     # parameters
     # ---------------------------------------------------------------------------------------
 
-    def _build(self, seed, sd):
-        """The network (fastattn.nn layers), its parameters by Hugging Face name (views into
-        the layers' arrays), then random or given weights."""
+    def _build(self):
+        """The network (fastattn.nn layers) in ``_layers``, not yet initialised (_finish_init
+        then maps its parameters by Hugging Face name and fills them)."""
         c, dt = self._config, self._dtype
         d = c["d_model"]
         init = _Init.empty(dt)
@@ -214,11 +219,6 @@ class Seq2SeqTransformer(Seq2SeqWeights):
             self.lm_head._params["weight"] = self.decoder_embed._params["weight"]
         self._layers = {"encoder_embed": self.encoder_embed, "decoder_embed": self.decoder_embed,
                         "encoder": self.encoder, "decoder": self.decoder, "lm_head": self.lm_head}
-        if sd is None:
-            self._map_params()
-            self._init_random(seed)
-        else:                   # weights to stream in (_load_streaming) or a saved folder's
-            self._params, self._qparams, self._order = {}, {}, []
 
     # ---------------------------------------------------------------------------------------
     # attributes

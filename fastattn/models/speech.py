@@ -185,7 +185,7 @@ class WhisperModel(Seq2SeqTransformer):
     # the network
     # ---------------------------------------------------------------------------------------
 
-    def _build(self, seed, sd):
+    def _build(self):
         c, dt = self._config, self._dtype
         d = c["d_model"]
         init = _Init.empty(dt)
@@ -211,11 +211,6 @@ class WhisperModel(Seq2SeqTransformer):
             self.lm_head._params["weight"] = self.decoder_embed._params["weight"]
         self._layers = {"stem": self.stem, "decoder_embed": self.decoder_embed,
                         "encoder": self.encoder, "decoder": self.decoder, "lm_head": self.lm_head}
-        if sd is None:
-            self._map_params()
-            self._init_random(seed)
-        else:
-            self._params, self._qparams, self._order = {}, {}, []
 
     def _init_random(self, seed):
         super()._init_random(seed)

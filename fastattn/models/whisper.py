@@ -86,19 +86,10 @@ def check_whisper_generation(gen, where, vocab):
     are a ValueError naming them. Returns the dict the model keeps."""
     if not isinstance(gen, dict):
         raise TypeError(f"generation_config must be a dict, got {type(gen).__name__}")
-    rest, out = {}, {}
-    for key, value in gen.items():
-        if key in _WHISPER_GEN_IGNORED:
-            continue
-        if key in _WHISPER_GEN_NEUTRAL:
-            if value not in _WHISPER_GEN_NEUTRAL[key]:
-                raise ValueError(f"{where}: {key}={value!r} is not supported (long-form "
-                                 f"transcription; only {_WHISPER_GEN_NEUTRAL[key][0]!r})")
-        elif key in _WHISPER_GEN:
-            out[key] = value
-        else:
-            rest[key] = value
-    out.update(check_generation_config(rest, where))
+    out = {k: v for k, v in gen.items() if k in _WHISPER_GEN}
+    out.update(check_generation_config({k: v for k, v in gen.items() if k not in _WHISPER_GEN},
+                                       where, ignored=_WHISPER_GEN_IGNORED,
+                                       neutral=_WHISPER_GEN_NEUTRAL))
     check_generation_ids(out, vocab, where)
     for key in ("lang_to_id", "task_to_id"):
         if out.get(key) is not None:
