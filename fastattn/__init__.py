@@ -55,7 +55,7 @@ from .functional import (PackedLinear, gelu, layer_norm, linear, relu, scaled_do
 from .nn import (FeedForward, LayerNorm, Linear, MultiHeadAttention, PositionalEncoding,
                  Transformer, TransformerDecoder, TransformerDecoderLayer, TransformerEncoder,
                  TransformerEncoderLayer, sinusoidal_positions)
-from .models import EncoderModel, Seq2SeqTransformer
+from .models import EncoderModel, Seq2SeqTransformer, WhisperModel
 from .text import SentenceEncoder, Translator
 
 __all__ = [
@@ -78,6 +78,7 @@ __all__ = [
     "models",
     "EncoderModel",
     "Seq2SeqTransformer",
+    "WhisperModel",
     # text in, text out (fastattn.text)
     "Translator",
     "SentenceEncoder",

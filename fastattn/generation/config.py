@@ -72,17 +72,20 @@ def single_id(value, field, where):
     return value
 
 
-def check_generation_config(gen, where):
+def check_generation_config(gen, where, *, ignored=(), neutral=None):
     """Validate a generation-settings dict (from JSON, or a model's ``generation_config=``
-    argument); returns the fields we use."""
+    argument); returns the fields we use. `ignored` / `neutral` (field -> its accepted values,
+    the first named in the message): a model's own fields beside :data:`GEN_IGNORED` /
+    :data:`GEN_NEUTRAL` (WhisperModel's)."""
+    neutral = GEN_NEUTRAL if not neutral else {**GEN_NEUTRAL, **neutral}
     out = {}
     for key, value in gen.items():
-        if key in GEN_IGNORED:
+        if key in GEN_IGNORED or key in ignored:
             continue
-        if key in GEN_NEUTRAL:
-            if value not in GEN_NEUTRAL[key]:
+        if key in neutral:
+            if value not in neutral[key]:
                 raise ValueError(f"{where}: {key}={value!r} is not supported "
-                                 f"(only {GEN_NEUTRAL[key][0]!r})")
+                                 f"(only {neutral[key][0]!r})")
             continue
         if key not in _GEN_READ:
             raise ValueError(f"{where}: unknown generation field {key!r}")

@@ -54,7 +54,9 @@ class Decoder:
     Methods
     -------
     check_sources(input_ids, attention_mask) -> (ids (B, S) int64, mask (B, S) bool)
-        The checked source batch (a ValueError / TypeError naming the argument).
+        The checked source batch (a ValueError / TypeError naming the argument). Sources
+        other than token ids pass through as the model checked them (WhisperModel: log-mel
+        features (B, n_mels, frames)); the search reads B and S from the mask.
     plan_bytes(n_sources, src_len, num_beams, max_length) -> int
         An upper bound of the bytes the model holds at once while decoding that (encoder,
         cache, a step's activations and logits), for the memory check before anything runs.
@@ -212,7 +214,7 @@ def generate(model, input_ids, attention_mask=None, *, seed=None, n_threads=None
     P = 1 if prefix is None else prefix.shape[1]
     p = resolve_settings(model, user, P)
     ids, mask = model.check_sources(input_ids, attention_mask)
-    B, S = ids.shape
+    B, S = mask.shape          # (the sources may be features: their positions are the mask's)
     if prefix is None:
         prefix = np.full((B, 1), start, np.int64)
     elif prefix.shape[0] != B:
@@ -542,7 +544,7 @@ def score(model, input_ids, labels, attention_mask=None, n_threads=None):
     ndarray float64 (B, T). A row's values do not depend on the other rows or the thread count.
     """
     ids, mask = model.check_sources(input_ids, attention_mask)
-    B, S = ids.shape
+    B, S = mask.shape          # (the sources may be features: their positions are the mask's)
     lab = check_labels(labels, B, model.vocab_size, model.max_decoder_positions)
     T = lab.shape[1]
     out = np.zeros((B, T), np.float64)

@@ -25,7 +25,8 @@ def load_config(folder):
     if family is None:
         raise ValueError(
             f"config field model_type={model_type!r} in {path} is not supported; supported: "
-            f"{', '.join(registry.model_types('encoder'))}")
+            f"{', '.join(registry.model_types('encoder'))}"
+            f"{registry.other_kind_hint(model_type)}")
     return family, family.read_config(cfg, path)
 
 

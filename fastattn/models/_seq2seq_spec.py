@@ -91,7 +91,8 @@ def check_keywords(kw):
     family = registry.family(cfg["model_type"], "seq2seq")
     if family is None:
         raise ValueError(f"model_type must be one of {sorted(registry.model_types('seq2seq'))}, "
-                         f"got {cfg['model_type']!r} (it selects the checkpoint's names)")
+                         f"got {cfg['model_type']!r} (it selects the checkpoint's names)"
+                         f"{registry.other_kind_hint(cfg['model_type'])}")
     canonical_activation(cfg["activation_function"], "activation_function")
     if cfg["positions"] not in POSITIONS:
         raise ValueError(f"positions must be one of {POSITIONS}, got {cfg['positions']!r}")

@@ -125,7 +125,7 @@ class Seq2SeqWeights:
                 not all(v.flags.writeable for v in self._params.values()):
             # weights held packed or int8, or a read-only map of a saved folder: a new model
             # from these float weights (a bad state_dict raises there and changes nothing)
-            new = type(self)(**self._config, generation_config=self.generation_config,
+            new = type(self)(**self.config, generation_config=self.generation_config,
                              dtype=self._dtype, quantize=self._quantize, _state_dict=state_dict)
             self.__dict__.update(new.__dict__)
             return
@@ -216,7 +216,8 @@ class Seq2SeqWeights:
     def from_pretrained(cls, path, dtype=np.float32, quantize=None):
         """Load a Hugging Face encoder-decoder folder: config.json, model.safetensors (or a
         sharded index) and generation_config.json when present; ``model_type`` ``marian``,
-        ``bart``, ``mbart``, ``pegasus``, ``m2m_100`` (NLLB), ``t5`` or ``mt5``. No torch or
+        ``bart``, ``mbart``, ``pegasus``, ``m2m_100`` (NLLB), ``t5`` or ``mt5`` (WhisperModel:
+        ``whisper``), or a folder written by :meth:`save_pretrained`. No torch or
         transformers needed. ``quantize='int8'``: the linear layers (and the output
         projection) compute with int8 weights, one scale per output channel, and int8
         activations quantized per row; float32 only."""
@@ -226,15 +227,22 @@ class Seq2SeqWeights:
             raise FileNotFoundError(f"{path} is not a directory")
         if _saved.is_saved_folder(path):
             return cls._from_saved(path, dtype, quantize)
-        config, legacy, weights = read_checkpoint(path)
-        gen = read_generation_config(path, legacy)
-        check_generation_ids(gen, config["decoder_vocab_size"], os.path.join(
-            path, "generation_config.json" if os.path.exists(
-                os.path.join(path, "generation_config.json")) else "config.json"))
+        config, legacy, weights = read_checkpoint(path, cls._KIND)
+        gen = cls._read_generation(path, legacy, config)
         model = cls(**config, generation_config=gen, dtype=dtype, quantize=quantize,
                     _state_dict=weights)
         model._source = path
         return model
+
+    @classmethod
+    def _read_generation(cls, path, legacy, config):
+        """The checked generation config of a Hugging Face folder: generation_config.json, or
+        config.json's generation fields `legacy` (from_pretrained's hook)."""
+        gen = read_generation_config(path, legacy)
+        check_generation_ids(gen, config["decoder_vocab_size"], os.path.join(
+            path, "generation_config.json" if os.path.exists(
+                os.path.join(path, "generation_config.json")) else "config.json"))
+        return gen
 
     def save_pretrained(self, path, *, progress=None):
         """Write the model to the folder `path` in fastattn's own format (fastattn/io/saved.py):
@@ -244,8 +252,8 @@ class Seq2SeqWeights:
         ``progress(done_bytes, total_bytes)`` is called as the weights are written."""
         params = {f"{lname}.{name}": arr for lname, layer in self._layers.items()
                   for name, arr, _, _ in layer._named_params()}
-        meta = {"class": "Seq2SeqTransformer", "quantize": self._quantize,
-                "dtype": self._dtype.name, "config": self._config,
+        meta = {"class": type(self).__name__, "quantize": self._quantize,
+                "dtype": self._dtype.name, "config": self.config,
                 "generation_config": self.generation_config}
         _saved.write_folder(path, params, meta, source=getattr(self, "_source", None),
                             progress=progress)
@@ -285,16 +293,18 @@ class Seq2SeqWeights:
         return model
 
 
-def read_checkpoint(path):
+def read_checkpoint(path, kind="seq2seq"):
     """``(keywords, generation settings in config.json, tensors)`` of a checkpoint folder, read
-    by the family of config.json's model_type (:mod:`fastattn.models.registry`)."""
+    by the family of config.json's model_type (:mod:`fastattn.models.registry`), which must be
+    of `kind` (the model class's: a family of another kind names its class)."""
     where = os.path.join(path, "config.json")
     raw = read_json(where, os.path.basename(where), dict)
     model_type = raw.get("model_type")
-    family = registry.family(model_type, "seq2seq")
+    family = registry.family(model_type, kind)
     if family is None:
         raise ValueError(f"{where}: model_type={model_type!r} is not supported; supported: "
-                         f"{', '.join(sorted(registry.model_types('seq2seq')))}")
+                         f"{', '.join(sorted(registry.model_types(kind)))}"
+                         f"{registry.other_kind_hint(model_type)}")
     config = family.read_config(raw, where)
     legacy = config.pop("generation_config")
     weights = read_safetensors(checkpoint_files(path))

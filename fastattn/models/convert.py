@@ -23,10 +23,11 @@ from . import registry
 from .encoder import EncoderModel
 from .family import KINDS
 from .seq2seq import Seq2SeqTransformer
+from .speech import WhisperModel
 
 __all__ = ["convert", "model_class", "add_arguments", "run"]
 
-_CLASSES = {cls.__name__: cls for cls in (Seq2SeqTransformer, EncoderModel)}
+_CLASSES = {cls.__name__: cls for cls in (Seq2SeqTransformer, EncoderModel, WhisperModel)}
 
 
 def model_class(folder):

@@ -2,7 +2,8 @@
 
 A family (:mod:`fastattn.models.family`) says which model class runs it (``kind``), reads its
 config.json into that class's spec and maps its checkpoint's tensor names onto the network.
-The model classes (:class:`~fastattn.Seq2SeqTransformer`, :class:`~fastattn.EncoderModel`),
+The model classes (:class:`~fastattn.Seq2SeqTransformer`, :class:`~fastattn.EncoderModel`,
+:class:`~fastattn.WhisperModel`),
 ``fastattn.text`` (Translator, SentenceEncoder), ``fastattn convert`` and the commands ask this
 module which family a folder is; nothing else looks at ``model_type``.
 
@@ -17,8 +18,9 @@ from .marian import MARIAN
 from .modernbert import MODERNBERT
 from .mpnet import MPNET
 from .t5 import MT5, T5
+from .whisper import WHISPER
 
-__all__ = ["FAMILIES", "KINDS", "family", "model_types", "titles"]
+__all__ = ["FAMILIES", "KINDS", "family", "model_types", "other_kind_hint", "titles"]
 
 #: the families, in the order their model types are listed in messages
 FAMILIES = (
@@ -26,6 +28,8 @@ FAMILIES = (
     MARIAN, BART, MBART, PEGASUS, M2M100, T5, MT5,
     # encoders: EncoderModel
     BERT, ROBERTA, DISTILBERT, MPNET, MODERNBERT,
+    # speech: WhisperModel
+    WHISPER,
 )
 
 _BY_TYPE = {}
@@ -48,8 +52,8 @@ def family(model_type, kind=None):
 
 
 def model_types(kind):
-    """The model types of the families of `kind` ("seq2seq" or "encoder"), in registration
-    order."""
+    """The model types of the families of `kind` (a key of KINDS: "seq2seq", "encoder",
+    "speech"), in registration order."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
     return tuple(t for f in FAMILIES if f.kind == kind for t in f.model_types)
@@ -59,3 +63,10 @@ def titles(kind):
     """The names of the families of `kind`, for help texts: "Marian / OPUS-MT, BART, ..."."""
     model_types(kind)                               # checks kind
     return ", ".join(f.title for f in FAMILIES if f.kind == kind)
+
+
+def other_kind_hint(model_type):
+    """For a message rejecting `model_type` where one kind is expected: " (load it with
+    fastattn.WhisperModel)", the class of its registered family, or "" when unregistered."""
+    found = family(model_type)
+    return "" if found is None else f" (load it with fastattn.{KINDS[found.kind]})"

@@ -137,17 +137,30 @@ class Seq2SeqTransformer(Seq2SeqWeights):
         check_generation_ids(gen, Vt, "generation_config")
         self.generation_config = gen
         self._dtype = dt
-        quantize = check_quantize(quantize, dt)
+        self._finish_init(seed, _state_dict, check_quantize(quantize, dt))
+
+    _KIND = "seq2seq"         # the registry's kind of the families this class runs
+
+    def _finish_init(self, seed, sd, quantize):
+        """The end of a constructor (this class's and WhisperModel's), once _config,
+        _family, generation_config and _dtype are set: build the network, stream the weights
+        `sd` in (None: random from `seed`; EMPTY: a saved folder's, mapped in later), then
+        pack or quantize (`quantize` checked)."""
         self._quantize = None                  # the float network first, then its int8 form
         self._qparams = {}
-        self._build(seed, _state_dict)
-        given = _state_dict is not None and _state_dict is not EMPTY
+        self._build()
+        if sd is None:
+            self._map_params()
+            self._init_random(seed)
+        else:                   # weights to stream in (_load_streaming) or a saved folder's
+            self._params, self._qparams, self._order = {}, {}, []
+        given = sd is not None and sd is not EMPTY
         if given:
-            self._load_streaming(_state_dict, quantize)
+            self._load_streaming(sd, quantize)
         if quantize is not None:
             self._quantize = quantize
             self._apply_quantize()
-        elif _state_dict is not EMPTY:
+        elif sd is not EMPTY:
             self._apply_compact()
         if given:
             release_free_memory()          # the float arrays just freed (docs/int8.md)
@@ -156,9 +169,9 @@ class Seq2SeqTransformer(Seq2SeqWeights):
     # parameters
     # ---------------------------------------------------------------------------------------
 
-    def _build(self, seed, sd):
-        """The network (fastattn.nn layers), its parameters by Hugging Face name (views into
-        the layers' arrays), then random or given weights."""
+    def _build(self):
+        """The network (fastattn.nn layers) in ``_layers``, not yet initialised (_finish_init
+        then maps its parameters by Hugging Face name and fills them)."""
         c, dt = self._config, self._dtype
         d = c["d_model"]
         init = _Init.empty(dt)
@@ -206,11 +219,6 @@ class Seq2SeqTransformer(Seq2SeqWeights):
             self.lm_head._params["weight"] = self.decoder_embed._params["weight"]
         self._layers = {"encoder_embed": self.encoder_embed, "decoder_embed": self.decoder_embed,
                         "encoder": self.encoder, "decoder": self.decoder, "lm_head": self.lm_head}
-        if sd is None:
-            self._map_params()
-            self._init_random(seed)
-        else:                   # weights to stream in (_load_streaming) or a saved folder's
-            self._params, self._qparams, self._order = {}, {}, []
 
     # ---------------------------------------------------------------------------------------
     # attributes

@@ -6,6 +6,12 @@ from ..io.huggingface import read_json
 from ..models import registry
 
 
+# what runs a model of each kind, for a folder given to the other class
+_RUN_BY = {"seq2seq": "a translation model: use fastattn.Translator",
+           "encoder": "an encoder: use fastattn.SentenceEncoder",
+           "speech": "a speech model: use fastattn.WhisperModel"}
+
+
 def model_family(folder, kind):
     """The registered family (:mod:`fastattn.models.registry`) of ``folder/config.json``'s
     model_type, which must be of `kind` ("seq2seq" for Translator, "encoder" for
@@ -19,11 +25,11 @@ def model_family(folder, kind):
     family = registry.family(mt)
     if family is not None and family.kind == kind:
         return family
-    if family is not None and kind == "encoder":
+    if family is not None and kind == "encoder" and family.kind == "seq2seq":
         raise ValueError(f"{where}: model_type={mt!r} is a translation model: use "
                          "fastattn.Translator")
     what = "a translation model" if kind == "seq2seq" else "an encoder"
-    hint = " (an encoder: use fastattn.SentenceEncoder)" if family is not None else ""
+    hint = f" ({_RUN_BY[family.kind]})" if family is not None else ""
     raise ValueError(f"{where}: model_type={mt!r} is not {what} fastattn supports (supported: "
                      f"{', '.join(registry.model_types(kind))}){hint}")
 
