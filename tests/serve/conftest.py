@@ -47,10 +47,5 @@ def bert_folder(tmp_path_factory, minilm):
 @pytest.fixture(scope="session")
 def marian_folder(tmp_path_factory):
     """A Marian folder (trained SentencePiece models, random weights), as tests/text's."""
-    pytest.importorskip("sentencepiece")
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    from text_helpers import make_marian_folder
-    path = str(tmp_path_factory.mktemp("serve_marian"))
-    make_marian_folder(path, seed=2, eos_bias=1.0)
-    return path
+    from text_helpers import marian_fixture
+    return marian_fixture(tmp_path_factory, "serve_marian", seed=2, eos_bias=1.0)[0]

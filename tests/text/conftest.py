@@ -10,13 +10,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 @pytest.fixture(scope="session")
 def marian(tmp_path_factory):
     """A Marian folder (trained SentencePiece models, random weights): (path, hf model)."""
-    pytest.importorskip("sentencepiece")
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
-    from text_helpers import make_marian_folder
-    path = str(tmp_path_factory.mktemp("marian_text"))
-    _, model = make_marian_folder(path)
-    return path, model
+    from text_helpers import marian_fixture
+    return marian_fixture(tmp_path_factory, "marian_text")
 
 
 @pytest.fixture(scope="session")

@@ -88,6 +88,16 @@ def write_tokenizer(path, *, languages=False, drop=4, save_config=True):
     return vocab
 
 
+def marian_fixture(tmp_path_factory, name, **kw):
+    """A Marian folder for a session fixture, in a new temporary folder `name`: (path, hf model);
+    the test skips without sentencepiece, torch or transformers."""
+    import pytest
+    for module in ("sentencepiece", "torch", "transformers"):
+        pytest.importorskip(module)
+    path = str(tmp_path_factory.mktemp(name))
+    return path, make_marian_folder(path, **kw)[1]
+
+
 def make_marian_folder(path, *, languages=False, max_position_embeddings=64, **model_kw):
     """A complete folder: tokenizer files and a random MarianMTModel of that vocabulary.
     Returns (vocab, torch model)."""
