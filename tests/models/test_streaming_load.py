@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -38,6 +39,9 @@ make_checkpoint.SHAPES.setdefault("test-small", dict(
     encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=1024,
     decoder_ffn_dim=1024, vocab_size=16000, max_position_embeddings=256))
 SLACK = 12 << 20            # bytes: the interpreter's own allocations during a load
+# child processes run outside the checkout, so that they import the installed fastattn (CI
+# installs the package; the checkout's fastattn/ has no built kernels there)
+OUTSIDE = tempfile.gettempdir()
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +99,7 @@ def test_peak_memory_of_a_load_is_bounded(folders, dtype, sharded, quantize):
         assert os.path.exists(os.path.join(folder, "model.safetensors.index.json"))
         assert len(checkpoint_files(folder)) >= 3
     out = subprocess.run([sys.executable, "-c", _MEASURE, folder, str(quantize)],
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True, check=True, cwd=OUTSIDE)
     m = json.loads(out.stdout.strip().splitlines()[-1])
     largest = _largest_f32(folder)
     factor = 1.3 if quantize else 1.1
@@ -215,7 +219,7 @@ def test_a_corrupt_or_truncated_shard_is_one_error_naming_the_file(folders, tmp_
         fastattn.Seq2SeqTransformer.from_pretrained(str(bad))
     out = tmp_path / "out"
     r = subprocess.run([sys.executable, "-m", "fastattn", "convert", str(bad), str(out)],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, cwd=OUTSIDE)
     assert r.returncode == 2
     lines = [ln for ln in r.stderr.splitlines() if ln.strip() and not ln.startswith("\r")]
     err = [ln for ln in lines if "error" in ln]
@@ -275,7 +279,7 @@ def test_convert_round_trip_is_bitwise_the_load_time_model(folders, tmp_path, qu
     folder = folders("bfloat16", False)
     out = tmp_path / "converted"
     r = subprocess.run([sys.executable, "-m", "fastattn", "convert", folder, str(out),
-                        "--quantize", quantize], capture_output=True, text=True)
+                        "--quantize", quantize], capture_output=True, text=True, cwd=OUTSIDE)
     assert r.returncode == 0, r.stderr
     assert "wrote" in r.stderr and "GB" in r.stderr                # the progress line
     assert sorted(os.listdir(out)) == ["config.json", "fastattn_model.json",
@@ -295,10 +299,11 @@ def test_convert_round_trip_is_bitwise_the_load_time_model(folders, tmp_path, qu
         np.testing.assert_array_equal(got.generate(src, **kw), want.generate(src, **kw))
     # an existing OUT is refused (one line), replaced with --force
     r = subprocess.run([sys.executable, "-m", "fastattn", "convert", folder, str(out)],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, cwd=OUTSIDE)
     assert r.returncode == 2 and "already exists" in r.stderr
     r = subprocess.run([sys.executable, "-m", "fastattn", "convert", folder, str(out), "--force",
-                        "--quiet", "--quantize", quantize], capture_output=True, text=True)
+                        "--quiet", "--quantize", quantize], capture_output=True, text=True,
+                       cwd=OUTSIDE)
     assert r.returncode == 0 and r.stderr == ""
 
 
@@ -358,7 +363,7 @@ def test_an_interrupted_convert_leaves_nothing(folders, tmp_path, sig):
     folder = folders("float32", False)
     out = tmp_path / "out"
     p = subprocess.Popen([sys.executable, "-c", _SLOW_CONVERT, folder, str(out)],
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, cwd=OUTSIDE)
     for line in p.stderr:                           # wait until it is writing OUT's weights
         if "WRITING" in line:
             break

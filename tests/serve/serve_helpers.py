@@ -35,7 +35,9 @@ class Server:
         cmd += [str(a) for a in args]
         self._err_path = os.path.join(str(tmp_path), f"serve-{self.port}.stderr")
         self._err = open(self._err_path, "wb")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._err)
+        # run outside the checkout: the installed fastattn, not the source tree (no kernels in CI)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self._err,
+                                     cwd=str(tmp_path))
         self._wait_ready(start_timeout)
 
     def _wait_ready(self, timeout):

@@ -374,7 +374,7 @@ def test_sigterm_drains(start_server, bert_folder, encoder):
 def test_load_failure_exits(tmp_path):
     r = subprocess.run([sys.executable, "-m", "fastattn", "serve", "--model",
                         f"x={tmp_path / 'missing'}", "--port", "1"], capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=120, cwd=str(tmp_path))
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fastattn serve: error:"), r.stderr
