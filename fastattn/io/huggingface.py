@@ -135,7 +135,7 @@ class Checkpoint:
 
     The headers are checked when the files are opened: a truncated or corrupt file, an
     unknown dtype or a tensor whose bytes do not fit its shape is a ValueError naming the file
-    and the tensor. Names may be renamed or aliased (:meth:`alias`, :meth:`pop`) and arrays
+    and the tensor. Names may be aliased or dropped (:meth:`alias`, :meth:`discard`) and arrays
     added (``ckpt[name] = array``) without reading anything.
     """
 
@@ -176,30 +176,10 @@ class Checkpoint:
         self._arrays[name] = array
         self._entries.pop(name, None)
 
-    def pop(self, name, *default):
-        """Forget `name`; returns its array (read now) or `default` when absent."""
-        if name in self._arrays:
-            self._entries.pop(name, None)
-            return self._arrays.pop(name)
-        if name in self._entries:
-            out = self.read(name)
-            del self._entries[name]
-            return out
-        if default:
-            return default[0]
-        raise KeyError(name)
-
     def discard(self, name):
         """Forget `name` without reading it."""
         self._arrays.pop(name, None)
         self._entries.pop(name, None)
-
-    def rename(self, old, new):
-        """`old` is now called `new` (nothing is read)."""
-        if old in self._arrays:
-            self._arrays[new] = self._arrays.pop(old)
-        else:
-            self._entries[new] = self._entries.pop(old)
 
     def alias(self, new, old):
         """`new` reads the same tensor as `old` (nothing is read)."""
@@ -234,14 +214,10 @@ class Checkpoint:
         _, code, _, _, _, bf16 = self._entries[name]
         return np.dtype("<f4" if bf16 else code)
 
-    def where(self, name):
-        """The file holding `name` (for messages)."""
-        return self._entries[name][0] if name in self._entries else "(in memory)"
-
     def same_tensor(self, a, b):
         """True when a and b are the same bytes of the same file (an alias)."""
         ea, eb = self._entries.get(a), self._entries.get(b)
-        return ea is not None and ea[0] == eb[0] and ea[3] == eb[3] if eb else False
+        return ea is not None and eb is not None and ea[0] == eb[0] and ea[3] == eb[3]
 
     # -- reading ---------------------------------------------------------------------------------
     def read(self, name, rows=None):
