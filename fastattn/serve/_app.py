@@ -105,6 +105,8 @@ class _Metrics:
         self.batch_requests = Histogram("fastattn_batch_requests", "requests per batch",
                                         ["model"], registry=r,
                                         buckets=(1, 2, 4, 8, 16, 32, 64, 128))
+        self.running = Gauge("fastattn_batch_running", "1 while a model's worker runs a batch",
+                             ["model"], registry=r)
         self.dropped = Counter("fastattn_dropped", "requests dropped before they ran (the "
                                "client left, or the deadline passed)", ["model"], registry=r)
         self.tokens = Counter("fastattn_tokens", "input tokens processed", ["model"], registry=r)

@@ -121,12 +121,17 @@ class _Worker:
             jobs = self._select()
             self._started(jobs)
             t0 = time.perf_counter()
+            if self.metrics is not None:
+                self.metrics.running.labels(self.name).set(1)
             try:
                 tokens = self._run(jobs)
             except Exception as exc:            # noqa: BLE001 (handed to the requests)
                 for j in jobs:
                     _finish(j, None, exc)
                 continue
+            finally:
+                if self.metrics is not None:
+                    self.metrics.running.labels(self.name).set(0)
             if self.metrics is not None:
                 dt = time.perf_counter() - t0
                 self.metrics.batch_rows.labels(self.name).observe(

@@ -314,7 +314,11 @@ def test_client_gone_is_dropped(start_server, bert_folder):
     busy = {"model": "bert", "input": [" ".join(["word"] * 60)] * 2000}
     with cf.ThreadPoolExecutor(1) as pool:
         first = pool.submit(httpx.post, srv.url + "/v1/embeddings", json=busy, timeout=60)
-        time.sleep(0.15)                                   # the worker is on it
+        end = time.monotonic() + 60                        # until the worker is on it
+        while time.monotonic() < end and _metric(
+                httpx.get(srv.url + "/metrics", timeout=10).text,
+                'fastattn_batch_running{model="bert"}') != 1.0:
+            time.sleep(0.01)
         body = json.dumps({"model": "bert", "input": ["left early"] * 500}).encode()
         with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
             s.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\n"
