@@ -288,13 +288,16 @@ def _chosen_logprob(scores, tokens):
 
 
 def greedy_search(state, procs, p, B, rng=None, *, prefix=None, streams=None, sources=None,
-                  streamer=None, return_scores=False):
+                  streamer=None, return_scores=False, on_logits=None):
     """Greedy (or, with `rng` / `streams`, multinomial) decoding -> int64 (B, P + T), with
     `return_scores` also the float32 (B,) sums of the chosen tokens' log-probabilities.
 
     prefix (B, P): the forced decoder prefix (default: the start token). streams: one NumPy
     Generator per row (default: spawned from the SeedSequence `rng`, row b drawing from child
-    b). sources (B,): the source of each row, for the processors that read it."""
+    b). sources (B,): the source of each row, for the processors that read it.
+    on_logits(t, logits): called with the raw logits (rows, vocab) after prefix position t is
+    fed, for t = 0 .. P - 1 (Whisper's no-speech probability reads them at
+    <|startoftranscript|>)."""
     max_len, eos, pad = p["max_length"], p["eos_token_id"], p["pad_token_id"]
     if prefix is None:
         prefix = np.full((B, 1), p["decoder_start_token_id"], np.int64)
@@ -311,11 +314,15 @@ def greedy_search(state, procs, p, B, rng=None, *, prefix=None, streams=None, so
     if streamer is not None:
         streamer.put(prefix.copy())
     for t in range(P - 1):                                     # the prefix: logits not needed
-        state.step(seqs[:, t])
+        lg = state.step(seqs[:, t])
+        if on_logits is not None:
+            on_logits(t, lg)
     cur = P
     tokens = seqs[:, P - 1].copy()
     while True:
         scores = _scores_f32(state.step(tokens))               # (n, V)
+        if on_logits is not None and cur == P:
+            on_logits(P - 1, scores.copy())
         hist = history(seqs, active, cur, procs)
         scores = apply(procs, hist, scores, sources[active])
         if streams is None:
@@ -401,7 +408,7 @@ def _sample_desc(acc, k, gens):
 
 
 def beam_search(state, procs, p, B, K, rng=None, n_threads=None, *, prefix=None,
-                num_return_sequences=1, return_scores=False):
+                num_return_sequences=1, return_scores=False, on_logits=None):
     """Beam search with transformers' semantics -> int64 (B * num_return_sequences, P + T):
     the best `num_return_sequences` finished hypotheses of each source, best first; with
     `return_scores` also their float32 scores (transformers' ``sequences_scores``).
@@ -409,7 +416,8 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None, *, prefix=None,
     prefix (B, P): the forced decoder prefix (default: the start token); lengths for the
     length penalty count the tokens after it (transformers' ``decoder_prompt_len``).
     With `rng` (a SeedSequence; do_sample=True), the 2 * num_beams candidates of each source are
-    sampled instead of taken best-first (beam sampling), source b drawing from stream b."""
+    sampled instead of taken best-first (beam sampling), source b drawing from stream b.
+    on_logits(t, logits): as greedy_search's (rows: B * K, beam-major within a source)."""
     streams = None if rng is None else [np.random.default_rng(s) for s in rng.spawn(B)]
     max_len, eos, pad = p["max_length"], p["eos_token_id"], p["pad_token_id"]
     lp, es = p["length_penalty"], p["early_stopping"]
@@ -429,7 +437,9 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None, *, prefix=None,
     open_ = np.ones(B, bool)                                  # early-stop heuristic unsatisfied
     active = np.arange(B)
     for t in range(P - 1):                                    # the prefix: logits not needed
-        state.step(np.repeat(prefix[:, t], K))
+        lg = state.step(np.repeat(prefix[:, t], K))
+        if on_logits is not None:
+            on_logits(t, lg)
     tokens = np.repeat(prefix[:, P - 1], K)
     cur = P
     top_mask = np.zeros(K2, bool)
@@ -438,6 +448,8 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None, *, prefix=None,
     while True:
         n = active.size
         logits = _scores_f32(state.step(tokens))                     # (n*K, V)
+        if on_logits is not None and cur == P:
+            on_logits(P - 1, logits.copy())
         V = logits.shape[1]
         lprobs = log_softmax(logits, out=logits if logits.flags.writeable else None,
                              n_threads=nthr)

@@ -134,3 +134,52 @@ def hf_generate(model, feats, **kw):
     if isinstance(out, dict) or hasattr(out, "sequences"):
         out = out["sequences"]
     return out.numpy().astype(np.int64)
+
+
+def special_tokens():
+    """The special tokens' strings by id (<|endoftext|> ... <|notimestamps|>, the timestamps)."""
+    names = {EOT: "<|endoftext|>", SOT: "<|startoftranscript|>", TRANSLATE: "<|translate|>",
+             TRANSCRIBE: "<|transcribe|>", STARTOFLM: "<|startoflm|>",
+             STARTOFPREV: "<|startofprev|>", NOSPEECH: "<|nospeech|>",
+             NOTIMESTAMPS: "<|notimestamps|>"}
+    names.update({v: k for k, v in LANG_IDS.items()})
+    for i in range(N_TIMESTAMPS):
+        names[NOTIMESTAMPS + 1 + i] = f"<|{i * 0.02:.2f}|>"
+    return names
+
+
+def write_tokenizer(path):
+    """A tokenizer.json for the small vocabulary: text token i is the word 'w<i>' (decoded
+    with spaces between words), the special tokens as Whisper's (skipped when decoding)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    vocab = {f"w{i}": i for i in range(TEXT)}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="w0"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tk.decoder = decoders.WordPiece(prefix="##")          # words joined by spaces
+    names = special_tokens()
+    tk.add_special_tokens([AddedToken(names[i], special=True, normalized=False)
+                           for i in sorted(names)])
+    assert all(tk.token_to_id(n) == i for i, n in names.items())
+    tk.save(os.path.join(path, "tokenizer.json"))
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump({"tokenizer_class": "WhisperTokenizer", "model_max_length": 1024}, f)
+
+
+def speech_like(seconds, seed=0, sr=16000):
+    """Audio (float32, 16 kHz) that the random tiny models decode into varied segments:
+    bursts of harmonic tones whose pitch glides, with pauses of noise between them."""
+    rng = np.random.default_rng(seed)
+    n = int(seconds * sr)
+    out = 0.003 * rng.standard_normal(n)
+    t = 0
+    while t < n:
+        burst = int(rng.uniform(0.3, 1.4) * sr)
+        f0 = rng.uniform(90, 260)
+        glide = rng.uniform(-60, 60)
+        k = np.arange(min(burst, n - t)) / sr
+        phase = 2 * np.pi * (f0 * k + 0.5 * glide * k ** 2)
+        env = np.sin(np.pi * np.arange(k.size) / max(k.size, 1)) ** 2
+        sig = sum(rng.uniform(0.2, 1.0) / h * np.sin(h * phase) for h in range(1, 6))
+        out[t:t + k.size] += 0.3 * env * sig
+        t += burst + int(rng.uniform(0.1, 0.8) * sr)
+    return out.astype(np.float32)

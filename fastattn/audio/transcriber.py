@@ -1,0 +1,563 @@
+"""Transcriber: audio of any length in, text with timestamps out (a Whisper folder).
+
+The semantics are openai-whisper's ``transcribe`` as faster-whisper and transformers'
+sequential long-form ``generate`` run it, re-derived here:
+
+- features of the whole file (:func:`~fastattn.audio.log_mel_spectrogram`, no padding: the
+  clip's own frames, normalised over the whole clip as transformers' extractor does with
+  ``truncation=False``); a seek pointer walks them: the window ``features[:, seek:seek + 3000]``
+  (zero-padded at the end) is encoded and decoded with the timestamp rules;
+- the decoding is cut into segments at each pair of consecutive timestamp tokens; a window
+  that ends in a single timestamp (no speech after it) or holds no pair moves the seek by the
+  whole window, otherwise to the last pair's timestamp, and the unfinished tail is decoded
+  again from there (transformers' ``_retrieve_segment``);
+- the temperature fallback: each window is decoded at ``temperature[0]`` (0: beam search or
+  greedy); when the result is too repetitive (gzip compression ratio over
+  ``compression_ratio_threshold``) or too unlikely (average log-probability under
+  ``log_prob_threshold``), it is decoded again by sampling (``best_of`` draws) at the next
+  temperature; a window whose ``<|nospeech|>`` probability exceeds ``no_speech_threshold``
+  while its average log-probability is under ``log_prob_threshold`` is silence and skipped;
+- ``condition_on_previous_text``: the tokens of the segments so far (at most
+  max_target_positions // 2 - 1 of them, after ``<|startofprev|>``) prompt the next window,
+  until a window needs a temperature over ``prompt_reset_on_temperature``;
+  ``initial_prompt`` starts that history.
+
+With ``temperature=0.0`` and ``condition_on_previous_text=False`` (and the thresholds None,
+transformers' defaults) the segments are transformers' ``generate(..., return_segments=True)``
+token for token. Sampling draws from NumPy generators seeded by ``seed``, the window's seek and
+the temperature's index: the result is the same for any thread count.
+"""
+import math
+import os
+import zlib
+from dataclasses import dataclass, field, asdict
+
+import numpy as np
+
+from .._validation import check_option, check_positive_int
+from ..generation.search import beam_search, greedy_search
+from ..generation.processors import Temperature
+from ..generation.whisper import language_token, strip_generated
+from .decode import load_audio
+from .features import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
+
+__all__ = ["Transcriber", "Transcription", "Segment", "Word"]
+
+_INPUT_STRIDE = 2                       # mel frames per encoder position
+_FRAME_SECONDS = HOP_LENGTH / SAMPLE_RATE                      # 0.01
+_TIME_PRECISION = _INPUT_STRIDE * _FRAME_SECONDS              # 0.02: one timestamp step
+
+
+@dataclass(frozen=True)
+class Word:
+    """A word and when it was said (seconds), with the mean probability of its tokens."""
+    start: float
+    end: float
+    word: str
+    probability: float
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of speech between two timestamps (seconds from the start of the audio)."""
+    id: int
+    seek: int                   # the window's first mel frame
+    start: float
+    end: float
+    text: str
+    tokens: list                # its tokens, timestamps included
+    temperature: float          # the temperature its window was decoded at
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+    words: list = None          # [Word] with word_timestamps=True, else None
+
+
+@dataclass(frozen=True)
+class Transcription:
+    """What :meth:`Transcriber.transcribe` returns."""
+    text: str
+    segments: list
+    language: str               # a code ('en'); None for an English-only model asked nothing
+    language_probability: float
+    duration: float             # seconds of audio
+    all_language_probs: list = field(default=None, repr=False)
+
+    def to_dict(self):
+        d = asdict(self)
+        return d
+
+
+def compression_ratio(text):
+    """len(utf-8 bytes) / len(zlib-compressed bytes) (openai-whisper's repetition measure)."""
+    b = text.encode("utf-8")
+    return len(b) / len(zlib.compress(b)) if b else 0.0
+
+
+def _temperatures(temperature):
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
+        temps = (float(temperature),)
+    else:
+        try:
+            temps = tuple(float(t) for t in temperature)
+        except TypeError:
+            raise TypeError(f"temperature must be a number or a sequence of numbers, got "
+                            f"{temperature!r}") from None
+    if not temps or any(not math.isfinite(t) or t < 0 for t in temps):
+        raise ValueError(f"temperature must be one or more finite numbers >= 0, got "
+                         f"{temperature!r}")
+    return temps
+
+
+def _threshold(value, name):
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TypeError(f"{name} must be a finite number or None, got {value!r}")
+    return float(value)
+
+
+class _Options:
+    """The checked options of one transcribe call."""
+
+    def __init__(self, model, *, language, task, num_beams, best_of, patience, length_penalty,
+                 temperature, compression_ratio_threshold, log_prob_threshold,
+                 no_speech_threshold, condition_on_previous_text, prompt_reset_on_temperature,
+                 initial_prompt, word_timestamps, without_timestamps, max_new_tokens,
+                 suppress_tokens, suppress_blank, seed):
+        gen = model.generation_config
+        self.task = task
+        if task is not None and task not in ("transcribe", "translate"):
+            raise ValueError(f"task must be 'transcribe' or 'translate', got {task!r}")
+        self.language = language
+        if language is not None:
+            if not gen.get("lang_to_id"):
+                raise ValueError("language: this is an English-only Whisper (no lang_to_id in "
+                                 "its generation config)")
+            language_token(language, gen["lang_to_id"])          # checked here
+        self.num_beams = check_positive_int(num_beams, "num_beams")
+        self.best_of = check_positive_int(best_of, "best_of")
+        if patience != 1.0:
+            raise ValueError("patience: only 1.0 (transformers' beam search) is supported")
+        self.length_penalty = _threshold(length_penalty, "length_penalty")
+        self.temperatures = _temperatures(temperature)
+        self.compression_ratio_threshold = _threshold(compression_ratio_threshold,
+                                                      "compression_ratio_threshold")
+        self.log_prob_threshold = _threshold(log_prob_threshold, "log_prob_threshold")
+        self.no_speech_threshold = _threshold(no_speech_threshold, "no_speech_threshold")
+        self.condition_on_previous_text = check_option(condition_on_previous_text,
+                                                       "condition_on_previous_text")
+        self.prompt_reset_on_temperature = _threshold(prompt_reset_on_temperature,
+                                                      "prompt_reset_on_temperature")
+        if initial_prompt is not None and not isinstance(initial_prompt, str):
+            raise TypeError(f"initial_prompt must be a string, got {type(initial_prompt).__name__}")
+        self.initial_prompt = initial_prompt
+        self.word_timestamps = check_option(word_timestamps, "word_timestamps")
+        self.without_timestamps = check_option(without_timestamps, "without_timestamps")
+        if max_new_tokens is not None:
+            max_new_tokens = check_positive_int(max_new_tokens, "max_new_tokens")
+        self.max_new_tokens = max_new_tokens
+        self.suppress_tokens = suppress_tokens
+        self.suppress_blank = check_option(suppress_blank, "suppress_blank")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+        self.seed = 0 if seed is None else seed
+
+
+class Transcriber:
+    """Speech to text with a Whisper folder: ``Transcriber(folder).transcribe("talk.mp3")``.
+
+    Parameters
+    ----------
+    model : str or os.PathLike or WhisperModel
+        A Hugging Face Whisper folder (openai/whisper-tiny ... large-v3, distil-whisper,
+        fine-tunes; ``tokenizer.json`` read for the text) or a fastattn saved folder, or a
+        loaded :class:`~fastattn.WhisperModel` (then give ``tokenizer``).
+    quantize : None or "int8"
+    n_threads : int, optional
+    tokenizer : a fastattn tokenizer, optional (default: the folder's ``tokenizer.json``)
+    """
+
+    def __init__(self, model, *, quantize=None, dtype=None, n_threads=None, tokenizer=None):
+        from ..models.speech import WhisperModel
+        if isinstance(model, WhisperModel):
+            if quantize is not None or dtype is not None:
+                raise ValueError("quantize / dtype apply to a folder, not to a loaded model")
+            self.model = model
+            folder = None
+        elif isinstance(model, (str, os.PathLike)):
+            folder = os.fspath(model)
+            kw = {} if dtype is None else {"dtype": dtype}
+            self.model = WhisperModel.from_pretrained(folder, quantize=quantize, **kw)
+        else:
+            raise TypeError(f"model must be a folder path or a WhisperModel, got "
+                            f"{type(model).__name__}")
+        if tokenizer is None:
+            if folder is None:
+                raise ValueError("tokenizer: give the tokenizer of a loaded WhisperModel")
+            tokenizer = _whisper_tokenizer(folder)
+        self.tokenizer = tokenizer
+        if n_threads is not None:
+            n_threads = check_positive_int(n_threads, "n_threads")
+        self.n_threads = n_threads
+        gen = self.model.generation_config
+        self.eot = gen["eos_token_id"]
+        self.sot = gen["decoder_start_token_id"]
+        self.no_timestamps = gen.get("no_timestamps_token_id")
+        if self.no_timestamps is None:
+            raise ValueError("the model's generation config has no no_timestamps_token_id: "
+                             "Whisper's timestamps (and long audio) need it")
+        self.timestamp_begin = self.no_timestamps + 1
+        self.no_speech = self.no_timestamps - 1       # <|nospeech|> (<|nocaptions|>)
+        self.sot_prev = gen.get("prev_sot_token_id")
+        self.n_mels = self.model.config["num_mel_bins"]
+        self.n_frames = self.model.n_frames
+
+    def __repr__(self):
+        return f"Transcriber({self.model!r})"
+
+    @property
+    def is_multilingual(self):
+        return bool(self.model.generation_config.get("lang_to_id"))
+
+    # -- input ------------------------------------------------------------------------------
+
+    def features(self, audio):
+        """Log-mel features (n_mels, frames) of a path or 16 kHz samples, the whole clip."""
+        samples = load_audio(audio)
+        if samples.size == 0:
+            where = f" {os.fspath(audio)}" if isinstance(audio, (str, os.PathLike)) else ""
+            raise ValueError(f"audio{where} holds no samples")
+        return log_mel_spectrogram(samples, self.n_mels, padding="longest", truncation=False), \
+            samples.size / SAMPLE_RATE
+
+    def _window(self, features, seek):
+        out = np.zeros((1, self.n_mels, self.n_frames), np.float32)
+        part = features[:, seek:seek + self.n_frames]
+        out[0, :, :part.shape[1]] = part
+        return out
+
+    # -- language ---------------------------------------------------------------------------
+
+    def _language_probs(self, mem):
+        ids, probs = self.model._detect(mem, 1, self.n_threads)
+        z = probs.astype(np.float64)[0]
+        z = np.exp(z - z.max())
+        z /= z.sum()
+        codes = [tok[2:-2] for tok in self.model.languages]
+        return sorted(zip(codes, z.tolist()), key=lambda kv: -kv[1])
+
+    def detect_language(self, audio):
+        """[(code, probability), ...] most likely first, from the first 30 s of `audio`."""
+        if not self.is_multilingual:
+            raise ValueError("this is an English-only Whisper: it has no languages to detect")
+        feats, _ = self.features(audio)
+        mem = self.model._encode(self._window(feats, 0), None, self.n_threads)
+        return self._language_probs(mem)
+
+    # -- transcription ----------------------------------------------------------------------
+
+    def transcribe(self, audio, *, language=None, task=None, num_beams=5, best_of=5,
+                   patience=1.0, length_penalty=1.0,
+                   temperature=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0), compression_ratio_threshold=2.4,
+                   log_prob_threshold=-1.0, no_speech_threshold=0.6,
+                   condition_on_previous_text=True, prompt_reset_on_temperature=0.5,
+                   initial_prompt=None, word_timestamps=False, without_timestamps=False,
+                   max_new_tokens=None, suppress_tokens=None, suppress_blank=True, seed=0):
+        """Transcribe (or, ``task="translate"``, translate to English) `audio`: a path (WAV,
+        FLAC, anything FFmpeg reads) or 16 kHz samples. Returns a :class:`Transcription`.
+
+        The options are faster-whisper's (its defaults); ``language`` None detects it from
+        the first 30 s (multilingual models). See :meth:`stream` for the segments as they
+        finish."""
+        stream = self.stream(audio, language=language, task=task, num_beams=num_beams,
+                             best_of=best_of, patience=patience, length_penalty=length_penalty,
+                             temperature=temperature,
+                             compression_ratio_threshold=compression_ratio_threshold,
+                             log_prob_threshold=log_prob_threshold,
+                             no_speech_threshold=no_speech_threshold,
+                             condition_on_previous_text=condition_on_previous_text,
+                             prompt_reset_on_temperature=prompt_reset_on_temperature,
+                             initial_prompt=initial_prompt, word_timestamps=word_timestamps,
+                             without_timestamps=without_timestamps,
+                             max_new_tokens=max_new_tokens, suppress_tokens=suppress_tokens,
+                             suppress_blank=suppress_blank, seed=seed)
+        segments = list(stream)
+        return Transcription(text="".join(s.text for s in segments), segments=segments,
+                             language=stream.language,
+                             language_probability=stream.language_probability,
+                             duration=stream.duration,
+                             all_language_probs=stream.all_language_probs)
+
+    def stream(self, audio, **options):
+        """The segments of `audio` as each window finishes: a :class:`TranscriptionStream`
+        (iterate it; ``.language``, ``.language_probability``, ``.duration`` are known before
+        the first segment). Options as :meth:`transcribe`'s."""
+        defaults = dict(language=None, task=None, num_beams=5, best_of=5, patience=1.0,
+                        length_penalty=1.0, temperature=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
+                        compression_ratio_threshold=2.4, log_prob_threshold=-1.0,
+                        no_speech_threshold=0.6, condition_on_previous_text=True,
+                        prompt_reset_on_temperature=0.5, initial_prompt=None,
+                        word_timestamps=False, without_timestamps=False, max_new_tokens=None,
+                        suppress_tokens=None, suppress_blank=True, seed=0)
+        for key in options:
+            if key not in defaults:
+                raise TypeError(f"transcribe() got an unexpected keyword argument {key!r}")
+        opts = _Options(self.model, **dict(defaults, **options))
+        if opts.word_timestamps:
+            raise NotImplementedError("word_timestamps: not yet available")
+        feats, duration = self.features(audio)
+        return TranscriptionStream(self, feats, duration, opts)
+
+
+class TranscriptionStream:
+    """An iterator of :class:`Segment` (see :meth:`Transcriber.stream`)."""
+
+    def __init__(self, tr, features, duration, opts):
+        self._tr, self._f, self._opts = tr, features, opts
+        self.duration = duration
+        self.language, self.language_probability, self.all_language_probs = None, 1.0, None
+        model = tr.model
+        first = None
+        if opts.language is None and tr.is_multilingual:
+            first = model._encode(tr._window(features, 0), None, tr.n_threads)
+            probs = tr._language_probs(first)
+            self.all_language_probs = probs
+            self.language, self.language_probability = probs[0]
+        elif opts.language is not None:
+            tok = language_token(opts.language, model.generation_config["lang_to_id"])
+            inv = {v: k for k, v in model.generation_config["lang_to_id"].items()}
+            self.language = inv[tok][2:-2]
+        self._first = first
+        self._it = self._segments()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._it)
+
+    # -- one window --------------------------------------------------------------------------
+
+    def _sot_sequence(self):
+        tr, opts = self._tr, self._opts
+        gen = tr.model.generation_config
+        seq = [tr.sot]
+        if tr.is_multilingual:
+            seq.append(gen["lang_to_id"][f"<|{self.language}|>"])
+            seq.append(gen["task_to_id"][opts.task or "transcribe"])
+        elif opts.task == "translate":
+            raise ValueError("task='translate' needs a multilingual Whisper")
+        if opts.without_timestamps:
+            seq.append(tr.no_timestamps)
+        return seq
+
+    def _settings(self, prefix_len):
+        tr, opts = self._tr, self._opts
+        model = tr.model
+        user = {"num_beams": opts.num_beams, "length_penalty": opts.length_penalty}
+        if opts.max_new_tokens is not None:
+            user["max_new_tokens"] = opts.max_new_tokens
+        if opts.suppress_tokens is not None:
+            user["suppress_tokens"] = list(opts.suppress_tokens)
+        if not opts.suppress_blank:
+            user["begin_suppress_tokens"] = []
+        p, P = model._settings(user, prefix_len)
+        if opts.max_new_tokens is None:
+            # one window: the checkpoint's max_length grown by the prompt, at most the
+            # decoder's positions (transformers' per-window max_length)
+            p["max_length"] = min(p["max_length"] + min(model.max_decoder_positions // 2 - 1,
+                                                         prefix_len),
+                                  model.max_decoder_positions)
+        if p["max_length"] <= P:
+            raise ValueError(f"the prompt leaves no room to decode (max_length "
+                             f"{p['max_length']}, prompt {P} tokens)")
+        procs = model._processors(p, user, P, not opts.without_timestamps)
+        return p, procs
+
+    def _decode(self, mem, prefix, temperature, t_index, seek):
+        """One decoding of one window -> (tokens without EOS, sum of log-probs, no-speech
+        probability)."""
+        tr, opts = self._tr, self._opts
+        model = tr.model
+        P = len(prefix)
+        p, procs = self._settings(P)
+        sot_at = prefix.index(tr.sot)
+        seen = {}
+
+        def on_logits(t, logits):
+            if t == sot_at:
+                seen["sot"] = np.asarray(logits, np.float64)
+
+        S = model._config["max_source_positions"]
+        if temperature == 0.0:
+            K = opts.num_beams
+            rows = np.array([prefix], np.int64)
+            state = model.start(encoder_output=mem.reshape(1, S, -1), num_beams=K,
+                                max_length=p["max_length"], n_threads=tr.n_threads)
+            if K > 1:
+                seqs, scores = beam_search(state, procs, p, 1, K, None, tr.n_threads,
+                                           prefix=rows, return_scores=True,
+                                           on_logits=on_logits)
+                gen = strip_generated(seqs[0, P:], p["pad_token_id"], p["eos_token_id"])
+                n = seqs.shape[1] - P                # tokens scored (EOS counted)
+                total = float(scores[0]) * n ** p["length_penalty"]
+            else:
+                seqs, scores = greedy_search(state, procs, p, 1, prefix=rows,
+                                             return_scores=True, on_logits=on_logits)
+                gen = strip_generated(seqs[0, P:], p["pad_token_id"], p["eos_token_id"])
+                total = float(scores[0])
+        else:
+            R = opts.best_of
+            rows = np.repeat(np.array([prefix], np.int64), R, axis=0)
+            state = model.start(encoder_output=mem.reshape(1, S, -1), num_beams=R,
+                                max_length=p["max_length"], n_threads=tr.n_threads)
+            ss = np.random.SeedSequence([opts.seed, int(seek), t_index])
+            streams = [np.random.default_rng(s) for s in ss.spawn(R)]
+            procs = procs + [Temperature(temperature)]
+            seqs, scores = greedy_search(state, procs, dict(p, do_sample=True), R, prefix=rows,
+                                         streams=streams, return_scores=True,
+                                         on_logits=on_logits)
+            best, best_rank = None, -np.inf
+            for r in range(R):
+                g = strip_generated(seqs[r, P:], p["pad_token_id"], p["eos_token_id"])
+                rank = float(scores[r]) / max(g.size, 1)
+                if rank > best_rank:
+                    best, best_rank, total = g, rank, float(scores[r])
+            gen = best
+        lg = seen["sot"][0]
+        lg = lg - lg.max()
+        probs = np.exp(lg) / np.exp(lg).sum()
+        return gen, total, float(probs[tr.no_speech])
+
+    def _text(self, tokens):
+        return self._tr.tokenizer.decode([int(t) for t in tokens if t < self._tr.eot])
+
+    def _with_fallback(self, mem, prefix, seek):
+        opts = self._opts
+        results = []
+        for i, t in enumerate(opts.temperatures):
+            tokens, total, no_speech = self._decode(mem, prefix, t, i, seek)
+            avg = total / (tokens.size + 1)
+            cr = compression_ratio(self._text(tokens).strip())
+            res = (tokens, t, avg, cr, no_speech)
+            results.append(res)
+            fallback = False
+            if opts.compression_ratio_threshold is not None and \
+                    cr > opts.compression_ratio_threshold:
+                fallback = True
+            if opts.log_prob_threshold is not None and avg < opts.log_prob_threshold:
+                fallback = True
+            if opts.no_speech_threshold is not None and \
+                    no_speech > opts.no_speech_threshold and \
+                    opts.log_prob_threshold is not None and avg < opts.log_prob_threshold:
+                fallback = False                  # silence: no point in decoding it again
+            if not fallback:
+                return res
+        # every temperature failed: the most likely result that is not repetitive, else the
+        # most likely one
+        ok = [r for r in results if opts.compression_ratio_threshold is None or
+              r[3] <= opts.compression_ratio_threshold] or results
+        return max(ok, key=lambda r: r[2])
+
+    # -- the seek loop -----------------------------------------------------------------------
+
+    def _segments(self):
+        tr, opts, f = self._tr, self._opts, self._f
+        frames = f.shape[1]
+        tb = tr.timestamp_begin
+        history = []
+        if opts.initial_prompt:
+            history = _plain_ids(tr.tokenizer, " " + opts.initial_prompt.strip(), tr.eot)
+        reset_since = 0
+        seek, sid = 0, 0
+        sot_seq = self._sot_sequence()
+        cut = tr.model.max_decoder_positions // 2 - 1
+        while seek < frames:
+            window = min(frames - seek, tr.n_frames)
+            if seek == 0 and self._first is not None:
+                mem = self._first
+            else:
+                mem = tr.model._encode(tr._window(f, seek), None, tr.n_threads)
+            self._first = None
+            prev = history[reset_since:]
+            prefix = list(sot_seq)
+            if prev and tr.sot_prev is not None and (opts.condition_on_previous_text or
+                                                     reset_since == 0 and opts.initial_prompt):
+                prefix = [tr.sot_prev] + prev[-cut:] + sot_seq
+            tokens, temp, avg, cr, no_speech = self._with_fallback(mem, prefix, seek)
+            if opts.no_speech_threshold is not None and no_speech > opts.no_speech_threshold \
+                    and not (opts.log_prob_threshold is not None and
+                             avg > opts.log_prob_threshold):
+                seek += window                    # silence
+                continue
+            offset = seek * _TIME_PRECISION / _INPUT_STRIDE       # transformers' arithmetic
+            pieces, moved = _split(tokens, tb, window)
+            for toks, start_pos, end_pos in pieces:
+                start = offset + start_pos * _TIME_PRECISION
+                end = offset + end_pos * _TIME_PRECISION
+                text = self._text(toks)
+                # the history that prompts later windows: a segment's tokens, its closing
+                # timestamp left out where it ends in two (transformers' conditioning)
+                keep = toks[:-1] if toks.size > 2 and toks[-2] >= tb else toks
+                history.extend(int(t) for t in keep)
+                if start == end or not text.strip():
+                    continue
+                yield Segment(id=sid, seek=seek, start=start, end=end, text=text,
+                              tokens=[int(t) for t in toks], temperature=temp,
+                              avg_logprob=avg, compression_ratio=cr,
+                              no_speech_prob=no_speech)
+                sid += 1
+            if not opts.condition_on_previous_text or \
+                    (opts.prompt_reset_on_temperature is not None and
+                     temp > opts.prompt_reset_on_temperature):
+                reset_since = len(history)
+            seek += moved
+
+
+def _split(tokens, tb, window):
+    """One window's tokens -> ([(tokens, start position, end position)], frames to move):
+    transformers' ``_retrieve_segment`` (positions in timestamp steps of 0.02 s)."""
+    ts = tokens >= tb
+    single_end = tokens.size >= 2 and not ts[-2] and ts[-1]
+    cuts = list(np.flatnonzero(ts[:-1] & ts[1:]) + 1)
+    if cuts:
+        if single_end:
+            cuts.append(tokens.size)
+        else:
+            cuts[-1] += 1
+        out, last = [], 0
+        for i, c in enumerate(cuts):
+            piece = tokens[last:c]
+            end_idx = -1 if i < len(cuts) - 1 or single_end else -2
+            out.append((piece, int(piece[0]) - tb, int(piece[end_idx]) - tb))
+            last = c
+        if single_end:
+            moved = window
+        else:
+            moved = (int(tokens[last - 2]) - tb) * _INPUT_STRIDE
+        return out, moved
+    idx = np.flatnonzero(ts)
+    end = window * _FRAME_SECONDS / _TIME_PRECISION
+    end = int(end)
+    if idx.size and tokens[idx[-1]] != tb:
+        end = int(tokens[idx[-1]]) - tb
+    return [(tokens, 0, end)], window
+
+
+def _plain_ids(tokenizer, text, eot):
+    """`text`'s token ids without special tokens."""
+    tk = getattr(tokenizer, "_tk", None)
+    if tk is not None:
+        return [int(t) for t in tk.encode(text, add_special_tokens=False).ids]
+    ids = tokenizer.encode([text])
+    return [int(t) for t in np.asarray(ids).reshape(-1) if t < eot]
+
+
+def _whisper_tokenizer(folder):
+    """The folder's tokenizer.json (a Whisper byte-level BPE) as a fastattn tokenizer."""
+    from ..text.tokenizers.json_tokenizer import JsonTokenizer
+    path = os.path.join(folder, "tokenizer.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{folder} has no tokenizer.json (Whisper's text needs it)")
+    return JsonTokenizer(folder)
