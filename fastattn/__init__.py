@@ -57,6 +57,7 @@ from .nn import (FeedForward, LayerNorm, Linear, MultiHeadAttention, PositionalE
                  TransformerEncoderLayer, sinusoidal_positions)
 from .models import EncoderModel, Seq2SeqTransformer, WhisperModel
 from .text import SentenceEncoder, Translator
+from .audio import Transcriber
 
 __all__ = [
     "__version__",
@@ -81,5 +82,6 @@ __all__ = [
     "WhisperModel",
     # text in, text out (fastattn.text)
     "Translator",
+    "Transcriber",
     "SentenceEncoder",
 ]

@@ -2,6 +2,7 @@
 
   fastattn translate MODEL [options]   UTF-8 lines in, translations out (stdin / stdout by default)
   fastattn embed MODEL --input FILE --output FILE.npy   sentence embeddings
+  fastattn transcribe FOLDER --input AUDIO... [--output FILE.{txt,srt,vtt,json}]   speech to text
   fastattn convert FOLDER OUT [--quantize int8]   a fastattn folder that loads by memory map
   fastattn bench [options]   fastattn side by side with the NumPy formula, PyTorch and ONNX Runtime,
                              then whole models against transformers, CTranslate2 and ONNX Runtime
@@ -16,6 +17,7 @@ import sys
 def build_parser():
     from . import benchmark, serve
     from ._version import __version__
+    from .audio import cli as audio_cli
     from .models import convert
     from .text import cli as text_cli
 
@@ -27,7 +29,7 @@ def build_parser():
                     "installed, PyTorch and ONNX Runtime.")
     parser.add_argument("--version", action="version", version=f"fastattn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True,
-                                metavar="{translate,embed,convert,serve,bench,info}")
+                                metavar="{translate,embed,transcribe,convert,serve,bench,info}")
     text_cli.add_translate_arguments(sub.add_parser(
         "translate", help="translate UTF-8 lines with a translation model folder",
         description="Translate UTF-8 text, one source a line, with a translation model folder "
@@ -40,6 +42,12 @@ def build_parser():
         description="Embed UTF-8 text, one sentence a line, with a sentence-transformers or "
                     "BERT-family folder, as sentence-transformers' encode does; writes a "
                     "(lines, dim) float32 .npy."))
+    audio_cli.add_arguments(sub.add_parser(
+        "transcribe", help="speech to text (txt, srt, vtt, json) with a Whisper folder",
+        description="Transcribe (or translate to English) audio files with a Whisper folder: "
+                    "long files window by window with timestamps, the temperature fallback and "
+                    "faster-whisper's defaults. Progress (seconds of audio) goes to stderr; each "
+                    "output is written whole or not at all."))
     convert.add_arguments(sub.add_parser(
         "convert", help="write a model folder in fastattn's own format (int8 or float32)",
         description="Convert a Hugging Face model folder (every family fastattn runs; "
@@ -86,10 +94,11 @@ def info(out=None):
 
 def _text_command(args):
     """translate / embed / convert: a failure is one line on stderr and exit status 2."""
+    from .audio import cli as audio_cli
     from .models import convert
     from .text import cli as text_cli
     run = {"translate": text_cli.run_translate, "embed": text_cli.run_embed,
-           "convert": convert.run}[args.command]
+           "transcribe": audio_cli.run, "convert": convert.run}[args.command]
     try:
         return run(args)
     except (text_cli.CommandError, FileNotFoundError, ValueError, TypeError, ImportError,
@@ -112,7 +121,7 @@ def main(argv=None):
     try:
         if args.command == "info":
             return info()
-        if args.command in ("translate", "embed", "convert"):
+        if args.command in ("translate", "embed", "transcribe", "convert"):
             return _text_command(args)
         if args.command == "serve":
             from . import serve

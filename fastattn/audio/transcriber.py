@@ -282,12 +282,7 @@ class Transcriber:
                              without_timestamps=without_timestamps,
                              max_new_tokens=max_new_tokens, suppress_tokens=suppress_tokens,
                              suppress_blank=suppress_blank, seed=seed)
-        segments = list(stream)
-        return Transcription(text="".join(s.text for s in segments), segments=segments,
-                             language=stream.language,
-                             language_probability=stream.language_probability,
-                             duration=stream.duration,
-                             all_language_probs=stream.all_language_probs)
+        return stream.result(list(stream))
 
     def stream(self, audio, **options):
         """The segments of `audio` as each window finishes: a :class:`TranscriptionStream`
@@ -333,6 +328,13 @@ class TranscriptionStream:
 
     def __iter__(self):
         return self
+
+    def result(self, segments):
+        """The :class:`Transcription` of these segments (those this stream yielded)."""
+        return Transcription(text="".join(s.text for s in segments), segments=list(segments),
+                             language=self.language,
+                             language_probability=self.language_probability,
+                             duration=self.duration, all_language_probs=self.all_language_probs)
 
     def __next__(self):
         return next(self._it)
@@ -410,7 +412,8 @@ class TranscriptionStream:
         else:
             R = opts.best_of
             rows = np.repeat(np.array([prefix], np.int64), R, axis=0)
-            state = model.start(encoder_output=mem.reshape(1, S, -1), num_beams=R,
+            # best_of draws: the window repeated, one row each (rows end independently)
+            state = model.start(encoder_output=np.repeat(mem.reshape(1, S, -1), R, axis=0),
                                 max_length=p["max_length"], n_threads=tr.n_threads)
             ss = np.random.SeedSequence([opts.seed, int(seek), t_index])
             streams = [np.random.default_rng(s) for s in ss.spawn(R)]

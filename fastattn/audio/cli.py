@@ -1,0 +1,114 @@
+"""`fastattn transcribe`: audio files in, transcripts (txt / srt / vtt / json) out.
+
+Failures (a missing folder, an unreadable or empty audio file, a bad option) are one line on
+stderr and exit status 2, never a traceback; every output is written to a temporary file beside
+it and renamed when its transcript is complete, so a failed run leaves no partial file.
+"""
+import os
+import sys
+
+from ..benchmark._cli import positive_int
+from ..text.cli import CommandError, _Output
+from .formats import FORMATS, write_transcript
+
+__all__ = ["add_arguments", "run"]
+
+
+def add_arguments(p):
+    p.add_argument("model", metavar="FOLDER", help="a Whisper folder (Hugging Face or "
+                   "`fastattn convert`ed): openai/whisper-*, distil-whisper, fine-tunes")
+    p.add_argument("--input", metavar="AUDIO", nargs="+", required=True,
+                   help="audio files: WAV / FLAC, or anything FFmpeg reads (mp3, m4a, ogg, "
+                        "video) with fastattn[audio]")
+    p.add_argument("--output", metavar="FILE", help="the transcript of the one input (format "
+                   "from its suffix, or --format); default stdout")
+    p.add_argument("--output-dir", metavar="DIR", help="write INPUT_STEM.FORMAT here for "
+                   "each input")
+    p.add_argument("--format", choices=FORMATS, help="txt, srt, vtt or json (default: the "
+                   "--output suffix, else txt)")
+    p.add_argument("--language", help="the spoken language ('en', 'german', ...); default: "
+                   "detected from the first 30 s")
+    p.add_argument("--task", choices=("transcribe", "translate"), default="transcribe",
+                   help="translate: English text of any language")
+    p.add_argument("--beams", type=positive_int, default=5, metavar="N",
+                   help="beam size (default 5)")
+    p.add_argument("--temperature", type=float, nargs="+", metavar="T",
+                   help="the fallback temperatures (default 0 0.2 0.4 0.6 0.8 1)")
+    p.add_argument("--no-condition", action="store_true",
+                   help="do not prompt each window with the text before it")
+    p.add_argument("--initial-prompt", metavar="TEXT", help="text that prompts the first window")
+    p.add_argument("--word-timestamps", action="store_true", help="per-word times (json)")
+    p.add_argument("--batch-size", type=positive_int, metavar="N",
+                   help="decode N windows at once, cut at the silences a voice-activity "
+                        "detector finds")
+    p.add_argument("--vad", action="store_true", help="skip the stretches without speech")
+    p.add_argument("--quantize", choices=("int8",), help="int8 weights")
+    p.add_argument("--threads", type=positive_int, metavar="N", help="threads (default: all)")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+
+def _format(args, path):
+    if args.format:
+        return args.format
+    if path:
+        ext = os.path.splitext(path)[1].lower().lstrip(".")
+        if ext in FORMATS:
+            return ext
+        if ext:
+            raise CommandError(f"--output {path}: unknown suffix .{ext} (use one of "
+                               f"{', '.join('.' + f for f in FORMATS)} or --format)")
+    return "txt"
+
+
+def _targets(args):
+    """[(input, output path or None for stdout, format)]."""
+    if args.output and args.output_dir:
+        raise CommandError("give --output or --output-dir, not both")
+    if args.output_dir:
+        if not os.path.isdir(args.output_dir):
+            raise CommandError(f"--output-dir {args.output_dir}: not a folder")
+        fmt = args.format or "txt"
+        out = []
+        for src in args.input:
+            stem = os.path.splitext(os.path.basename(src))[0] or "audio"
+            out.append((src, os.path.join(args.output_dir, f"{stem}.{fmt}"), fmt))
+        return out
+    if len(args.input) > 1:
+        raise CommandError("several inputs need --output-dir")
+    return [(args.input[0], args.output, _format(args, args.output))]
+
+
+def run(args):
+    from .transcriber import Transcriber
+    targets = _targets(args)
+    for src, _, _ in targets:                      # unreadable input: fail before loading
+        if not os.path.isfile(src):
+            raise CommandError(f"--input {src}: no such file")
+    options = {"task": args.task, "num_beams": args.beams,
+               "condition_on_previous_text": not args.no_condition,
+               "initial_prompt": args.initial_prompt, "word_timestamps": args.word_timestamps}
+    if args.language:
+        options["language"] = args.language
+    if args.temperature:
+        options["temperature"] = tuple(args.temperature)
+    if args.batch_size:
+        options["batch_size"] = args.batch_size
+    if args.vad:
+        options["vad_filter"] = True
+    tr = Transcriber(args.model, quantize=args.quantize, n_threads=args.threads)
+    for src, dst, fmt in targets:
+        out = _Output(dst)
+        try:
+            stream = tr.stream(src, **options)
+            segments = []
+            for seg in stream:
+                segments.append(seg)
+                if not args.quiet:
+                    print(f"fastattn transcribe: {os.path.basename(src)}: "
+                          f"{min(seg.end, stream.duration):.1f} / {stream.duration:.1f} s",
+                          file=sys.stderr, flush=True)
+            write_transcript(stream.result(segments), out.f, fmt)
+            out.commit()
+        finally:
+            out.discard()
+    return 0

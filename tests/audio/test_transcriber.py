@@ -1,0 +1,390 @@
+"""Transcriber (audio of any length in, segments with timestamps out) against transformers.
+
+Tiny random Whisper folders (tests/models/whisper_checkpoints.py: 3-s windows of 300 frames,
+a word-level tokenizer.json) and speech-like audio of 8 to 13 s (several windows). The
+reference is transformers' sequential long-form ``generate(..., return_segments=True)`` on the
+same features: segment start / end (float64, bitwise) and tokens equal, greedy and beam,
+with and without conditioning on the previous text, an initial prompt, a forced language /
+translate, English-only. Then the temperature fallback and the no-speech skip, the same bits
+for 1 and 2 threads (float32 and int8), the stream, language detection, the file formats and
+the command, and bad input.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "models"))
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+import whisper_checkpoints as W  # noqa: E402
+from fastattn.audio import (Transcriber, format_timestamp, log_mel_spectrogram,  # noqa: E402
+                            write_transcript)
+
+transformers.logging.set_verbosity_error()
+NO_FALLBACK = dict(temperature=0.0, compression_ratio_threshold=None, log_prob_threshold=None,
+                   no_speech_threshold=None)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    made = {}
+
+    def get(variant="multi"):
+        if variant not in made:
+            path = str(tmp_path_factory.mktemp(f"transcribe-{variant}"))
+            W.make_checkpoint(path, multilingual=variant == "multi", seed=3)
+            W.write_tokenizer(path)
+            made[variant] = path
+        return made[variant]
+    return get
+
+
+@pytest.fixture(scope="module")
+def hf_models():
+    cache = {}
+
+    def get(path):
+        if path not in cache:
+            cache[path] = W.load_hf(path)
+        return cache[path]
+    return get
+
+
+@pytest.fixture(scope="module")
+def transcribers():
+    cache = {}
+
+    def get(path, **kw):
+        key = (path, tuple(sorted(kw.items())))
+        if key not in cache:
+            cache[key] = Transcriber(path, **kw)
+        return cache[key]
+    return get
+
+
+def _reference(hf, tr, audio, **kw):
+    """transformers' long-form segments as (start, end, tokens), the empty ones left out (as
+    the Transcriber leaves them out)."""
+    feats = log_mel_spectrogram(audio, 80, padding="longest", truncation=False)
+    if "prompt_ids" in kw:
+        kw["prompt_ids"] = torch.as_tensor(kw["prompt_ids"])
+    with torch.no_grad():
+        out = hf.generate(torch.from_numpy(feats)[None], return_timestamps=True,
+                          return_segments=True, **kw)
+    ref = []
+    for s in out["segments"][0]:
+        toks = s["tokens"].numpy().astype(np.int64)
+        text = tr.tokenizer.decode([int(t) for t in toks if t < W.EOT])
+        if float(s["start"]) != float(s["end"]) and text.strip():
+            ref.append((float(s["start"]), float(s["end"]), toks.tolist()))
+    return ref
+
+
+def _ours(res):
+    return [(s.start, s.end, s.tokens) for s in res.segments]
+
+
+CASES = [  # (audio seed, seconds, our options, transformers' options)
+    (1, 12.0, dict(num_beams=1, condition_on_previous_text=False),
+     dict(num_beams=1, condition_on_prev_tokens=False)),
+    (1, 12.0, dict(num_beams=2, condition_on_previous_text=False),
+     dict(num_beams=2, condition_on_prev_tokens=False)),
+    (2, 12.0, dict(num_beams=1, condition_on_previous_text=True),
+     dict(num_beams=1, condition_on_prev_tokens=True)),
+    (4, 12.0, dict(num_beams=3, condition_on_previous_text=True),
+     dict(num_beams=3, condition_on_prev_tokens=True)),
+    (5, 8.5, dict(num_beams=1, condition_on_previous_text=False, language="de",
+                  task="translate"),
+     dict(num_beams=1, condition_on_prev_tokens=False, language="de", task="translate")),
+]
+
+
+@pytest.mark.parametrize("seed,seconds,ours,theirs", CASES,
+                         ids=[f"case{i}" for i in range(len(CASES))])
+def test_long_form_equals_transformers(folders, hf_models, transcribers, seed, seconds, ours,
+                                       theirs):
+    path = folders("multi")
+    tr = transcribers(path)
+    audio = W.speech_like(seconds, seed=seed)
+    res = tr.transcribe(audio, **NO_FALLBACK, **ours)
+    ref = _reference(hf_models(path), tr, audio, temperature=0.0, **theirs)
+    assert _ours(res) == ref
+    # the test means something: several windows, several segments, text of several words
+    assert len({s.seek for s in res.segments}) >= 3 and len(res.segments) >= 5
+    assert res.text == "".join(s.text for s in res.segments) and len(res.text.split()) > 10
+    assert res.duration == pytest.approx(seconds)
+
+
+def test_initial_prompt_equals_transformers_prompt_ids(folders, hf_models, transcribers):
+    path = folders("multi")
+    tr = transcribers(path)
+    audio = W.speech_like(9.0, seed=7)
+    prompt = "w5 w17 w33 w8"
+    # the prompt starts the history that conditions every window (transformers' prompt_ids
+    # with condition_on_prev_tokens and prompt_condition_type "first-segment")
+    res = tr.transcribe(audio, initial_prompt=prompt, condition_on_previous_text=True,
+                        num_beams=1, **NO_FALLBACK)
+    ids = [W.STARTOFPREV] + [int(w[1:]) for w in prompt.split()]
+    ref = _reference(hf_models(path), tr, audio, temperature=0.0, num_beams=1,
+                     condition_on_prev_tokens=True, prompt_ids=np.array(ids))
+    assert _ours(res) == ref
+    plain = tr.transcribe(audio, condition_on_previous_text=True, num_beams=1, **NO_FALLBACK)
+    assert _ours(plain) != _ours(res)               # the prompt changed the decoding
+    # without conditioning, the prompt prompts the first window only (openai-whisper's and
+    # faster-whisper's initial_prompt)
+    first = tr.transcribe(audio, initial_prompt=prompt, condition_on_previous_text=False,
+                          num_beams=1, **NO_FALLBACK)
+    none = tr.transcribe(audio, condition_on_previous_text=False, num_beams=1, **NO_FALLBACK)
+    later = [s for s in first.segments if s.seek > 0]
+    assert _ours(first)[:1] == _ours(res)[:1] and _ours(first) != _ours(none)
+    assert later == [s for s in none.segments if s.seek >= later[0].seek][:len(later)] or \
+        later[0].seek not in {s.seek for s in none.segments}
+
+
+def test_english_only_equals_transformers(folders, hf_models, transcribers):
+    path = folders("en")
+    tr = transcribers(path)
+    audio = W.speech_like(10.0, seed=11)
+    res = tr.transcribe(audio, num_beams=2, condition_on_previous_text=True, **NO_FALLBACK)
+    ref = _reference(hf_models(path), tr, audio, temperature=0.0, num_beams=2,
+                     condition_on_prev_tokens=True)
+    assert _ours(res) == ref and len(res.segments) >= 3
+    assert res.language is None and res.all_language_probs is None
+    with pytest.raises(ValueError, match="English-only"):
+        tr.transcribe(audio, language="de")
+    with pytest.raises(ValueError, match="English-only"):
+        tr.detect_language(audio)
+
+
+def test_detected_language_and_probabilities(folders, transcribers):
+    path = folders("multi")
+    tr = transcribers(path)
+    audio = W.speech_like(5.0, seed=3)
+    probs = tr.detect_language(audio)
+    codes = [c for c, _ in probs]
+    assert sorted(codes) == sorted(W.LANGS)
+    assert sum(p for _, p in probs) == pytest.approx(1.0)
+    assert [p for _, p in probs] == sorted((p for _, p in probs), reverse=True)
+    feats = log_mel_spectrogram(audio, 80, padding="max_length", chunk_length=3)
+    ids = tr.model.detect_language(feats[None])
+    inv = {v: k for k, v in W.LANG_IDS.items()}
+    assert inv[int(ids[0])] == f"<|{codes[0]}|>"
+    stream = tr.stream(audio, **NO_FALLBACK)
+    assert (stream.language, stream.language_probability) == probs[0]
+
+
+def test_stream_yields_the_segments_in_order(folders, transcribers):
+    tr = transcribers(folders("multi"))
+    audio = W.speech_like(12.0, seed=1)
+    stream = tr.stream(audio, num_beams=1, **NO_FALLBACK)
+    assert stream.duration == pytest.approx(12.0)
+    first = next(stream)
+    rest = list(stream)
+    whole = tr.transcribe(audio, num_beams=1, **NO_FALLBACK)
+    assert [first] + rest == whole.segments
+    assert [s.id for s in whole.segments] == list(range(len(whole.segments)))
+    assert all(a.start <= b.start for a, b in zip(whole.segments, whole.segments[1:]))
+
+
+def test_temperature_fallback_samples_reproducibly(folders, transcribers):
+    tr = transcribers(folders("multi"))
+    audio = W.speech_like(8.0, seed=2)
+    # a ratio no text meets: every window is decoded at every temperature, the best kept
+    kw = dict(temperature=(0.0, 0.5, 1.0), compression_ratio_threshold=0.1,
+              log_prob_threshold=None, no_speech_threshold=None, num_beams=2, best_of=3)
+    a = tr.transcribe(audio, **kw)
+    b = tr.transcribe(audio, **kw)
+    assert _ours(a) == _ours(b) and a.segments == b.segments
+    greedy = tr.transcribe(audio, **dict(kw, temperature=0.0))
+    assert {s.temperature for s in greedy.segments} == {0.0}
+    assert {s.temperature for s in a.segments} - {0.0}, "no window was sampled"
+    other = tr.transcribe(audio, **dict(kw, seed=1))
+    assert _ours(other) != _ours(a)                     # the seed drives the draws
+    # a threshold every result passes: the first temperature is kept
+    easy = tr.transcribe(audio, **dict(kw, compression_ratio_threshold=1e9))
+    assert _ours(easy) == _ours(greedy)
+    for s in a.segments:
+        assert s.avg_logprob <= 0 and s.compression_ratio > 0 and 0 <= s.no_speech_prob <= 1
+
+
+def test_no_speech_windows_are_skipped(folders, transcribers):
+    tr = transcribers(folders("multi"))
+    audio = W.speech_like(8.0, seed=2)
+    res = tr.transcribe(audio, temperature=0.0, no_speech_threshold=0.0, log_prob_threshold=0.0,
+                        compression_ratio_threshold=None, num_beams=1)
+    assert res.segments == [] and res.text == ""
+    # the skip needs both: a likely decoding is kept however probable <|nospeech|> is
+    kept = tr.transcribe(audio, temperature=0.0, no_speech_threshold=0.0,
+                         log_prob_threshold=-1e9, compression_ratio_threshold=None, num_beams=1)
+    assert kept.segments
+
+
+@pytest.mark.parametrize("quantize", [None, "int8"])
+def test_same_bits_for_any_thread_count(folders, transcribers, quantize):
+    path = folders("multi")
+    audio = W.speech_like(9.0, seed=4)
+    kw = dict(num_beams=2, temperature=(0.0, 1.0), compression_ratio_threshold=1.5, best_of=2)
+    one = transcribers(path, quantize=quantize, n_threads=1).transcribe(audio, **kw)
+    two = transcribers(path, quantize=quantize, n_threads=2).transcribe(audio, **kw)
+    assert one == two and one.segments
+
+
+def test_int8_close_to_float32(folders, transcribers):
+    path = folders("multi")
+    audio = W.speech_like(9.0, seed=4)
+    f = transcribers(path).transcribe(audio, num_beams=1, **NO_FALLBACK)
+    q = transcribers(path, quantize="int8").transcribe(audio, num_beams=1, **NO_FALLBACK)
+    assert q.language == f.language
+    a, b = f.segments[0].tokens, q.segments[0].tokens
+    assert a[:4] == b[:4]                         # the first tokens agree on random weights
+
+
+def test_files_and_arrays_agree(folders, transcribers, tmp_path):
+    sf = pytest.importorskip("soundfile")
+    tr = transcribers(folders("multi"))
+    audio = W.speech_like(7.0, seed=6)
+    wav = tmp_path / "a.wav"
+    sf.write(wav, audio, 16000, subtype="FLOAT")
+    assert tr.transcribe(str(wav), **NO_FALLBACK) == tr.transcribe(audio, **NO_FALLBACK)
+
+
+def test_bad_input(folders, transcribers, tmp_path):
+    path = folders("multi")
+    tr = transcribers(path)
+    audio = W.speech_like(2.0, seed=1)
+    with pytest.raises(ValueError, match="empty array: no audio samples"):
+        tr.transcribe(np.zeros(0, np.float32))
+    with pytest.raises(ValueError, match="temperature"):
+        tr.transcribe(audio, temperature=-1)
+    with pytest.raises(TypeError, match="temperature"):
+        tr.transcribe(audio, temperature="hot")
+    with pytest.raises(TypeError, match="beam_size"):
+        tr.transcribe(audio, beam_size=2)
+    with pytest.raises(ValueError, match="num_beams"):
+        tr.transcribe(audio, num_beams=0)
+    with pytest.raises(ValueError, match="task"):
+        tr.transcribe(audio, task="summarise")
+    with pytest.raises(ValueError, match="language"):
+        tr.transcribe(audio, language="klingon")
+    with pytest.raises(TypeError, match="compression_ratio_threshold"):
+        tr.transcribe(audio, compression_ratio_threshold="2")
+    with pytest.raises(ValueError, match="seed"):
+        tr.transcribe(audio, seed=-1)
+    with pytest.raises(TypeError, match="initial_prompt"):
+        tr.transcribe(audio, initial_prompt=5)
+    with pytest.raises(ValueError, match="NaN"):
+        tr.transcribe(np.full(16000, np.nan, np.float32))
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors", "generation_config.json"):
+        os.link(os.path.join(path, name), bare / name)
+    with pytest.raises(FileNotFoundError, match="tokenizer.json"):
+        Transcriber(str(bare))
+    with pytest.raises(TypeError, match="model"):
+        Transcriber(3)
+
+
+class _Seg:
+    def __init__(self, start, end, text):
+        self.id, self.seek, self.start, self.end, self.text = 0, 0, start, end, text
+        self.tokens, self.temperature, self.avg_logprob = [1], 0.0, -0.5
+        self.compression_ratio, self.no_speech_prob, self.words = 1.0, 0.01, None
+
+
+class _Res:
+    text, language, language_probability, duration = " a b", "en", 0.9, 3725.5
+    segments = [_Seg(0.0, 1.5, " a\n\nb"), _Seg(3723.0456, 3725.5, " c --> d")]
+
+
+def test_formats():
+    import io
+    assert format_timestamp(3723.0456) == "01:02:03.046"
+    assert format_timestamp(0.0004, ",") == "00:00:00,000"
+    assert format_timestamp(59.9996) == "00:01:00.000"
+    with pytest.raises(ValueError):
+        format_timestamp(-1)
+    out = {}
+    for fmt in ("txt", "srt", "vtt", "json"):
+        f = io.StringIO()
+        write_transcript(_Res(), f, fmt)
+        out[fmt] = f.getvalue()
+    assert out["txt"] == "a\n\nb\nc --> d\n"
+    assert out["srt"] == ("1\n00:00:00,000 --> 00:00:01,500\na b\n\n"
+                          "2\n01:02:03,046 --> 01:02:05,500\nc -> d\n\n")
+    assert out["vtt"] == ("WEBVTT\n\n00:00:00.000 --> 00:00:01.500\na b\n\n"
+                          "01:02:03.046 --> 01:02:05.500\nc -> d\n\n")
+    d = json.loads(out["json"])
+    assert d["language"] == "en" and d["segments"][1]["start"] == 3723.0456
+    with pytest.raises(ValueError, match="format"):
+        write_transcript(_Res(), io.StringIO(), "docx")
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "fastattn", "transcribe", *args],
+                          capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def test_command(folders, transcribers, tmp_path):
+    sf = pytest.importorskip("soundfile")
+    path = folders("multi")
+    audio = W.speech_like(9.0, seed=4)
+    wav = tmp_path / "talk.wav"
+    sf.write(wav, audio, 16000, subtype="FLOAT")
+    opts = ["--beams", "1", "--temperature", "0"]
+    r = _cli(path, "--input", str(wav), "--output", str(tmp_path / "talk.srt"), *opts,
+             cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "/ 9.0 s" in r.stderr                                # progress in seconds
+    tr = transcribers(path)
+    res = tr.transcribe(audio, num_beams=1, temperature=0.0)
+    import io
+    f = io.StringIO()
+    write_transcript(res, f, "srt")
+    assert (tmp_path / "talk.srt").read_text() == f.getvalue()
+    # json to a folder, several inputs
+    wav2 = tmp_path / "other.wav"
+    sf.write(wav2, W.speech_like(4.0, seed=9), 16000, subtype="FLOAT")
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    r = _cli(path, "--input", str(wav), str(wav2), "--output-dir", str(outdir), "--format",
+             "json", "--quiet", *opts, cwd=tmp_path)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    d = json.loads((outdir / "talk.json").read_text())
+    assert [s["tokens"] for s in d["segments"]] == [s.tokens for s in res.segments]
+    assert (outdir / "other.json").exists()
+    # stdout, txt
+    r = _cli(path, "--input", str(wav), "--quiet", *opts, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "".join(s.text.strip() + "\n" for s in res.segments)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--input", "{missing}"], "no such file"),
+    (["--input", "{empty}", "--output", "{out}"], "empty.wav"),
+    (["--input", "{junk}", "--output", "{out}"], "junk.wav"),
+    (["--input", "{wav}", "--output", "{dir}/x.docx"], "unknown suffix"),
+    (["--input", "{wav}", "{wav}"], "--output-dir"),
+    (["--input", "{wav}", "--language", "klingon", "--output", "{out}"], "klingon"),
+])
+def test_command_failures_are_one_line(folders, tmp_path, args, message):
+    sf = pytest.importorskip("soundfile")
+    path = folders("multi")
+    wav = tmp_path / "ok.wav"
+    sf.write(wav, W.speech_like(2.0, seed=1), 16000)
+    sf.write(tmp_path / "empty.wav", np.zeros(0, np.float32), 16000)
+    (tmp_path / "junk.wav").write_bytes(b"RIFF\x00\x00junk" * 10)
+    out = tmp_path / "out.txt"
+    fmt = dict(missing=tmp_path / "nope.wav", empty=tmp_path / "empty.wav",
+               junk=tmp_path / "junk.wav", wav=wav, out=out, dir=tmp_path)
+    r = _cli(path, *[a.format(**fmt) for a in args], cwd=tmp_path)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("fastattn transcribe: error:"), r.stderr
+    assert message in lines[0]
+    assert not out.exists()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".fastattn-")]
