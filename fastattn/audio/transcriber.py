@@ -98,6 +98,12 @@ def _temperatures(temperature):
     if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
         temps = (float(temperature),)
     else:
+        if isinstance(temperature, (str, bytes)) or not all(
+                isinstance(t, (int, float, np.floating, np.integer)) and
+                not isinstance(t, bool) for t in np.atleast_1d(np.asarray(temperature,
+                                                                          dtype=object))):
+            raise TypeError(f"temperature must be a number or a sequence of numbers, got "
+                            f"{temperature!r}")
         try:
             temps = tuple(float(t) for t in temperature)
         except TypeError:
