@@ -42,6 +42,8 @@ def add_arguments(p):
                    help="decode N windows at once, cut at the silences a voice-activity "
                         "detector finds")
     p.add_argument("--vad", action="store_true", help="skip the stretches without speech")
+    p.add_argument("--vad-model", choices=("silero", "webrtc"), default="silero",
+                   help="the voice-activity detector (default silero)")
     p.add_argument("--quantize", choices=("int8",), help="int8 weights")
     p.add_argument("--threads", type=positive_int, metavar="N", help="threads (default: all)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
@@ -95,6 +97,8 @@ def run(args):
         options["batch_size"] = args.batch_size
     if args.vad:
         options["vad_filter"] = True
+    if args.vad or args.batch_size:
+        options["vad_model"] = args.vad_model
     tr = Transcriber(args.model, quantize=args.quantize, n_threads=args.threads)
     for src, dst, fmt in targets:
         out = _Output(dst)

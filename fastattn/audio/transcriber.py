@@ -40,6 +40,7 @@ from ..generation.processors import Temperature
 from ..generation.whisper import language_token, strip_generated
 from .decode import load_audio
 from .features import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
+from .vad import TimeMap, VadOptions, collect_chunks, speech_timestamps
 
 __all__ = ["Transcriber", "Transcription", "Segment", "Word"]
 
@@ -130,7 +131,8 @@ class _Options:
                  temperature, compression_ratio_threshold, log_prob_threshold,
                  no_speech_threshold, condition_on_previous_text, prompt_reset_on_temperature,
                  initial_prompt, word_timestamps, without_timestamps, max_new_tokens,
-                 suppress_tokens, suppress_blank, seed):
+                 suppress_tokens, suppress_blank, seed, batch_size, vad_filter,
+                 vad_parameters, vad_model):
         gen = model.generation_config
         self.task = task
         if task is not None and task not in ("transcribe", "translate"):
@@ -168,6 +170,33 @@ class _Options:
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
         self.seed = 0 if seed is None else seed
+        if batch_size is not None:
+            batch_size = check_positive_int(batch_size, "batch_size")
+        self.batch_size = batch_size
+        self.vad_filter = check_option(vad_filter, "vad_filter") or batch_size is not None
+        if vad_model not in ("silero", "webrtc"):
+            raise ValueError(f"vad_model must be 'silero' or 'webrtc', got {vad_model!r}")
+        self.vad_model = vad_model
+        chunk_s = model.n_frames * HOP_LENGTH / SAMPLE_RATE
+        if vad_parameters is None:
+            vad_parameters = {}
+        if isinstance(vad_parameters, VadOptions):
+            self.vad = vad_parameters
+        elif isinstance(vad_parameters, dict):
+            # batched: stretches of at most one window, split at short pauses (faster-whisper's
+            # BatchedInferencePipeline settings); sequential: Silero's / faster-whisper's
+            base = dict(max_speech_duration_s=chunk_s, min_silence_duration_ms=160) \
+                if batch_size is not None else {}
+            try:
+                self.vad = VadOptions(**dict(base, **vad_parameters))
+            except TypeError as exc:
+                raise TypeError(f"vad_parameters: {exc}") from None
+        else:
+            raise TypeError(f"vad_parameters must be a dict or a VadOptions, got "
+                            f"{type(vad_parameters).__name__}")
+        if batch_size is not None and self.vad.max_speech_duration_s > chunk_s:
+            raise ValueError(f"vad_parameters: max_speech_duration_s must be at most "
+                             f"{chunk_s:g} s (one window) with batch_size")
 
 
 class Transcriber:
@@ -230,10 +259,7 @@ class Transcriber:
 
     def features(self, audio):
         """Log-mel features (n_mels, frames) of a path or 16 kHz samples, the whole clip."""
-        samples = load_audio(audio)
-        if samples.size == 0:
-            where = f" {os.fspath(audio)}" if isinstance(audio, (str, os.PathLike)) else ""
-            raise ValueError(f"audio{where} holds no samples")
+        samples = self._samples(audio)
         return log_mel_spectrogram(samples, self.n_mels, padding="longest", truncation=False), \
             samples.size / SAMPLE_RATE
 
@@ -269,59 +295,91 @@ class Transcriber:
                    log_prob_threshold=-1.0, no_speech_threshold=0.6,
                    condition_on_previous_text=True, prompt_reset_on_temperature=0.5,
                    initial_prompt=None, word_timestamps=False, without_timestamps=False,
-                   max_new_tokens=None, suppress_tokens=None, suppress_blank=True, seed=0):
+                   max_new_tokens=None, suppress_tokens=None, suppress_blank=True, seed=0,
+                   batch_size=None, vad_filter=False, vad_parameters=None, vad_model="silero"):
         """Transcribe (or, ``task="translate"``, translate to English) `audio`: a path (WAV,
         FLAC, anything FFmpeg reads) or 16 kHz samples. Returns a :class:`Transcription`.
 
         The options are faster-whisper's (its defaults); ``language`` None detects it from
-        the first 30 s (multilingual models). See :meth:`stream` for the segments as they
-        finish."""
-        stream = self.stream(audio, language=language, task=task, num_beams=num_beams,
-                             best_of=best_of, patience=patience, length_penalty=length_penalty,
-                             temperature=temperature,
-                             compression_ratio_threshold=compression_ratio_threshold,
-                             log_prob_threshold=log_prob_threshold,
-                             no_speech_threshold=no_speech_threshold,
-                             condition_on_previous_text=condition_on_previous_text,
-                             prompt_reset_on_temperature=prompt_reset_on_temperature,
-                             initial_prompt=initial_prompt, word_timestamps=word_timestamps,
-                             without_timestamps=without_timestamps,
-                             max_new_tokens=max_new_tokens, suppress_tokens=suppress_tokens,
-                             suppress_blank=suppress_blank, seed=seed)
+        the first 30 s (multilingual models).
+
+        - ``vad_filter``: the stretches without speech (a voice-activity detector:
+          ``vad_model`` "silero" or "webrtc", ``vad_parameters`` a dict of
+          :class:`~fastattn.audio.vad.VadOptions` fields) are cut out before decoding; the
+          times are the file's.
+        - ``batch_size=N``: batched long form (faster-whisper's BatchedInferencePipeline):
+          the speech stretches are grouped into windows of at most 30 s and N windows are
+          decoded at once, at ``temperature[0]``, each window alone (no conditioning on the
+          previous text; ``initial_prompt`` prompts every window). Each window's result is
+          bitwise what it gives in any other batch.
+
+        See :meth:`stream` for the segments as they finish."""
+        opts = {k: v for k, v in locals().items() if k not in ("self", "audio")}
+        stream = self.stream(audio, **opts)
         return stream.result(list(stream))
 
     def stream(self, audio, **options):
-        """The segments of `audio` as each window finishes: a :class:`TranscriptionStream`
-        (iterate it; ``.language``, ``.language_probability``, ``.duration`` are known before
-        the first segment). Options as :meth:`transcribe`'s."""
-        defaults = dict(language=None, task=None, num_beams=5, best_of=5, patience=1.0,
-                        length_penalty=1.0, temperature=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
-                        compression_ratio_threshold=2.4, log_prob_threshold=-1.0,
-                        no_speech_threshold=0.6, condition_on_previous_text=True,
-                        prompt_reset_on_temperature=0.5, initial_prompt=None,
-                        word_timestamps=False, without_timestamps=False, max_new_tokens=None,
-                        suppress_tokens=None, suppress_blank=True, seed=0)
+        """The segments of `audio` as each window (batch of windows) finishes: a
+        :class:`TranscriptionStream` (iterate it; ``.language``, ``.language_probability``,
+        ``.duration`` are known before the first segment). Options as :meth:`transcribe`'s."""
         for key in options:
-            if key not in defaults:
+            if key not in _DEFAULTS:
                 raise TypeError(f"transcribe() got an unexpected keyword argument {key!r}")
-        opts = _Options(self.model, **dict(defaults, **options))
+        opts = _Options(self.model, **dict(_DEFAULTS, **options))
         if opts.word_timestamps:
             raise NotImplementedError("word_timestamps: not yet available")
-        feats, duration = self.features(audio)
-        return TranscriptionStream(self, feats, duration, opts)
+        samples = self._samples(audio)
+        return TranscriptionStream(self, samples, opts)
+
+    def _samples(self, audio):
+        samples = load_audio(audio)
+        if samples.size == 0:
+            where = f" {os.fspath(audio)}" if isinstance(audio, (str, os.PathLike)) else ""
+            raise ValueError(f"audio{where} holds no samples")
+        return samples
+
+
+_DEFAULTS = dict(language=None, task=None, num_beams=5, best_of=5, patience=1.0,
+                 length_penalty=1.0, temperature=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
+                 compression_ratio_threshold=2.4, log_prob_threshold=-1.0,
+                 no_speech_threshold=0.6, condition_on_previous_text=True,
+                 prompt_reset_on_temperature=0.5, initial_prompt=None, word_timestamps=False,
+                 without_timestamps=False, max_new_tokens=None, suppress_tokens=None,
+                 suppress_blank=True, seed=0, batch_size=None, vad_filter=False,
+                 vad_parameters=None, vad_model="silero")
 
 
 class TranscriptionStream:
     """An iterator of :class:`Segment` (see :meth:`Transcriber.stream`)."""
 
-    def __init__(self, tr, features, duration, opts):
-        self._tr, self._f, self._opts = tr, features, opts
-        self.duration = duration
+    def __init__(self, tr, samples, opts):
+        self._tr, self._opts = tr, opts
+        self.duration = samples.size / SAMPLE_RATE
+        self.duration_after_vad = self.duration
         self.language, self.language_probability, self.all_language_probs = None, 1.0, None
         model = tr.model
+        self._map = None
+        self._chunks = None
+        if opts.vad_filter:
+            stretches = speech_timestamps(samples, opts.vad, model=opts.vad_model)
+            self.duration_after_vad = sum(b - a for a, b in stretches) / SAMPLE_RATE
+            if opts.batch_size is not None:
+                self._chunks = collect_chunks(stretches, tr.n_frames * HOP_LENGTH)
+            else:
+                self._map = TimeMap(stretches)
+                samples = np.concatenate([samples[a:b] for a, b in stretches] or
+                                         [np.zeros(0, np.float32)])
         first = None
-        if opts.language is None and tr.is_multilingual:
-            first = model._encode(tr._window(features, 0), None, tr.n_threads)
+        if self._chunks is not None:
+            self._chunk_feats = [self._chunk_features(samples, c) for c in self._chunks]
+            self._f = self._chunk_feats[0] if self._chunks else None
+        elif samples.size:
+            self._f = log_mel_spectrogram(samples, tr.n_mels, padding="longest",
+                                          truncation=False)
+        else:
+            self._f = None                              # no speech at all
+        if opts.language is None and tr.is_multilingual and self._f is not None:
+            first = model._encode(tr._window(self._f, 0), None, tr.n_threads)
             probs = tr._language_probs(first)
             self.all_language_probs = probs
             self.language, self.language_probability = probs[0]
@@ -330,7 +388,21 @@ class TranscriptionStream:
             inv = {v: k for k, v in model.generation_config["lang_to_id"].items()}
             self.language = inv[tok][2:-2]
         self._first = first
-        self._it = self._segments()
+        if self._f is None:
+            self._it = iter(())
+        elif self._chunks is not None:
+            self._it = self._batched()
+        else:
+            self._it = self._segments()
+
+    def _chunk_features(self, samples, chunk):
+        audio = np.concatenate([samples[a:b] for a, b in chunk])
+        seconds, rest = divmod(self._tr.n_frames * HOP_LENGTH, SAMPLE_RATE)
+        if rest:
+            raise ValueError(f"batch_size: windows of {self._tr.n_frames} frames are not whole "
+                             "seconds")
+        return log_mel_spectrogram(audio, self._tr.n_mels, padding="max_length",
+                                   chunk_length=seconds)
 
     def __iter__(self):
         return self
@@ -469,6 +541,103 @@ class TranscriptionStream:
               r[3] <= opts.compression_ratio_threshold] or results
         return max(ok, key=lambda r: r[2])
 
+    # -- batched windows ---------------------------------------------------------------------
+
+    def _decode_batch(self, mem, n, prefix):
+        """Windows (n of them, encoded: (n * S, d)) decoded at once at temperature[0] with
+        the same prefix -> [(tokens, sum of log-probs, no-speech probability)]."""
+        tr, opts = self._tr, self._opts
+        model = tr.model
+        P = len(prefix)
+        p, procs = self._settings(P)
+        sot_at = prefix.index(tr.sot)
+        temperature = opts.temperatures[0]
+        K = opts.num_beams if temperature == 0.0 else 1
+        seen = {}
+
+        def on_logits(t, logits):
+            if t == sot_at:
+                seen["sot"] = np.asarray(logits[::K], np.float64)
+
+        S = model._config["max_source_positions"]
+        rows = np.repeat(np.array([prefix], np.int64), n, axis=0)
+        state = model.start(encoder_output=mem.reshape(n, S, -1), num_beams=K,
+                            max_length=p["max_length"], n_threads=tr.n_threads)
+        if K > 1:
+            seqs, scores = beam_search(state, procs, p, n, K, None, tr.n_threads, prefix=rows,
+                                       return_scores=True, on_logits=on_logits)
+        else:
+            streams = None
+            if temperature > 0.0:
+                procs = procs + [Temperature(temperature)]
+                streams = [np.random.default_rng(np.random.SeedSequence([opts.seed, i]))
+                           for i in range(n)]
+                p = dict(p, do_sample=True)
+            seqs, scores = greedy_search(state, procs, p, n, prefix=rows, streams=streams,
+                                         return_scores=True, on_logits=on_logits)
+        out = []
+        lg = seen["sot"]
+        lg = lg - lg.max(axis=1, keepdims=True)
+        probs = np.exp(lg) / np.exp(lg).sum(axis=1, keepdims=True)
+        for i in range(n):
+            gen = strip_generated(seqs[i, P:], p["pad_token_id"], p["eos_token_id"])
+            total = float(scores[i])
+            if K > 1:
+                length = int(np.count_nonzero(seqs[i, P:] != p["pad_token_id"])) + 1 \
+                    if p["pad_token_id"] != p["eos_token_id"] else gen.size + 1
+                total *= min(length, seqs.shape[1] - P) ** p["length_penalty"]
+            out.append((gen, total, float(probs[i, tr.no_speech])))
+        return out
+
+    def _batched(self):
+        tr, opts = self._tr, self._opts
+        tb = tr.timestamp_begin
+        prefix = self._sot_sequence()
+        if opts.initial_prompt and tr.sot_prev is not None:
+            cut = tr.model.max_decoder_positions // 2 - 1
+            prefix = [tr.sot_prev] + _plain_ids(tr.tokenizer, " " + opts.initial_prompt.strip(),
+                                                tr.eot)[-cut:] + prefix
+        sid = 0
+        N = opts.batch_size
+        for b0 in range(0, len(self._chunks), N):
+            chunks = self._chunks[b0:b0 + N]
+            feats = np.stack(self._chunk_feats[b0:b0 + N])
+            if b0 == 0 and self._first is not None and len(chunks) == 1:
+                mem = self._first
+            else:
+                mem = tr.model._encode(feats, None, tr.n_threads)
+            self._first = None
+            results = self._decode_batch(mem, len(chunks), prefix)
+            for j, (chunk, (tokens, total, no_speech)) in enumerate(zip(chunks, results)):
+                avg = total / (tokens.size + 1)
+                if opts.no_speech_threshold is not None and \
+                        no_speech > opts.no_speech_threshold and \
+                        not (opts.log_prob_threshold is not None and
+                             avg > opts.log_prob_threshold):
+                    continue
+                cr = compression_ratio(self._text(tokens).strip())
+                frames = -(-sum(b - a for a, b in chunk) // HOP_LENGTH)
+                window = min(frames, tr.n_frames)
+                tmap = TimeMap(chunk)
+                if opts.without_timestamps:
+                    pieces = [(tokens, 0, window // _INPUT_STRIDE)]
+                else:
+                    pieces = _pieces(tokens, tb, window)
+                for toks, start_pos, end_pos in pieces:
+                    text = self._text(toks)
+                    # times inside the window's speech (the model may name a time in its
+                    # zero padding)
+                    speech = sum(b - a for a, b in chunk) / SAMPLE_RATE
+                    start = tmap(min(start_pos * _TIME_PRECISION, speech))
+                    end = tmap(min(end_pos * _TIME_PRECISION, speech), is_end=True)
+                    if start >= end or not text.strip():
+                        continue
+                    yield Segment(id=sid, seek=int(chunk[0][0] // HOP_LENGTH), start=start,
+                                  end=end, text=text, tokens=[int(t) for t in toks],
+                                  temperature=opts.temperatures[0], avg_logprob=avg,
+                                  compression_ratio=cr, no_speech_prob=no_speech)
+                    sid += 1
+
     # -- the seek loop -----------------------------------------------------------------------
 
     def _segments(self):
@@ -505,6 +674,8 @@ class TranscriptionStream:
             for toks, start_pos, end_pos in pieces:
                 start = offset + start_pos * _TIME_PRECISION
                 end = offset + end_pos * _TIME_PRECISION
+                if self._map is not None:                   # speech-only time -> the file's
+                    start, end = self._map(start), self._map(end, is_end=True)
                 text = self._text(toks)
                 # the history that prompts later windows: a segment's tokens, its closing
                 # timestamp left out where it ends in two (transformers' conditioning)
@@ -522,6 +693,20 @@ class TranscriptionStream:
                      temp > opts.prompt_reset_on_temperature):
                 reset_since = len(history)
             seek += moved
+
+
+def _pieces(tokens, tb, window):
+    """Batched windows are decoded once: _split's segments, and the text after the last
+    timestamp pair (which the sequential loop decodes again) as a segment to the window's
+    end."""
+    pieces, moved = _split(tokens, tb, window)
+    if moved < window:
+        used = sum(p[0].size for p in pieces)
+        tail = tokens[used:]
+        if tail.size:
+            start = int(pieces[-1][2]) if pieces else 0
+            pieces.append((tail, start, window // _INPUT_STRIDE))
+    return pieces
 
 
 def _split(tokens, tb, window):

@@ -388,3 +388,109 @@ def test_command_failures_are_one_line(folders, tmp_path, args, message):
     assert message in lines[0]
     assert not out.exists()
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".fastattn-")]
+
+
+# -- voice-activity detection and batched windows ------------------------------------------
+
+def _with_silence(seconds, seed, gap=(5.0, 9.0)):
+    audio = W.speech_like(seconds, seed=seed)
+    a, b = (int(t * 16000) for t in gap)
+    audio[a:b] = 0.001 * np.random.default_rng(seed).standard_normal(b - a)
+    return audio
+
+
+@pytest.mark.parametrize("model", ["webrtc", "silero"])
+def test_vad_finds_the_silence(model):
+    from fastattn.audio import vad
+    pytest.importorskip({"webrtc": "webrtcvad", "silero": "onnxruntime"}[model])
+    if model == "silero":
+        import importlib.util
+        if importlib.util.find_spec("silero_vad") is None:
+            pytest.skip("silero-vad is not installed")
+    audio = _with_silence(16.0, 1)
+    probs = vad.speech_probabilities(audio, model)
+    assert probs.shape == (-(-audio.size // 512),) and probs.min() >= 0 and probs.max() <= 1
+    stretches = vad.speech_timestamps(audio, vad.VadOptions(min_silence_duration_ms=160,
+                                                            speech_pad_ms=30), probs=probs)
+    assert stretches and all(0 <= a < b <= audio.size for a, b in stretches)
+    assert all(b1 <= a2 for (_, b1), (a2, _) in zip(stretches, stretches[1:]))
+    inside = [(a, b) for a, b in stretches if a > 5.3 * 16000 and b < 8.7 * 16000]
+    assert not inside                                   # nothing inside the silence
+    if model == "webrtc":                               # the tones are speech to WebRTC
+        covered = sum(b - a for a, b in stretches) / audio.size
+        assert covered > 0.4
+
+
+def test_vad_rules_on_given_probabilities():
+    from fastattn.audio import vad
+    sr, f = 16000, 512
+    probs = np.zeros(200, np.float32)
+    probs[10:40] = 0.9            # speech 0.32 .. 1.28 s
+    probs[45:60] = 0.9            # after a 0.16 s pause
+    probs[120:125] = 0.9          # a short burst
+    audio = np.zeros(200 * f, np.float32)
+    o = vad.VadOptions(min_silence_duration_ms=100, speech_pad_ms=0)
+    assert vad.speech_timestamps(audio, o, probs=probs) == [(10 * f, 40 * f), (45 * f, 60 * f),
+                                                             (120 * f, 125 * f)]
+    # a pause shorter than min_silence joins; min_speech drops the burst; padding
+    o = vad.VadOptions(min_silence_duration_ms=500, min_speech_duration_ms=250, speech_pad_ms=30)
+    pad = int(0.03 * sr)
+    assert vad.speech_timestamps(audio, o, probs=probs) == [(10 * f - pad, 60 * f + pad)]
+    # too long: split
+    probs2 = np.full(200, 0.9, np.float32)
+    o = vad.VadOptions(max_speech_duration_s=1.0, speech_pad_ms=0)
+    got = vad.speech_timestamps(audio, o, probs=probs2)
+    assert len(got) > 1 and all(b - a <= sr for a, b in got)
+    assert vad.collect_chunks([(0, 10), (10, 25), (30, 40), (50, 95)], 30) == \
+        [[(0, 10), (10, 25)], [(30, 40)], [(50, 80)], [(80, 95)]]
+    m = vad.TimeMap([(16000, 32000), (48000, 64000)])
+    assert (m(0.0), m(0.5), m(1.0), m(1.0, is_end=True), m(1.5)) == (1.0, 1.5, 3.0, 2.0, 3.5)
+    with pytest.raises(ValueError, match="threshold"):
+        vad.VadOptions(threshold=1.5)
+
+
+def test_batched_is_the_same_for_any_batch_size(folders, transcribers):
+    pytest.importorskip("webrtcvad")
+    tr = transcribers(folders("multi"))
+    audio = _with_silence(30.0, 1)
+    kw = dict(num_beams=2, vad_model="webrtc")
+    runs = [tr.transcribe(audio, batch_size=n, **kw) for n in (1, 3, 8)]
+    assert runs[0] == runs[1] == runs[2] and len(runs[0].segments) > 10
+    assert runs[0].duration == pytest.approx(30.0)
+    segs = runs[0].segments
+    assert all(a.end <= b.start + 1e-9 for a, b in zip(segs, segs[1:]))
+    assert not [s for s in segs if s.start > 5.5 and s.end < 8.5]       # the silence
+    # one batched window is what the sequential loop decodes for that window alone
+    from fastattn.audio import vad
+    stretches = vad.speech_timestamps(audio, vad.VadOptions(max_speech_duration_s=3.0,
+                                                            min_silence_duration_ms=160),
+                                      model="webrtc")
+    chunk = vad.collect_chunks(stretches, 48000)[0]
+    piece = np.concatenate([audio[a:b] for a, b in chunk])
+    padded = np.zeros(48000, np.float32)
+    padded[:piece.size] = piece
+    alone = tr.transcribe(padded, num_beams=2, temperature=0.0, condition_on_previous_text=False,
+                          compression_ratio_threshold=None, log_prob_threshold=None,
+                          no_speech_threshold=None)
+    first_window = [s.tokens for s in alone.segments if s.seek == 0]
+    got = [s.tokens for s in segs if s.seek == chunk[0][0] // 160]
+    assert got[:len(first_window)] == first_window[:len(got)] and got
+
+
+def test_vad_filter_sequential_maps_times_back(folders, transcribers):
+    pytest.importorskip("webrtcvad")
+    tr = transcribers(folders("multi"))
+    audio = _with_silence(16.0, 2)
+    res = tr.transcribe(audio, vad_filter=True, vad_model="webrtc", num_beams=1, **NO_FALLBACK)
+    assert res.segments and res.duration == pytest.approx(16.0)
+    starts = [s.start for s in res.segments]
+    assert starts == sorted(starts) and max(s.end for s in res.segments) <= 16.0 + 1.0
+    silent = np.zeros(32000, np.float32)
+    none = tr.transcribe(silent, vad_filter=True, vad_model="webrtc")
+    assert none.segments == [] and none.text == ""
+    with pytest.raises(ValueError, match="vad_model"):
+        tr.transcribe(audio, vad_filter=True, vad_model="energy")
+    with pytest.raises(ValueError, match="max_speech_duration_s"):
+        tr.transcribe(audio, batch_size=2, vad_parameters={"max_speech_duration_s": 60})
+    with pytest.raises(TypeError, match="vad_parameters"):
+        tr.transcribe(audio, vad_filter=True, vad_parameters={"loudness": 3})
