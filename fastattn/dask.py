@@ -1,5 +1,6 @@
 """Batch inference over a Dask cluster: ``fastattn.dask.generate`` / ``encode`` (token ids) and
-``translate`` / ``embed`` (text, through the model folder's own tokenizer).
+``translate`` / ``embed`` (text, through the model folder's own tokenizer) and ``transcribe``
+(audio files through a Whisper folder).
 
 Not imported by ``import fastattn``; needs ``pip install "fastattn[dask]"`` (dask[distributed]).
 
@@ -42,7 +43,7 @@ import numpy as np
 
 from ._validation import check_folder, check_positive_int, check_token_ids
 
-__all__ = ["generate", "encode", "translate", "embed"]
+__all__ = ["generate", "encode", "translate", "embed", "transcribe"]
 
 _MODELS = {}                 # (path, dtype) -> model, per worker process
 _MODELS_LOCK = threading.Lock()
@@ -218,12 +219,15 @@ def encode(sources, model, *, batch_size=32, dtype=None):
 # text in, text out: fastattn.Translator / SentenceEncoder per worker
 
 def _load_text(what, path, dtype):
-    key = (what, path, None if dtype is None else np.dtype(dtype).name)
+    key = (what, path, dtype if what == "transcribe" or dtype is None else np.dtype(dtype).name)
     with _MODELS_LOCK:
         model = _MODELS.get(key)
         if model is None:
             from .text import SentenceEncoder, Translator
-            if what == "translate":
+            if what == "transcribe":
+                from .audio import Transcriber
+                model = Transcriber(path, quantize=dtype)
+            elif what == "translate":
                 model = Translator(path, dtype=np.float32 if dtype is None else dtype)
             else:
                 model = SentenceEncoder(path)
@@ -236,7 +240,11 @@ def _run_text_partition(partition, part_index, what, path, dtype, options, kwarg
     (part_index,) = part_index
     texts = []
     for j, item in enumerate(partition):
-        if not isinstance(item, str):
+        if what == "transcribe":
+            if not isinstance(item, (str, os.PathLike, np.ndarray)):
+                raise TypeError(f"audio: item {j} of partition {part_index} must be a path or "
+                                f"a 1-D array of 16 kHz samples, got {type(item).__name__}")
+        elif not isinstance(item, str):
             raise TypeError(f"texts: item {j} of partition {part_index} must be a str, got "
                             f"{type(item).__name__}")
         texts.append(item)
@@ -244,6 +252,9 @@ def _run_text_partition(partition, part_index, what, path, dtype, options, kwarg
     kwargs = dict(kwargs)
     n_threads = kwargs.pop("n_threads", None) or _worker_threads()
     with _COMPUTE_LOCK:
+        if what == "transcribe":
+            model.n_threads = n_threads
+            return [model.transcribe(a, **options) for a in texts]
         if what == "translate":
             with threadpool_limits(limits=n_threads, user_api="blas"):
                 return model.translate(texts, n_threads=n_threads, **options, **kwargs)
@@ -259,8 +270,9 @@ def _map_text(texts, path, what, options, kwargs, dtype):
     if not isinstance(texts, db.Bag):
         raise TypeError(f"texts must be a dask.bag.Bag of str, got {type(texts).__name__}")
     path = check_folder(path)
-    from .text.batching import check_batching
-    check_batching(options.get("batch_size", 32), options.get("max_batch_tokens"))
+    if what != "transcribe":
+        from .text.batching import check_batching
+        check_batching(options.get("batch_size", 32), options.get("max_batch_tokens"))
     parts = db.from_sequence(range(texts.npartitions), npartitions=texts.npartitions)
     return texts.map_partitions(_run_text_partition, parts, what, os.path.abspath(path), dtype,
                                 dict(options), dict(kwargs))
@@ -301,3 +313,17 @@ def embed(texts, path, *, batch_size=32, normalize=None):
         raise TypeError(f"normalize must be True, False or None, got {normalize!r}")
     options = {"batch_size": batch_size, "normalize": normalize}
     return _map_text(texts, path, "embed", options, {}, None)
+
+
+def transcribe(audio, path, *, quantize=None, **options):
+    """Transcribe every audio file (path, or 1-D array of 16 kHz samples) of a Dask bag with
+    a Whisper folder: item i is ``Transcriber(path, quantize=quantize).transcribe(audio_i,
+    **options)`` (a :class:`fastattn.audio.Transcription`), bitwise, whatever the
+    partitioning and the workers' thread counts. Each worker process loads the folder once."""
+    from .audio.transcriber import _DEFAULTS
+    for key in options:
+        if key not in _DEFAULTS:
+            raise TypeError(f"transcribe() got an unexpected keyword argument {key!r}")
+    if quantize not in (None, "int8"):
+        raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
+    return _map_text(audio, path, "transcribe", options, {}, quantize)

@@ -139,3 +139,39 @@ def test_bad_inputs(client, ckpt, corpus):
         fdask.encode(db.from_sequence(bad, npartitions=1), ckpt).compute()
     with pytest.raises(TypeError, match=r"item 0 of partition 0 must hold integer"):
         fdask.encode(db.from_sequence([[1.5, 2.0]], npartitions=1), ckpt).compute()
+
+
+def test_transcribe_equals_single_process(client, tmp_path_factory):
+    """fastattn.dask.transcribe: item i is Transcriber(path).transcribe(audio_i), bitwise,
+    for paths and arrays, float32 and int8."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("tokenizers")
+    sf = pytest.importorskip("soundfile")
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "models"))
+    import whisper_checkpoints as W
+    import fastattn.dask
+    from fastattn.audio import Transcriber
+    path = str(tmp_path_factory.mktemp("whisper"))
+    W.make_checkpoint(path, multilingual=True, seed=3)
+    W.write_tokenizer(path)
+    items = []
+    for i in range(5):
+        audio = W.speech_like(2.0 + 1.5 * i, seed=i)
+        if i % 2:
+            wav = os.path.join(path, f"clip{i}.wav")
+            sf.write(wav, audio, 16000, subtype="FLOAT")
+            items.append(wav)
+        else:
+            items.append(audio)
+    kw = dict(num_beams=2, temperature=(0.0, 1.0), compression_ratio_threshold=1.8, best_of=2)
+    for quantize in (None, "int8"):
+        bag = db.from_sequence(items, npartitions=3)
+        got = fastattn.dask.transcribe(bag, path, quantize=quantize, **kw).compute()
+        tr = Transcriber(path, quantize=quantize, n_threads=2)
+        want = [tr.transcribe(a, **kw) for a in items]
+        assert got == want and all(r.segments for r in got)
+    with pytest.raises(TypeError, match="beam_size"):
+        fastattn.dask.transcribe(db.from_sequence(items), path, beam_size=2)
+    with pytest.raises(TypeError, match="item 0"):
+        fastattn.dask.transcribe(db.from_sequence([3]), path).compute()
