@@ -41,8 +41,8 @@ from ..nn.embedding import Embedding
 from ..nn.linear import Linear
 from ..nn.transformer import TransformerDecoder, TransformerEncoder
 from . import _seq2seq_spec, registry
-from .seq2seq import Seq2SeqTransformer
-from .whisper import FIXED, check_whisper_generation, read_generation
+from .seq2seq import _SMALL, Seq2SeqTransformer
+from .whisper import FIXED, check_alignment_heads, check_whisper_generation, read_generation
 
 __all__ = ["WhisperModel", "whisper_sinusoids"]
 
@@ -264,6 +264,19 @@ class WhisperModel(Seq2SeqTransformer):
         return 2 * self._config["max_source_positions"]
 
     @property
+    def alignment_heads(self):
+        """The cross-attention heads whose weights follow the audio (word timestamps): a list
+        of (decoder layer, head), generation_config's ``alignment_heads`` (checked here: a pair
+        outside the decoder is a ValueError naming the field), else openai-whisper's default,
+        every head of the second half of the decoder layers."""
+        c = self._config
+        L, H = c["decoder_layers"], c["decoder_attention_heads"]
+        heads = self.generation_config.get("alignment_heads")
+        if heads is None:
+            return [(layer, h) for layer in range(L // 2, L) for h in range(H)]
+        return [tuple(p) for p in check_alignment_heads(heads, "generation_config", (L, H))]
+
+    @property
     def languages(self):
         """The language tokens of a multilingual model ('<|en|>' ...), in token id order ([]
         for an English-only one)."""
@@ -341,6 +354,120 @@ class WhisperModel(Seq2SeqTransformer):
         cache = self._start_cache(self._encode(f, mask, n_threads), mask, 1, T, n_threads)
         h = self._decode(cache, dec, n_threads)
         return self._project(h, n_threads).reshape(B, T, self.vocab_size)
+
+    def cross_attention_weights(self, encoder_output, tokens, heads=None, *, n_threads=None,
+                                return_logits=False):
+        """The cross-attention weights of alignment heads in a teacher-forced pass.
+
+        Parameters
+        ----------
+        encoder_output : array (B, max_source_positions, d_model), or features
+            The encoder output (:meth:`encode`), or log-mel features (B, num_mel_bins,
+            n_frames), encoded here (a shape that is both is taken as an encoder output).
+        tokens : int array (B, T) (or (T,))
+            The whole decoder input: the prefix (<|startoftranscript|> ...), the text, EOT.
+        heads : list of (layer, head), optional
+            Default :attr:`alignment_heads`.
+        n_threads : int, optional
+        return_logits : bool
+            Also return the pass's logits (B, T, vocab_size).
+
+        Returns
+        -------
+        ndarray float32 (B, len(heads), T, max_source_positions): softmax(q k^T * scale) of
+        each head, q from the layer's cross-attention query projection of its (pre-norm)
+        input, keys from the encoder output; transformers' ``output_attentions=True``
+        ``cross_attentions[layer][:, head]``. The pass is :meth:`logits`' (the same hidden
+        states, bit for bit).
+        """
+        return_logits = check_option(return_logits, "return_logits")
+        memory, B = self._memory_or_features(encoder_output, n_threads)
+        dec = check_token_ids(tokens, "tokens", self.vocab_size)        # (T,): one row
+        heads = self._check_heads(heads)
+        scores, logits = self._alignment_scores(memory, dec, heads, n_threads)
+        z = scores - scores.max(axis=-1, keepdims=True)
+        np.exp(z, out=z)
+        z /= z.sum(axis=-1, keepdims=True)
+        if return_logits:
+            return z, logits.reshape(dec.shape + (self.vocab_size,))
+        return z
+
+    def _check_heads(self, heads):
+        if heads is None:
+            return self.alignment_heads
+        if isinstance(heads, np.ndarray):
+            heads = heads.tolist()
+        c = self._config
+        return [tuple(p) for p in check_alignment_heads(
+            heads, "heads", (c["decoder_layers"], c["decoder_attention_heads"]))]
+
+    def _memory_or_features(self, x, n_threads):
+        """(encoder output (B * S, d) C-contiguous in the model dtype, B) of an encoder
+        output (B, S, d) / (S, d) or of features (B, n_mels, n_frames)."""
+        S, d = self._config["max_source_positions"], self.d_model
+        a = np.asarray(to_numpy(x))
+        if a.ndim == 2 and a.shape == (S, d):
+            a = a[None]
+        if a.ndim == 3 and a.shape[1:] == (S, d) and a.shape[0] > 0:
+            a = check_real_input(a, "encoder_output")
+            if not np.isfinite(a).all():
+                raise ValueError("encoder_output holds NaN or infinite values")
+            return np.ascontiguousarray(a.reshape(-1, d), dtype=self._dtype), a.shape[0]
+        if a.ndim == 3 and a.shape[1:] == (self._config["num_mel_bins"], self.n_frames):
+            f, _ = self.check_sources(a)
+            check_plan(self._plan_encode(f.shape[0], S), f"encode(input_features {f.shape})")
+            return self._encode(f, None, n_threads), f.shape[0]
+        raise ValueError(f"expected an encoder output (batch, {S}, {d}) or features (batch, "
+                         f"{self._config['num_mel_bins']}, {self.n_frames}), got shape "
+                         f"{a.shape}")
+
+    def _alignment_scores(self, memory, tokens, heads, nthr=None):
+        """memory (B * S, d), tokens (B, T) checked, heads [(layer, head)] -> (scores (B,
+        len(heads), T, S) float32: q k^T * scale of each head, before the softmax; logits
+        (B * T, vocab)). The decoder runs over an empty cache as :meth:`_decode` does (the
+        same bits); the layers holding a head are spelled out (TransformerDecoderLayer.
+        _forward's cached pre-norm path) to read their cross-attention queries."""
+        B, T = tokens.shape
+        S = self._config["max_source_positions"]
+        if memory.shape[0] != B * S:
+            raise ValueError(f"tokens has {B} rows, the encoder output {memory.shape[0] // S}")
+        if not 1 <= T <= self.max_decoder_positions:
+            raise ValueError(f"tokens length must be in [1, {self.max_decoder_positions}], "
+                             f"got {T}")
+        check_plan(self.plan_bytes(B, S, 1, T, chunk=T) + B * T * (self.vocab_size +
+                   len(heads) * S) * 4, f"cross_attention_weights(tokens {tokens.shape})")
+        want = {}
+        for j, (layer, h) in enumerate(heads):
+            want.setdefault(layer, []).append((j, h))
+        cache = self._start_cache(memory, np.ones((B, S), bool), 1, T, nthr)
+        dec = self.decoder
+        x = self.decoder_embed._forward(tokens, **self._positions(tokens, 0))
+        ln = 1 if B * T * self.d_model <= _SMALL else nthr          # as _decode
+        scores = np.empty((B, len(heads), T, S), np.float32)
+        for i, layer in enumerate(dec.layers):
+            lc = cache.layer(i)
+            if i not in want:
+                x = layer._forward(x, None, B, T, None, None, None, nthr, cache=lc,
+                                   ln_threads=ln)
+                continue
+            assert layer.norm_first and dec.position_bias is None      # Whisper's layers
+            h = layer.norm1._forward(x, n_threads=ln)
+            x = layer.self_attn._step_self(h, B, T, lc.append, x, None, nthr, None)
+            h = layer.norm2._forward(x, n_threads=ln)
+            attn = layer.multihead_attn
+            k, v = lc.cross
+            q = attn._proj(0)(h, None, nthr)                             # (B * T, H * Dh)
+            x = attn._step_cross(h, k, v, lc.memory_mask, lc.n_src, T, x, None, nthr)
+            h = layer.norm3._forward(x, n_threads=ln)
+            x = layer.ff._forward(h, x, None, nthr)
+            Dh = attn.head_dim
+            scale = attn.scale if attn.scale is not None else 1.0 / math.sqrt(Dh)
+            for j, hd in want[i]:
+                qh = q[:, hd * Dh:(hd + 1) * Dh].reshape(B, T, Dh)
+                scores[:, j] = np.matmul(qh, k[:, hd].swapaxes(1, 2)) * qh.dtype.type(scale)
+        x = dec.norm._forward(x, n_threads=ln)
+        cache.advance(T)
+        return scores, self._project(x, nthr)
 
     def start(self, input_features=None, attention_mask=None, *, encoder_output=None,
               num_beams=1, max_length=None, n_threads=None):

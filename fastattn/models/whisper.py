@@ -17,7 +17,8 @@ from ..io.huggingface import canonical_activation, read_json
 from . import bart as _bart
 from .family import Entry, Family
 
-__all__ = ["WhisperFamily", "WHISPER", "FIXED", "check_whisper_generation", "read_generation"]
+__all__ = ["WhisperFamily", "WHISPER", "FIXED", "check_whisper_generation", "read_generation",
+           "check_alignment_heads"]
 
 # WhisperConfig's defaults (transformers 5.x) for the fields that shape the network
 DEFAULTS = {
@@ -43,8 +44,8 @@ IGNORED = _bart.IGNORED | {
 _WHISPER_GEN = ("lang_to_id", "task_to_id", "is_multilingual", "no_timestamps_token_id",
                 "prev_sot_token_id", "max_initial_timestamp_index", "return_timestamps",
                 "forced_decoder_ids", "begin_suppress_tokens", "language", "task",
-                "_detect_timestamp_from_logprob")
-_WHISPER_GEN_IGNORED = ("alignment_heads", "return_token_timestamps", "median_filter_width")
+                "_detect_timestamp_from_logprob", "alignment_heads")
+_WHISPER_GEN_IGNORED = ("return_token_timestamps", "median_filter_width")
 # the long-form / fallback knobs: only their neutral values (they never act on one window
 # decoded without temperature fallback)
 _WHISPER_GEN_NEUTRAL = {"condition_on_prev_tokens": (None, False), "no_speech_threshold": (None,),
@@ -79,11 +80,37 @@ def _id_map(v, field, where, vocab, keys=None):
     return dict(v)
 
 
+def check_alignment_heads(heads, where, shape=None):
+    """``alignment_heads`` (the cross-attention heads that follow the audio: word timestamps)
+    checked -> a list of [layer, head] pairs; `shape` (decoder layers, decoder heads), when
+    given, bounds them. None stays None (the model's default: every head of the second half
+    of the decoder layers, openai-whisper's)."""
+    if heads is None:
+        return None
+    ok = isinstance(heads, (list, tuple)) and len(heads) > 0 and all(
+        isinstance(p, (list, tuple)) and len(p) == 2 and
+        all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in p)
+        for p in heads)
+    if not ok:
+        raise ValueError(f"{where}: alignment_heads must be a non-empty list of [layer, head] "
+                         f"pairs of integers >= 0, got {heads!r}")
+    if shape is not None:
+        layers, n_heads = shape
+        for layer, head in heads:
+            if layer >= layers or head >= n_heads:
+                raise ValueError(f"{where}: alignment_heads has [{layer}, {head}]: the decoder "
+                                 f"has {layers} layers of {n_heads} heads")
+    return [[int(layer), int(head)] for layer, head in heads]
+
+
 def check_whisper_generation(gen, where, vocab):
     """A Whisper generation config (generation_config.json, or a model's generation_config=)
     checked: transformers' generic fields by :func:`check_generation_config`, Whisper's here
-    (ids inside the vocabulary); fields that would change the tokens and are not implemented
-    are a ValueError naming them. Returns the dict the model keeps."""
+    (ids inside the vocabulary; alignment_heads a list of [layer, head] pairs: whether they
+    are inside the decoder is checked where they are used, :attr:`WhisperModel.alignment_heads
+    <fastattn.WhisperModel.alignment_heads>`, since distilled checkpoints ship their teacher's,
+    out of range, and load and transcribe all the same); fields that would change the tokens
+    and are not implemented are a ValueError naming them. Returns the dict the model keeps."""
     if not isinstance(gen, dict):
         raise TypeError(f"generation_config must be a dict, got {type(gen).__name__}")
     out = {k: v for k, v in gen.items() if k in _WHISPER_GEN}
@@ -125,6 +152,8 @@ def check_whisper_generation(gen, where, vocab):
     for key in ("language", "task"):
         if out.get(key) is not None and not isinstance(out[key], str):
             raise ValueError(f"{where}: {key} must be a string or null, got {out[key]!r}")
+    if "alignment_heads" in out:
+        out["alignment_heads"] = check_alignment_heads(out["alignment_heads"], where)
     return out
 
 
