@@ -38,6 +38,7 @@ from .._validation import check_option, check_positive_int
 from ..generation.search import beam_search, greedy_search
 from ..generation.processors import Temperature
 from ..generation.whisper import language_token, strip_generated
+from .alignment import add_word_timestamps
 from .decode import load_audio
 from .features import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
 from .vad import TimeMap, VadOptions, collect_chunks, speech_timestamps
@@ -326,8 +327,9 @@ class Transcriber:
             if key not in _DEFAULTS:
                 raise TypeError(f"transcribe() got an unexpected keyword argument {key!r}")
         opts = _Options(self.model, **dict(_DEFAULTS, **options))
-        if opts.word_timestamps:
-            raise NotImplementedError("word_timestamps: not yet available")
+        if opts.word_timestamps and opts.batch_size is not None:
+            raise ValueError("word_timestamps: not available with batch_size (decode "
+                             "sequentially, with vad_filter=True to skip silences)")
         samples = self._samples(audio)
         return TranscriptionStream(self, samples, opts)
 
@@ -649,6 +651,7 @@ class TranscriptionStream:
             history = _plain_ids(tr.tokenizer, " " + opts.initial_prompt.strip(), tr.eot)
         reset_since = 0
         seek, sid = 0, 0
+        last_speech = 0.0
         sot_seq = self._sot_sequence()
         cut = tr.model.max_decoder_positions // 2 - 1
         while seek < frames:
@@ -671,11 +674,28 @@ class TranscriptionStream:
                 continue
             offset = seek * _TIME_PRECISION / _INPUT_STRIDE       # transformers' arithmetic
             pieces, moved = _split(tokens, tb, window)
-            for toks, start_pos, end_pos in pieces:
-                start = offset + start_pos * _TIME_PRECISION
-                end = offset + end_pos * _TIME_PRECISION
+            segs = [[toks, offset + a * _TIME_PRECISION, offset + b * _TIME_PRECISION, None]
+                    for toks, a, b in pieces]
+            if opts.word_timestamps and segs:
+                timed, last_speech = add_word_timestamps(
+                    tr.model, [{"tokens": t, "start": a, "end": b} for t, a, b, _ in segs],
+                    mem.reshape(tr.model._config["max_source_positions"], -1), sot_seq,
+                    tr.tokenizer, window, offset, language=self.language,
+                    last_speech_timestamp=last_speech, n_threads=tr.n_threads)
+                for seg, (a, b, words) in zip(segs, timed):
+                    seg[1], seg[2], seg[3] = a, b, words
+                single_end = tokens.size >= 2 and tokens[-2] < tb <= tokens[-1]
+                ends = [w.end for _, _, words in timed for w in words]
+                if not single_end and ends:
+                    shift = round((ends[-1] - offset) * 100)
+                    if shift > 0:
+                        moved = shift                 # on from the last word (faster-whisper)
+            for toks, start, end, words in segs:
                 if self._map is not None:                   # speech-only time -> the file's
                     start, end = self._map(start), self._map(end, is_end=True)
+                    if words is not None:
+                        words = [w._replace(start=self._map(w.start),
+                                            end=self._map(w.end, is_end=True)) for w in words]
                 text = self._text(toks)
                 # the history that prompts later windows: a segment's tokens, its closing
                 # timestamp left out where it ends in two (transformers' conditioning)
@@ -686,7 +706,8 @@ class TranscriptionStream:
                 yield Segment(id=sid, seek=seek, start=start, end=end, text=text,
                               tokens=[int(t) for t in toks], temperature=temp,
                               avg_logprob=avg, compression_ratio=cr,
-                              no_speech_prob=no_speech)
+                              no_speech_prob=no_speech,
+                              words=None if words is None else [Word(*w) for w in words])
                 sid += 1
             if not opts.condition_on_previous_text or \
                     (opts.prompt_reset_on_temperature is not None and

@@ -494,3 +494,28 @@ def test_vad_filter_sequential_maps_times_back(folders, transcribers):
         tr.transcribe(audio, batch_size=2, vad_parameters={"max_speech_duration_s": 60})
     with pytest.raises(TypeError, match="vad_parameters"):
         tr.transcribe(audio, vad_filter=True, vad_parameters={"loudness": 3})
+
+
+def test_word_timestamps(folders, transcribers):
+    """Words from the alignment heads (fastattn.audio.alignment, tested against transformers'
+    token timestamps and faster-whisper's word rules in test_alignment.py), wired in: every
+    window's words, ordered, inside the audio, the same bits for 1 and 2 threads."""
+    path = folders("multi")
+    audio = W.speech_like(12.0, seed=1)
+    kw = dict(word_timestamps=True, num_beams=2, **NO_FALLBACK)
+    one = transcribers(path, n_threads=1).transcribe(audio, **kw)
+    two = transcribers(path, n_threads=2).transcribe(audio, **kw)
+    assert one == two
+    words = [w for s in one.segments for w in s.words]
+    assert len(words) >= 5 and len({s.seek for s in one.segments}) >= 3
+    assert all(0 <= w.start <= w.end <= 12.0 + 1.0 and 0 <= w.probability <= 1 for w in words)
+    assert all(a.start <= b.start for a, b in zip(words, words[1:]))
+    for s in one.segments:          # faster-whisper's rules move a start at most 0.5 s
+        if s.words:
+            assert abs(s.start - s.words[0].start) <= 0.5 + 1e-9
+    # the words are the text's (this tokenizer's words carry no spaces: a window's text is
+    # one word)
+    flat = one.text.replace(" ", "")
+    assert all(w.word.replace(" ", "") in flat for w in words)
+    with pytest.raises(ValueError, match="word_timestamps"):
+        transcribers(path).transcribe(audio, word_timestamps=True, batch_size=2)
