@@ -333,6 +333,36 @@ class Transcriber:
         samples = self._samples(audio)
         return TranscriptionStream(self, samples, opts)
 
+    def transcribe_batch(self, audios, *, batch_size=8, **options):
+        """Several files at once: every file's speech windows (batched mode: voice-activity
+        detection, windows of at most 30 s) decoded ``batch_size`` at a time across the files.
+        Returns one :class:`Transcription` per file, each bitwise
+        ``transcribe(audio, batch_size=batch_size, **options)`` (a window's decoding does not
+        depend on the rest of its batch). Options as :meth:`transcribe`'s."""
+        if isinstance(audios, (str, os.PathLike, np.ndarray, bytes)):
+            raise TypeError("audios must be a list of files or arrays")
+        streams = [self.stream(a, batch_size=batch_size, **options) for a in audios]
+        groups = {}
+        for s in streams:
+            if s._chunks:
+                groups.setdefault(tuple(s._batch_prefix()), []).extend(
+                    (s, i) for i in range(len(s._chunks)))
+        results = {}
+        for prefix, items in groups.items():
+            for b0 in range(0, len(items), streams[0]._opts.batch_size):
+                part = items[b0:b0 + streams[0]._opts.batch_size]
+                feats = np.stack([s._chunk_feats[i] for s, i in part])
+                mem = self.model._encode(feats, None, self.n_threads)
+                keys = [s._chunks[i][0][0] for s, i in part]
+                for (s, i), r in zip(part, part[0][0]._decode_batch(mem, keys, list(prefix))):
+                    results[id(s), i] = r
+        out = []
+        for s in streams:
+            segs = [seg for i in range(len(s._chunks or ()))
+                    for seg in s._chunk_segments(i, results[id(s), i])]
+            out.append(s.result(segs))
+        return out
+
     def _samples(self, audio):
         samples = load_audio(audio)
         if samples.size == 0:
@@ -390,6 +420,7 @@ class TranscriptionStream:
             inv = {v: k for k, v in model.generation_config["lang_to_id"].items()}
             self.language = inv[tok][2:-2]
         self._first = first
+        self._sid = 0
         if self._f is None:
             self._it = iter(())
         elif self._chunks is not None:
@@ -545,11 +576,14 @@ class TranscriptionStream:
 
     # -- batched windows ---------------------------------------------------------------------
 
-    def _decode_batch(self, mem, n, prefix):
-        """Windows (n of them, encoded: (n * S, d)) decoded at once at temperature[0] with
-        the same prefix -> [(tokens, sum of log-probs, no-speech probability)]."""
+    def _decode_batch(self, mem, keys, prefix):
+        """Windows (len(keys) of them, encoded: (n * S, d)) decoded at once at temperature[0]
+        with the same prefix -> [(tokens, sum of log-probs, no-speech probability)]. keys: each
+        window's first sample in its file (a sampled window draws from the stream of the seed
+        and its key: the same whatever else is in the batch)."""
         tr, opts = self._tr, self._opts
         model = tr.model
+        n = len(keys)
         P = len(prefix)
         p, procs = self._settings(P)
         sot_at = prefix.index(tr.sot)
@@ -572,8 +606,8 @@ class TranscriptionStream:
             streams = None
             if temperature > 0.0:
                 procs = procs + [Temperature(temperature)]
-                streams = [np.random.default_rng(np.random.SeedSequence([opts.seed, i]))
-                           for i in range(n)]
+                streams = [np.random.default_rng(np.random.SeedSequence([opts.seed, int(k)]))
+                           for k in keys]
                 p = dict(p, do_sample=True)
             seqs, scores = greedy_search(state, procs, p, n, prefix=rows, streams=streams,
                                          return_scores=True, on_logits=on_logits)
@@ -584,61 +618,73 @@ class TranscriptionStream:
         for i in range(n):
             gen = strip_generated(seqs[i, P:], p["pad_token_id"], p["eos_token_id"])
             total = float(scores[i])
-            if K > 1:
-                length = int(np.count_nonzero(seqs[i, P:] != p["pad_token_id"])) + 1 \
-                    if p["pad_token_id"] != p["eos_token_id"] else gen.size + 1
-                total *= min(length, seqs.shape[1] - P) ** p["length_penalty"]
+            if K > 1:                    # the beam score is sum / length ** length_penalty
+                end = P + gen.size
+                length = gen.size + (end < seqs.shape[1] and seqs[i, end] == p["eos_token_id"])
+                total *= length ** p["length_penalty"]
             out.append((gen, total, float(probs[i, tr.no_speech])))
         return out
 
-    def _batched(self):
+    def _batch_prefix(self):
+        """The prefix every batched window of this stream is decoded with."""
         tr, opts = self._tr, self._opts
-        tb = tr.timestamp_begin
         prefix = self._sot_sequence()
         if opts.initial_prompt and tr.sot_prev is not None:
             cut = tr.model.max_decoder_positions // 2 - 1
             prefix = [tr.sot_prev] + _plain_ids(tr.tokenizer, " " + opts.initial_prompt.strip(),
                                                 tr.eot)[-cut:] + prefix
-        sid = 0
-        N = opts.batch_size
+        return prefix
+
+    def _window_keys(self, idx):
+        return [self._chunks[i][0][0] for i in idx]
+
+    def _batched(self):
+        tr = self._tr
+        prefix = self._batch_prefix()
+        N = self._opts.batch_size
         for b0 in range(0, len(self._chunks), N):
-            chunks = self._chunks[b0:b0 + N]
-            feats = np.stack(self._chunk_feats[b0:b0 + N])
-            if b0 == 0 and self._first is not None and len(chunks) == 1:
+            idx = list(range(b0, min(b0 + N, len(self._chunks))))
+            feats = np.stack([self._chunk_feats[i] for i in idx])
+            if b0 == 0 and self._first is not None and len(idx) == 1:
                 mem = self._first
             else:
                 mem = tr.model._encode(feats, None, tr.n_threads)
             self._first = None
-            results = self._decode_batch(mem, len(chunks), prefix)
-            for j, (chunk, (tokens, total, no_speech)) in enumerate(zip(chunks, results)):
-                avg = total / (tokens.size + 1)
-                if opts.no_speech_threshold is not None and \
-                        no_speech > opts.no_speech_threshold and \
-                        not (opts.log_prob_threshold is not None and
-                             avg > opts.log_prob_threshold):
-                    continue
-                cr = compression_ratio(self._text(tokens).strip())
-                frames = -(-sum(b - a for a, b in chunk) // HOP_LENGTH)
-                window = min(frames, tr.n_frames)
-                tmap = TimeMap(chunk)
-                if opts.without_timestamps:
-                    pieces = [(tokens, 0, window // _INPUT_STRIDE)]
-                else:
-                    pieces = _pieces(tokens, tb, window)
-                for toks, start_pos, end_pos in pieces:
-                    text = self._text(toks)
-                    # times inside the window's speech (the model may name a time in its
-                    # zero padding)
-                    speech = sum(b - a for a, b in chunk) / SAMPLE_RATE
-                    start = tmap(min(start_pos * _TIME_PRECISION, speech))
-                    end = tmap(min(end_pos * _TIME_PRECISION, speech), is_end=True)
-                    if start >= end or not text.strip():
-                        continue
-                    yield Segment(id=sid, seek=int(chunk[0][0] // HOP_LENGTH), start=start,
-                                  end=end, text=text, tokens=[int(t) for t in toks],
-                                  temperature=opts.temperatures[0], avg_logprob=avg,
-                                  compression_ratio=cr, no_speech_prob=no_speech)
-                    sid += 1
+            results = self._decode_batch(mem, self._window_keys(idx), prefix)
+            for i, r in zip(idx, results):
+                yield from self._chunk_segments(i, r)
+
+    def _chunk_segments(self, i, result):
+        """The segments of batched window i from its decoding `result`."""
+        tr, opts = self._tr, self._opts
+        tb = tr.timestamp_begin
+        chunk = self._chunks[i]
+        tokens, total, no_speech = result
+        avg = total / (tokens.size + 1)
+        if opts.no_speech_threshold is not None and no_speech > opts.no_speech_threshold and \
+                not (opts.log_prob_threshold is not None and avg > opts.log_prob_threshold):
+            return
+        cr = compression_ratio(self._text(tokens).strip())
+        frames = -(-sum(b - a for a, b in chunk) // HOP_LENGTH)
+        window = min(frames, tr.n_frames)
+        tmap = TimeMap(chunk)
+        if opts.without_timestamps:
+            pieces = [(tokens, 0, window // _INPUT_STRIDE)]
+        else:
+            pieces = _pieces(tokens, tb, window)
+        # times inside the window's speech (the model may name a time in its zero padding)
+        speech = sum(b - a for a, b in chunk) / SAMPLE_RATE
+        for toks, start_pos, end_pos in pieces:
+            text = self._text(toks)
+            start = tmap(min(start_pos * _TIME_PRECISION, speech))
+            end = tmap(min(end_pos * _TIME_PRECISION, speech), is_end=True)
+            if start >= end or not text.strip():
+                continue
+            yield Segment(id=self._sid, seek=int(chunk[0][0] // HOP_LENGTH), start=start,
+                          end=end, text=text, tokens=[int(t) for t in toks],
+                          temperature=opts.temperatures[0], avg_logprob=avg,
+                          compression_ratio=cr, no_speech_prob=no_speech)
+            self._sid += 1
 
     # -- the seek loop -----------------------------------------------------------------------
 

@@ -519,3 +519,21 @@ def test_word_timestamps(folders, transcribers):
     assert all(w.word.replace(" ", "") in flat for w in words)
     with pytest.raises(ValueError, match="word_timestamps"):
         transcribers(path).transcribe(audio, word_timestamps=True, batch_size=2)
+
+
+def test_transcribe_batch_equals_each_alone(folders, transcribers):
+    """Windows of several files decoded together: each file's result is bitwise its own
+    batched transcription (greedy, beam, sampled first temperature; forced and detected
+    languages)."""
+    pytest.importorskip("webrtcvad")
+    tr = transcribers(folders("multi"))
+    audios = [_with_silence(12.0, 1, gap=(3.0, 5.0)), W.speech_like(4.0, seed=8),
+              W.speech_like(7.5, seed=9)]
+    for kw in (dict(num_beams=2), dict(num_beams=1, language="de"),
+               dict(num_beams=1, temperature=0.7)):
+        kw["vad_model"] = "webrtc"
+        together = tr.transcribe_batch(audios, batch_size=4, **kw)
+        alone = [tr.transcribe(a, batch_size=3, **kw) for a in audios]
+        assert together == alone and all(r.segments for r in together)
+    with pytest.raises(TypeError, match="list"):
+        tr.transcribe_batch(audios[0])
