@@ -1,10 +1,11 @@
-"""`fastattn serve`: an HTTP server for embedding and translation model folders.
+"""`fastattn serve`: an HTTP server for embedding, translation and Whisper model folders.
 
-    fastattn serve --model minilm=all-MiniLM-L6-v2 --model en-de=opus-mt-en-de
+    fastattn serve --model minilm=all-MiniLM-L6-v2 --model en-de=opus-mt-en-de --model whisper=whisper-base
 
 Endpoints: ``POST /v1/embeddings`` (OpenAI's schema), ``POST /translate`` and
 ``POST /translate/stream`` (LibreTranslate's fields plus fastattn's decoding controls; the stream
-as server-sent events), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus).
+as server-sent events), ``POST /v1/audio/transcriptions`` and ``/v1/audio/translations``
+(OpenAI's), ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (Prometheus).
 Concurrent requests are batched together by one worker thread per model; every response is what
 the in-process call gives for that request alone (embeddings bit for bit, translations string
 for string). :func:`app` returns the ASGI application, to embed in another one. See
@@ -42,6 +43,14 @@ def add_arguments(p):
                    help="per-request deadline (default 60)")
     p.add_argument("--body-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="time allowed for a request body to arrive (default 10)")
+    p.add_argument("--max-audio-bytes", type=int, default=25 << 20, metavar="N",
+                   help="audio file size limit (default 25 MiB, as OpenAI's)")
+    p.add_argument("--audio-batch-size", type=int, default=None, metavar="N",
+                   help="transcribe concurrent requests together, their speech windows "
+                        "decoded N at a time (voice-activity detection cuts the windows); "
+                        "default: one file at a time, sequential long form")
+    p.add_argument("--vad-model", choices=("silero", "webrtc"), default="silero",
+                   help="the voice-activity detector of --audio-batch-size (default silero)")
     p.add_argument("--api-key", default=None,
                    help="require Authorization: Bearer KEY (default: FASTATTN_API_KEY if set; "
                         "/health stays open)")
@@ -75,7 +84,9 @@ def run(args):
         settings = Settings(max_batch_tokens=args.max_batch_tokens, max_queue=args.max_queue,
                             max_inputs=args.max_inputs, max_body_bytes=args.max_body_bytes,
                             timeout=args.timeout, body_timeout=args.body_timeout,
-                            api_key=key or None, batching=not args.no_batching)
+                            api_key=key or None, batching=not args.no_batching,
+                            max_audio_bytes=args.max_audio_bytes,
+                            audio_batch_size=args.audio_batch_size, vad_model=args.vad_model)
         application = app(_model_specs(args.model), quantize=args.quantize,
                           threads=args.threads, settings=settings)
     except Exception as exc:                      # noqa: BLE001: one line, never a traceback

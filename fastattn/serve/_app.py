@@ -6,7 +6,8 @@ import json
 import sys
 import time
 
-from ._scheduler import (Dropped, EmbeddingWorker, Job, QueueFull, TranslationWorker)
+from ._scheduler import (Dropped, EmbeddingWorker, Job, QueueFull, TranscriptionWorker,
+                         TranslationWorker)
 
 __all__ = ["Settings", "app", "load_models"]
 
@@ -16,10 +17,12 @@ class Settings:
 
     def __init__(self, *, max_batch_tokens=8192, max_queue=64, max_inputs=2048,
                  max_body_bytes=4 << 20, timeout=60.0, body_timeout=10.0, api_key=None,
-                 batching=True, max_num_beams=16, max_new_tokens=1024):
+                 batching=True, max_num_beams=16, max_new_tokens=1024,
+                 max_audio_bytes=25 << 20, audio_batch_size=None, vad_model="silero"):
         for name, v in (("max_batch_tokens", max_batch_tokens), ("max_queue", max_queue),
                         ("max_inputs", max_inputs), ("max_body_bytes", max_body_bytes),
-                        ("max_num_beams", max_num_beams), ("max_new_tokens", max_new_tokens)):
+                        ("max_num_beams", max_num_beams), ("max_new_tokens", max_new_tokens),
+                        ("max_audio_bytes", max_audio_bytes)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         for name, v in (("timeout", timeout), ("body_timeout", body_timeout)):
@@ -33,6 +36,15 @@ class Settings:
                                                                 float(body_timeout))
         self.api_key, self.batching = api_key, bool(batching)
         self.max_num_beams, self.max_new_tokens = max_num_beams, max_new_tokens
+        if audio_batch_size is not None and (isinstance(audio_batch_size, bool) or
+                                             not isinstance(audio_batch_size, int) or
+                                             audio_batch_size < 1):
+            raise ValueError(f"audio_batch_size must be a positive integer or None, got "
+                             f"{audio_batch_size!r}")
+        if vad_model not in ("silero", "webrtc"):
+            raise ValueError(f"vad_model must be 'silero' or 'webrtc', got {vad_model!r}")
+        self.max_audio_bytes, self.audio_batch_size = max_audio_bytes, audio_batch_size
+        self.vad_model = vad_model
 
 
 # -- errors ------------------------------------------------------------------------------------
@@ -63,9 +75,10 @@ def _error_response(err):
 # -- models ------------------------------------------------------------------------------------
 
 def load_models(models, *, quantize=None, threads=None):
-    """{name: SentenceEncoder or Translator} from {name: folder or loaded object}. The kind comes
+    """{name: SentenceEncoder, Translator or Transcriber} from {name: folder or loaded object}. The kind comes
     from the folder (``fastattn.models.convert.model_class``)."""
-    from ..models import EncoderModel
+    from ..audio import Transcriber
+    from ..models import EncoderModel, WhisperModel
     from ..models.convert import model_class
     from ..text import SentenceEncoder, Translator
     if not isinstance(models, dict) or not models:
@@ -74,11 +87,12 @@ def load_models(models, *, quantize=None, threads=None):
     for name, spec in models.items():
         if not isinstance(name, str) or not name:
             raise ValueError(f"a model name must be a non-empty string, got {name!r}")
-        if isinstance(spec, (SentenceEncoder, Translator)):
+        if isinstance(spec, (SentenceEncoder, Translator, Transcriber)):
             out[name] = spec
             continue
         cls = model_class(spec)
-        make = SentenceEncoder if cls is EncoderModel else Translator
+        make = SentenceEncoder if cls is EncoderModel else \
+            Transcriber if cls is WhisperModel else Translator
         out[name] = make(spec, quantize=quantize, n_threads=threads)
     return out
 
@@ -117,20 +131,20 @@ class _Metrics:
 
 # -- request parsing ---------------------------------------------------------------------------
 
-async def _read_body(request, s):
+async def _read_raw(request, s, limit):
+    """The request body (bytes), at most `limit` bytes (413 beyond), within body_timeout."""
     cl = request.headers.get("content-length")
-    if cl is not None and (not cl.isdigit() or int(cl) > 16 * s.max_body_bytes):
+    if cl is not None and (not cl.isdigit() or int(cl) > 16 * limit):
         # far too large (or nonsense): answer without reading it
-        raise ServeError(413, f"request body over {s.max_body_bytes} bytes",
-                         code="body_too_large")
+        raise ServeError(413, f"request body over {limit} bytes", code="body_too_large")
 
     async def collect():
         chunks, n = [], 0
         async for chunk in request.stream():
             n += len(chunk)
-            if n <= s.max_body_bytes:
+            if n <= limit:
                 chunks.append(chunk)
-            elif n > 16 * s.max_body_bytes:
+            elif n > 16 * limit:
                 break
         return b"".join(chunks), n
 
@@ -139,9 +153,13 @@ async def _read_body(request, s):
     except asyncio.TimeoutError:
         raise ServeError(408, f"the request body did not arrive within {s.body_timeout:g} s",
                          code="request_timeout") from None
-    if n > s.max_body_bytes:
-        raise ServeError(413, f"request body over {s.max_body_bytes} bytes",
-                         code="body_too_large")
+    if n > limit:
+        raise ServeError(413, f"request body over {limit} bytes", code="body_too_large")
+    return raw
+
+
+async def _read_body(request, s):
+    raw = await _read_raw(request, s, s.max_body_bytes)
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -224,6 +242,7 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
     from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
+    from ..audio import Transcriber
     from ..text import SentenceEncoder
     s = settings if settings is not None else Settings(**limits)
     loaded = load_models(models, quantize=quantize, threads=threads)
@@ -231,9 +250,14 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
     created = int(time.time())
     workers = {}
     for name, m in loaded.items():
+        kw = dict(max_queue=s.max_queue, max_batch_tokens=s.max_batch_tokens,
+                  batching=s.batching, metrics=metrics)
+        if isinstance(m, Transcriber):
+            workers[name] = TranscriptionWorker(name, m, audio_batch_size=s.audio_batch_size,
+                                                **kw)
+            continue
         cls = EmbeddingWorker if isinstance(m, SentenceEncoder) else TranslationWorker
-        workers[name] = cls(name, m, max_queue=s.max_queue, max_batch_tokens=s.max_batch_tokens,
-                            batching=s.batching, metrics=metrics)
+        workers[name] = cls(name, m, **kw)
 
     def worker(name, kind, param="model"):
         if name is None:
@@ -423,6 +447,161 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
         return StreamingResponse(gen(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
 
+    # -- speech: OpenAI's /v1/audio/transcriptions and /v1/audio/translations -------------
+
+    async def audio_form(request):
+        ctype = request.headers.get("content-type", "")
+        if not ctype.startswith("multipart/form-data"):
+            raise _bad("the request must be multipart/form-data (a 'file' part and fields)",
+                       code="invalid_content_type")
+        raw = await _read_raw(request, s, s.max_audio_bytes + (64 << 10))
+        from starlette.formparsers import MultiPartException, MultiPartParser
+
+        async def once():
+            yield raw
+            yield b""
+        try:
+            form = await MultiPartParser(request.headers, once(), max_files=1,
+                                         max_fields=64).parse()
+        except MultiPartException as exc:
+            raise _bad(f"the multipart body does not parse: {exc.message}",
+                       code="invalid_multipart") from None
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise _bad("'file' (the audio file) is required", param="file")
+        data = await upload.read()
+        if len(data) > s.max_audio_bytes:
+            raise ServeError(413, f"the audio file is over {s.max_audio_bytes} bytes",
+                             param="file", code="file_too_large")
+        if not data:
+            raise _bad("the audio file is empty", param="file")
+        return form, data
+
+    def audio_options(form, task):
+        opts = {"task": task}
+        if s.audio_batch_size is not None:
+            opts["vad_model"] = s.vad_model
+        lang = form.get("language")
+        if lang and task == "transcribe":
+            opts["language"] = lang
+        prompt = form.get("prompt")
+        if prompt:
+            opts["initial_prompt"] = prompt
+        t = form.get("temperature")
+        if t not in (None, ""):
+            try:
+                t = float(t)
+            except ValueError:
+                raise _bad("temperature must be a number in [0, 1]", param="temperature") \
+                    from None
+            if not 0.0 <= t <= 1.0:
+                raise _bad("temperature must be a number in [0, 1]", param="temperature")
+            if t > 0:                     # 0 (the default): the fallback from 0 upwards
+                opts["temperature"] = (t,)
+        fmt = form.get("response_format") or "json"
+        if fmt not in ("json", "text", "srt", "vtt", "verbose_json"):
+            raise _bad("response_format must be one of json, text, srt, vtt, verbose_json",
+                       param="response_format")
+        grains = form.getlist("timestamp_granularities[]") + \
+            form.getlist("timestamp_granularities")
+        for g in grains:
+            if g not in ("segment", "word"):
+                raise _bad("timestamp_granularities must hold 'segment' and / or 'word'",
+                           param="timestamp_granularities")
+        if "word" in grains:
+            if fmt != "verbose_json":
+                raise _bad("word timestamps need response_format=verbose_json",
+                           param="timestamp_granularities")
+            if s.audio_batch_size is not None:
+                raise _bad("word timestamps are not served with an audio batch size",
+                           param="timestamp_granularities")
+            opts["word_timestamps"] = True
+        stream = (form.get("stream") or "false").lower()
+        if stream not in ("true", "false"):
+            raise _bad("stream must be true or false", param="stream")
+        return opts, fmt, grains, stream == "true"
+
+    def audio_response(result, task, fmt, grains):
+        from starlette.responses import PlainTextResponse
+        from ..audio.formats import write_transcript
+        from ..generation.whisper import LANGUAGES
+        if fmt == "text":
+            return PlainTextResponse(result.text)
+        if fmt in ("srt", "vtt"):
+            import io
+            f = io.StringIO()
+            write_transcript(result, f, fmt)
+            return PlainTextResponse(f.getvalue())
+        usage = {"type": "duration", "seconds": int(-(-result.duration // 1))}
+        if fmt == "json":
+            return JSONResponse({"text": result.text, "usage": usage})
+        body = {"task": task, "language": LANGUAGES.get(result.language, result.language),
+                "duration": result.duration, "text": result.text,
+                "segments": [_segment_json(x) for x in result.segments], "usage": usage}
+        if "word" in grains:
+            body["words"] = [{"word": w.word, "start": w.start, "end": w.end}
+                             for x in result.segments for w in (x.words or ())]
+        return JSONResponse(body)
+
+    def audio_endpoint(task):
+        async def handle(request):
+            form, data = await audio_form(request)
+            w = worker(form.get("model") or None, "transcription")
+            opts, fmt, grains, stream = audio_options(form, task)
+            payload = {"inputs": [data], "options": opts}
+            if w.model.is_multilingual is False and (task == "translate" or
+                                                     "language" in opts):
+                opts.pop("language", None)
+                if task == "translate":
+                    raise _bad("this model is English-only: it does not translate",
+                               param="model")
+            if stream:
+                return audio_stream(request, w, payload)
+            result, _ = await run_job(request, w, payload,
+                                      key=TranscriptionWorker.job_key(payload),
+                                      alone=s.audio_batch_size is None)
+            return audio_response(result, task, fmt, grains)
+        return handle
+
+    def audio_stream(request, w, payload):
+        loop = asyncio.get_running_loop()
+        events = asyncio.Queue()
+
+        def put(item):
+            loop.call_soon_threadsafe(events.put_nowait, item)
+
+        job = Job(payload, lambda r, e: put(("end", r, e)), alone=True,
+                  deadline=time.monotonic() + s.timeout,
+                  on_text=lambda item: put(item + (None,)))
+        _submit(w, job)
+
+        async def gen():
+            end = time.monotonic() + s.timeout
+            try:
+                while True:
+                    try:
+                        kind, value, err = await asyncio.wait_for(
+                            events.get(), max(0.0, end - time.monotonic()))
+                    except asyncio.TimeoutError:
+                        yield _sse({"type": "error", "error": _error_body(_timeout(s))})
+                        return
+                    if kind == "start":
+                        continue
+                    if kind == "segment":
+                        yield _sse({"type": "transcript.text.delta", "delta": value.text,
+                                    "segment": _segment_json(value)})
+                        continue
+                    if err is not None:
+                        yield _sse({"type": "error", "error": _error_body(_mapped(err))})
+                    else:
+                        yield _sse({"type": "transcript.text.done", "text": value[0].text})
+                    return
+            finally:
+                job.cancel()
+
+        return StreamingResponse(gen(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+
     async def list_models(request):
         return JSONResponse({"object": "list", "data": [
             {"id": n, "object": "model", "created": created, "owned_by": "fastattn",
@@ -449,6 +628,8 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
     routes = [endpoint("/v1/embeddings", embeddings, ["POST"]),
               endpoint("/translate", translate, ["POST"]),
               endpoint("/translate/stream", translate_stream, ["POST"]),
+              endpoint("/v1/audio/transcriptions", audio_endpoint("transcribe"), ["POST"]),
+              endpoint("/v1/audio/translations", audio_endpoint("translate"), ["POST"]),
               endpoint("/v1/models", list_models, ["GET"]),
               endpoint("/health", health, ["GET"], open_=True),
               endpoint("/metrics", prometheus, ["GET"])]
@@ -494,6 +675,12 @@ def _job_result(fut):
 
 def _error_body(err):
     return {"message": err.message, "type": err.type, "param": err.param, "code": err.code}
+
+
+def _segment_json(x):
+    return {"id": x.id, "seek": x.seek, "start": x.start, "end": x.end, "text": x.text,
+            "tokens": x.tokens, "temperature": x.temperature, "avg_logprob": x.avg_logprob,
+            "compression_ratio": x.compression_ratio, "no_speech_prob": x.no_speech_prob}
 
 
 def _sse(obj):

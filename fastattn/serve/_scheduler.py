@@ -10,6 +10,9 @@ is in its batch, so a request's result is bitwise what it gets alone.
 - Translation: the waiting jobs with the same decoding settings (and languages) are translated
   together (``Translator``'s length-sorted batches); a sampling job (its rows draw from the
   seed's streams by position) and a streaming job run alone.
+- Transcription: with an audio batch size, the waiting jobs with the same options are
+  transcribed together, their speech windows decoded in batches across the files; without,
+  one file at a time.
 
 Jobs whose client went away, or whose deadline passed, before the worker reached them are
 dropped. The worker thread is the only one that touches its model (tokenizers included).
@@ -19,7 +22,7 @@ import queue
 import threading
 import time
 
-__all__ = ["Job", "QueueFull", "EmbeddingWorker", "TranslationWorker"]
+__all__ = ["Job", "QueueFull", "EmbeddingWorker", "TranslationWorker", "TranscriptionWorker"]
 
 _STOP = object()
 # the most rows one batch of requests takes (it is then cut into forward passes)
@@ -277,3 +280,83 @@ class _NoBar:
     @staticmethod
     def update(n):
         pass
+
+
+class TranscriptionWorker(_Worker):
+    """Jobs: payload {"inputs": [audio bytes], "options": Transcriber options}; result (a
+    :class:`fastattn.audio.Transcription`, tokens decoded). With ``audio_batch_size`` N the
+    waiting jobs with the same options are transcribed together, their speech windows decoded
+    N at a time across the files (``Transcriber.transcribe_batch``: each file's result is
+    bitwise what it gets alone); without, one file at a time (the sequential long form). A job
+    with ``on_text`` streams its segments: on_text(segment) from the worker thread."""
+    kind = "transcription"
+
+    def __init__(self, name, model, *, audio_batch_size=None, **kw):
+        self.audio_batch_size = audio_batch_size
+        super().__init__(name, model, **kw)
+
+    @staticmethod
+    def job_key(payload):
+        return json.dumps(payload["options"], sort_keys=True)
+
+    def _run(self, jobs):
+        from ..audio import load_audio
+        tr = self.model
+        opts = dict(jobs[0].payload["options"])
+        audios, live = [], []
+        for j in jobs:                              # a file that does not decode fails alone
+            try:
+                audios.append(load_audio(j.payload["inputs"][0]))
+                live.append(j)
+            except (ValueError, TypeError) as exc:
+                _finish(j, None, exc)
+        if not live:
+            return 0
+        n = self.audio_batch_size
+        if live[0].on_text is not None:
+            return self._stream(live[0], audios[0], opts)
+        if n is not None:
+            opts["batch_size"] = n
+            try:
+                results = tr.transcribe_batch(audios, **opts)
+            except (ValueError, TypeError) as exc:
+                if len(live) == 1:
+                    raise
+                del exc
+                results = []
+                for j, a in zip(live, audios):
+                    try:
+                        results.append(tr.transcribe(a, **opts))
+                    except (ValueError, TypeError) as e:
+                        results.append(e)
+        else:
+            results = []
+            for a in audios:
+                try:
+                    results.append(tr.transcribe(a, **opts))
+                except (ValueError, TypeError) as e:
+                    results.append(e)
+        total = 0
+        for j, r in zip(live, results):
+            if isinstance(r, Exception):
+                _finish(j, None, r)
+                continue
+            toks = sum(len(s.tokens) for s in r.segments)
+            total += toks
+            _finish(j, (r, toks), None)
+        return total
+
+    def _stream(self, job, audio, opts):
+        tr = self.model
+        stream = tr.stream(audio, **opts)
+        job.on_text(("start", stream))
+        segments = []
+        for seg in stream:
+            if job.cancelled.is_set():
+                _finish(job, None, Dropped())
+                return sum(len(s.tokens) for s in segments)
+            segments.append(seg)
+            job.on_text(("segment", seg))
+        toks = sum(len(s.tokens) for s in segments)
+        _finish(job, (stream.result(segments), toks), None)
+        return toks
