@@ -35,7 +35,9 @@ from dataclasses import dataclass, field, asdict
 import numpy as np
 
 from .._validation import check_option, check_positive_int
-from ..generation.search import beam_search, greedy_search
+from ..generation.processors import apply, history
+from ..generation.search import (_chosen_logprob, _draw, _scores_f32, beam_search,
+                                 greedy_search)
 from ..generation.processors import Temperature
 from ..generation.whisper import language_token, strip_generated
 from .alignment import add_word_timestamps
@@ -522,16 +524,14 @@ class TranscriptionStream:
                 total = float(scores[0])
         else:
             R = opts.best_of
-            rows = np.repeat(np.array([prefix], np.int64), R, axis=0)
-            # best_of draws: the window repeated, one row each (rows end independently)
-            state = model.start(encoder_output=np.repeat(mem.reshape(1, S, -1), R, axis=0),
-                                max_length=p["max_length"], n_threads=tr.n_threads)
             ss = np.random.SeedSequence([opts.seed, int(seek), t_index])
-            streams = [np.random.default_rng(s) for s in ss.spawn(R)]
-            procs = procs + [Temperature(temperature)]
-            seqs, scores = greedy_search(state, procs, dict(p, do_sample=True), R, prefix=rows,
-                                         streams=streams, return_scores=True,
-                                         on_logits=on_logits)
+            streams = [np.random.default_rng(x) for x in ss.spawn(R)]
+            # best_of draws of one window: R rows of one source (its cross-attention keys
+            # and values computed once); finished rows idle until the last one ends
+            state = model.start(encoder_output=mem.reshape(1, S, -1), num_beams=R,
+                                max_length=p["max_length"], n_threads=tr.n_threads)
+            seqs, scores = _sample_rows(state, procs + [Temperature(temperature)], p, prefix,
+                                        streams, on_logits)
             best, best_rank = None, -np.inf
             for r in range(R):
                 g = strip_generated(seqs[r, P:], p["pad_token_id"], p["eos_token_id"])
@@ -760,6 +760,40 @@ class TranscriptionStream:
                      temp > opts.prompt_reset_on_temperature):
                 reset_since = len(history)
             seek += moved
+
+
+def _sample_rows(state, procs, p, prefix, streams, on_logits):
+    """Multinomial decoding of len(streams) rows of one source that stay in the step batch
+    until every row has ended -> (int64 (R, P + T), float64 (R,) sums of the chosen tokens'
+    log-probabilities under the processed scores)."""
+    R = len(streams)
+    max_len, eos, pad = p["max_length"], p["eos_token_id"], p["pad_token_id"]
+    P = len(prefix)
+    seqs = np.full((R, max_len), pad, np.int64)
+    seqs[:, :P] = prefix
+    rows = np.arange(R)
+    zeros = np.zeros(R, np.int64)
+    for t in range(P - 1):
+        on_logits(t, state.step(seqs[:, t]))
+    cur, tokens = P, seqs[:, P - 1].copy()
+    done = np.zeros(R, bool)
+    total = np.zeros(R)
+    while True:
+        scores = _scores_f32(state.step(tokens))
+        if cur == P:
+            on_logits(P - 1, scores.copy())
+        scores = apply(procs, history(seqs, rows, cur, procs), scores, zeros)
+        live = np.flatnonzero(~done)
+        nxt = np.full(R, pad, np.int64)
+        nxt[live] = _draw(scores[live], [streams[i] for i in live])
+        total[live] += _chosen_logprob(scores[live], nxt[live])
+        seqs[:, cur] = nxt
+        cur += 1
+        done |= nxt == eos
+        if done.all() or cur >= max_len:
+            break
+        tokens = nxt
+    return seqs[:, :cur], total
 
 
 def _pieces(tokens, tb, window):
