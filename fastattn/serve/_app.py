@@ -148,8 +148,11 @@ async def _read_raw(request, s, limit):
                 break
         return b"".join(chunks), n
 
+    from starlette.requests import ClientDisconnect
     try:
         raw, n = await asyncio.wait_for(collect(), s.body_timeout)
+    except ClientDisconnect:                       # left halfway through its body
+        raise _ClientGone() from None
     except asyncio.TimeoutError:
         raise ServeError(408, f"the request body did not arrive within {s.body_timeout:g} s",
                          code="request_timeout") from None

@@ -344,7 +344,10 @@ def test_a_failed_convert_leaves_nothing(folders, tmp_path, monkeypatch):
 
 
 _SLOW_CONVERT = """
-import sys, time
+import signal, sys, time
+# Ctrl-C as at a terminal (a background job of a non-interactive shell starts with SIGINT
+# ignored, and Python then never raises KeyboardInterrupt)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from fastattn.models import convert
 from fastattn import __main__ as cli
 real = convert._Progress.__call__
