@@ -382,3 +382,27 @@ def test_load_failure_exits(tmp_path):
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fastattn serve: error:"), r.stderr
+
+
+def test_client_leaving_mid_body_is_not_an_error(start_server, bert_folder):
+    """Half a body, then the client closes: the request is dropped (499), never a 500, and the
+    server keeps serving."""
+    srv = start_server({"bert": bert_folder}, key=None)
+    body = json.dumps({"model": "bert", "input": ["half a body"] * 200}).encode()
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: " +
+                      str(len(body)).encode() + b"\r\n\r\n" + body[:len(body) // 2])
+            time.sleep(0.2)
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        text = httpx.get(srv.url + "/metrics", timeout=10).text
+        if _metric(text, 'fastattn_requests_total{code="499",endpoint="/v1/embeddings"}') == 3:
+            break
+        time.sleep(0.1)
+    assert _metric(text, 'fastattn_requests_total{code="499",endpoint="/v1/embeddings"}') == 3
+    assert _metric(text, 'fastattn_requests_total{code="500",endpoint="/v1/embeddings"}') is None
+    assert "internal error" not in srv.stderr()
+    assert httpx.post(srv.url + "/v1/embeddings", json={"model": "bert", "input": "a"},
+                      timeout=30).status_code == 200
