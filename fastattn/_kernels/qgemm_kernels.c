@@ -100,16 +100,38 @@ __attribute__((target("avx512f"))) static inline int qg_any16_avx512(const void 
 #define QG_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma")))
 #define QG_TARGET_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma")))
 
-/* ------------------------------------------------------------------ AVX2 (vpmaddwd) */
-#define FA_NAME(x) qg_##x##_avx2
+/* ------------------------------------------------------------------ AVX2 (vpmaddwd)
+ * On AVX2 a 16-float GNU vector is two registers and GCC expands much of the epilogue's lane
+ * code (the GELU's erf, selects, conversions) piecewise, element by element: the exact-GELU
+ * epilogue took 3x the GEMM. So the AVX2 variants run the elementwise epilogue (dequantised
+ * tile + bias, activation, residual: lane-wise arithmetic, the same bits at any width) at the
+ * native 8 lanes, and take LayerNorm (whose sums' order is the lane count's) from a 16-lane
+ * instance, as every other variant computes it. */
+#if FA_GNU_VECTORS
+#define FA_NAME(x) qg_##x##_avx2ln16
 #define FA_IS_DOUBLE 0
 #define FA_VW QG_VW
 #define GM_MR 6
 #define GM_NV 4
 #define GM_KC 256
 #define FA_TARGET QG_TARGET_AVX2
-#if FA_GNU_VECTORS
 #define FA_ANY(m) QG_ANY_AVX2(m)
+#include "gemm_tile.h"
+#define QG_LN_AVX2 qg_ln_row_avx2ln16
+#define QG_AVX2_VW 8
+#else
+#define QG_LN_AVX2 qg_ln_row_avx2
+#define QG_AVX2_VW QG_VW
+#endif
+#define FA_NAME(x) qg_##x##_avx2
+#define FA_IS_DOUBLE 0
+#define FA_VW QG_AVX2_VW
+#define GM_MR 6
+#define GM_NV 2
+#define GM_KC 256
+#define FA_TARGET QG_TARGET_AVX2
+#if FA_GNU_VECTORS
+#define FA_ANY(m) _mm256_movemask_ps((__m256)(m))
 #endif
 #define GM_KEEP_INSTANCE
 #include "gemm_tile.h"
@@ -148,13 +170,13 @@ qg_imk_avx2(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, ptrdi
 /* ------------------------------------------------------------------ AVX2 + AVX-VNNI */
 #define FA_NAME(x) qg_##x##_avx2vnni
 #define FA_IS_DOUBLE 0
-#define FA_VW QG_VW
+#define FA_VW QG_AVX2_VW
 #define GM_MR 6
-#define GM_NV 4
+#define GM_NV 2
 #define GM_KC 256
 #define FA_TARGET QG_TARGET_AVX2_VNNI
 #if FA_GNU_VECTORS
-#define FA_ANY(m) QG_ANY_AVX2(m)
+#define FA_ANY(m) _mm256_movemask_ps((__m256)(m))
 #endif
 #define GM_KEEP_INSTANCE
 #include "gemm_tile.h"
@@ -300,6 +322,9 @@ void qg_setup(void)
 #if FA_X86
     QG_FILL(QG_AVX2, avx2, 2);
     QG_FILL(QG_AVX2_VNNI, avx2vnni, 6);
+    /* LayerNorm's sums at 16 lanes, as every variant (see the AVX2 instances) */
+    qg_tables[QG_AVX2].ln = QG_LN_AVX2;
+    qg_tables[QG_AVX2_VNNI].ln = QG_LN_AVX2;
     QG_FILL(QG_AVX512, avx512, 6);
     QG_FILL(QG_AVX512_VNNI, avx512vnni, 6);
 #endif
