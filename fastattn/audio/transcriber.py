@@ -472,7 +472,9 @@ class TranscriptionStream:
         model = tr.model
         user = {"num_beams": opts.num_beams, "length_penalty": opts.length_penalty}
         if opts.max_new_tokens is not None:
-            user["max_new_tokens"] = opts.max_new_tokens
+            # at most what the decoder's positions leave after this window's prompt
+            user["max_new_tokens"] = max(1, min(opts.max_new_tokens,
+                                                model.max_decoder_positions - prefix_len))
         if opts.suppress_tokens is not None:
             user["suppress_tokens"] = list(opts.suppress_tokens)
         if not opts.suppress_blank:
@@ -511,12 +513,14 @@ class TranscriptionStream:
             state = model.start(encoder_output=mem.reshape(1, S, -1), num_beams=K,
                                 max_length=p["max_length"], n_threads=tr.n_threads)
             if K > 1:
-                seqs, scores = beam_search(state, procs, p, 1, K, None, tr.n_threads,
-                                           prefix=rows, return_scores=True,
-                                           on_logits=on_logits)
+                seqs, scores, norm = beam_search(state, procs, p, 1, K, None, tr.n_threads,
+                                                 prefix=rows, return_scores=True,
+                                                 on_logits=on_logits, return_norm=True)
                 gen = strip_generated(seqs[0, P:], p["pad_token_id"], p["eos_token_id"])
                 n = seqs.shape[1] - P                # tokens scored (EOS counted)
-                total = float(scores[0]) * n ** p["length_penalty"]
+                # the log-probabilities renormalised after the suppression and timestamp
+                # rules (openai-whisper's and CTranslate2's, which the thresholds assume)
+                total = float(scores[0]) * n ** p["length_penalty"] - float(norm[0])
             else:
                 seqs, scores = greedy_search(state, procs, p, 1, prefix=rows,
                                              return_scores=True, on_logits=on_logits)
@@ -530,8 +534,8 @@ class TranscriptionStream:
             # and values computed once); finished rows idle until the last one ends
             state = model.start(encoder_output=mem.reshape(1, S, -1), num_beams=R,
                                 max_length=p["max_length"], n_threads=tr.n_threads)
-            seqs, scores = _sample_rows(state, procs + [Temperature(temperature)], p, prefix,
-                                        streams, on_logits)
+            seqs, scores = _sample_rows(state, procs, p, [prefix] * R, streams, on_logits,
+                                        temperature)
             best, best_rank = None, -np.inf
             for r in range(R):
                 g = strip_generated(seqs[r, P:], p["pad_token_id"], p["eos_token_id"])
@@ -599,18 +603,18 @@ class TranscriptionStream:
         rows = np.repeat(np.array([prefix], np.int64), n, axis=0)
         state = model.start(encoder_output=mem.reshape(n, S, -1), num_beams=K,
                             max_length=p["max_length"], n_threads=tr.n_threads)
+        norm = np.zeros(n)
         if K > 1:
-            seqs, scores = beam_search(state, procs, p, n, K, None, tr.n_threads, prefix=rows,
-                                       return_scores=True, on_logits=on_logits)
+            seqs, scores, norm = beam_search(state, procs, p, n, K, None, tr.n_threads,
+                                             prefix=rows, return_scores=True,
+                                             on_logits=on_logits, return_norm=True)
+        elif temperature > 0.0:
+            streams = [np.random.default_rng(np.random.SeedSequence([opts.seed, int(k)]))
+                       for k in keys]
+            seqs, scores = _sample_rows(state, procs, p, rows, streams, on_logits, temperature)
         else:
-            streams = None
-            if temperature > 0.0:
-                procs = procs + [Temperature(temperature)]
-                streams = [np.random.default_rng(np.random.SeedSequence([opts.seed, int(k)]))
-                           for k in keys]
-                p = dict(p, do_sample=True)
-            seqs, scores = greedy_search(state, procs, p, n, prefix=rows, streams=streams,
-                                         return_scores=True, on_logits=on_logits)
+            seqs, scores = greedy_search(state, procs, p, n, prefix=rows, return_scores=True,
+                                         on_logits=on_logits)
         out = []
         lg = seen["sot"]
         lg = lg - lg.max(axis=1, keepdims=True)
@@ -621,7 +625,7 @@ class TranscriptionStream:
             if K > 1:                    # the beam score is sum / length ** length_penalty
                 end = P + gen.size
                 length = gen.size + (end < seqs.shape[1] and seqs[i, end] == p["eos_token_id"])
-                total *= length ** p["length_penalty"]
+                total = total * length ** p["length_penalty"] - float(norm[i])
             out.append((gen, total, float(probs[i, tr.no_speech])))
         return out
 
@@ -762,17 +766,20 @@ class TranscriptionStream:
             seek += moved
 
 
-def _sample_rows(state, procs, p, prefix, streams, on_logits):
-    """Multinomial decoding of len(streams) rows of one source that stay in the step batch
-    until every row has ended -> (int64 (R, P + T), float64 (R,) sums of the chosen tokens'
-    log-probabilities under the processed scores)."""
+def _sample_rows(state, procs, p, prefix, streams, on_logits, temperature):
+    """Multinomial decoding at `temperature` of the state's rows (one stream each), which stay
+    in the step batch until every row has ended -> (int64 (R, P + T), float64 (R,) sums of the
+    chosen tokens' log-probabilities under the processed scores before the temperature, as
+    openai-whisper's and CTranslate2's). prefix: (R, P) rows."""
     R = len(streams)
     max_len, eos, pad = p["max_length"], p["eos_token_id"], p["pad_token_id"]
-    P = len(prefix)
+    prefix = np.asarray(prefix, np.int64).reshape(R, -1)
+    P = prefix.shape[1]
     seqs = np.full((R, max_len), pad, np.int64)
     seqs[:, :P] = prefix
     rows = np.arange(R)
     zeros = np.zeros(R, np.int64)
+    temp = Temperature(temperature)
     for t in range(P - 1):
         on_logits(t, state.step(seqs[:, t]))
     cur, tokens = P, seqs[:, P - 1].copy()
@@ -785,7 +792,7 @@ def _sample_rows(state, procs, p, prefix, streams, on_logits):
         scores = apply(procs, history(seqs, rows, cur, procs), scores, zeros)
         live = np.flatnonzero(~done)
         nxt = np.full(R, pad, np.int64)
-        nxt[live] = _draw(scores[live], [streams[i] for i in live])
+        nxt[live] = _draw(temp(None, scores[live].copy()), [streams[i] for i in live])
         total[live] += _chosen_logprob(scores[live], nxt[live])
         seqs[:, cur] = nxt
         cur += 1

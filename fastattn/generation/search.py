@@ -408,7 +408,7 @@ def _sample_desc(acc, k, gens):
 
 
 def beam_search(state, procs, p, B, K, rng=None, n_threads=None, *, prefix=None,
-                num_return_sequences=1, return_scores=False, on_logits=None):
+                num_return_sequences=1, return_scores=False, on_logits=None, return_norm=False):
     """Beam search with transformers' semantics -> int64 (B * num_return_sequences, P + T):
     the best `num_return_sequences` finished hypotheses of each source, best first; with
     `return_scores` also their float32 scores (transformers' ``sequences_scores``).
@@ -417,7 +417,11 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None, *, prefix=None,
     length penalty count the tokens after it (transformers' ``decoder_prompt_len``).
     With `rng` (a SeedSequence; do_sample=True), the 2 * num_beams candidates of each source are
     sampled instead of taken best-first (beam sampling), source b drawing from stream b.
-    on_logits(t, logits): as greedy_search's (rows: B * K, beam-major within a source)."""
+    on_logits(t, logits): as greedy_search's (rows: B * K, beam-major within a source).
+    return_norm: also return, per returned hypothesis, the float64 sum over its steps of the
+    log of the probability mass the processors left (logsumexp of the processed log-probs):
+    its score's sum minus this is the sum of its tokens' log-probabilities renormalised after
+    the processors (openai-whisper's and CTranslate2's ``sum_logprobs``)."""
     streams = None if rng is None else [np.random.default_rng(s) for s in rng.spawn(B)]
     max_len, eos, pad = p["max_length"], p["eos_token_id"], p["pad_token_id"]
     lp, es = p["length_penalty"], p["early_stopping"]
@@ -434,6 +438,9 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None, *, prefix=None,
     fin_score = np.full((B, K), _BIG, _F32)
     fin_len = np.zeros((B, K), np.int64)                      # a hypothesis' length (prefix in)
     fin_done = np.zeros((B, K), bool)                         # slot holds a finished hypothesis
+    if return_norm:
+        run_norm = np.zeros((B, K))                           # sum of the steps' logsumexp
+        fin_norm = np.zeros((B, K))
     open_ = np.ones(B, bool)                                  # early-stop heuristic unsatisfied
     active = np.arange(B)
     for t in range(P - 1):                                    # the prefix: logits not needed
@@ -456,6 +463,12 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None, *, prefix=None,
         hist = history(run_seq.reshape(B * K, max_len),
                        (active[:, None] * K + np.arange(K)).reshape(-1), cur, procs)
         lprobs = apply(procs, hist, lprobs, np.repeat(active, K))
+        if return_norm:
+            lp64 = lprobs.reshape(n, K, V).astype(np.float64)
+            mx = lp64.max(axis=2, keepdims=True)
+            mx = np.where(np.isfinite(mx), mx, 0.0)
+            with np.errstate(divide="ignore"):
+                lse = np.log(np.exp(lp64 - mx).sum(axis=2)) + mx[:, :, 0]     # (n, K)
         if streams is None:
             # acc = lprobs + running score (float32, one rounding), read by the selection
             # without being stored: the top 2K of each source over its K * V candidates
@@ -482,6 +495,9 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None, *, prefix=None,
         new_run_seq = np.take_along_axis(cand_seq, nxt[:, :, None], axis=1)
         new_run_score = np.take_along_axis(run_lp, nxt, axis=1)
         src_beam = np.take_along_axis(top_beam, nxt, axis=1)             # (n, K)
+        if return_norm:
+            cand_norm = np.take_along_axis(run_norm[active] + lse, top_beam, axis=1)  # (n, 2K)
+            new_run_norm = np.take_along_axis(cand_norm, nxt, axis=1)
         # -- the finished set: merge the new finished candidates (top K positions only)
         just = hits & top_mask[None, :]
         cand = top_lp / _F32((cur + 1 - P) ** lp)
@@ -498,6 +514,10 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None, *, prefix=None,
         fin_seq[active] = np.take_along_axis(m_seq, sel[:, :, None], axis=1)
         fin_len[active] = np.take_along_axis(m_len, sel, axis=1)
         fin_done[active] = np.take_along_axis(m_done, sel, axis=1)
+        if return_norm:
+            m_norm = np.concatenate([fin_norm[active], cand_norm], axis=1)
+            fin_norm[active] = np.take_along_axis(m_norm, sel, axis=1)
+            run_norm[active] = new_run_norm
         run_seq[active] = new_run_seq
         run_score[active] = new_run_score
         cur += 1
@@ -528,6 +548,10 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None, *, prefix=None,
     R = num_return_sequences
     L = max(P, int(fin_len[:, :R].max()))
     out = fin_seq[:, :R, :L].reshape(B * R, L).copy()
+    if return_norm:
+        norm = fin_norm[:, :R].reshape(-1).copy()
+        return (out, fin_score[:, :R].reshape(-1).copy(), norm) if return_scores else \
+            (out, norm)
     return (out, fin_score[:, :R].reshape(-1).copy()) if return_scores else out
 
 

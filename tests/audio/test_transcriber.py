@@ -195,22 +195,63 @@ def test_stream_yields_the_segments_in_order(folders, transcribers):
 def test_temperature_fallback_samples_reproducibly(folders, transcribers):
     tr = transcribers(folders("multi"))
     audio = W.speech_like(8.0, seed=2)
-    # a ratio no text meets: every window is decoded at every temperature, the best kept
+    # a ratio no text meets: every window is decoded at every temperature, then the most likely
+    # result is kept (the beam's, by its renormalised log-probability, when 0 is among them)
     kw = dict(temperature=(0.0, 0.5, 1.0), compression_ratio_threshold=0.1,
               log_prob_threshold=None, no_speech_threshold=None, num_beams=2, best_of=3)
-    a = tr.transcribe(audio, **kw)
-    b = tr.transcribe(audio, **kw)
-    assert _ours(a) == _ours(b) and a.segments == b.segments
     greedy = tr.transcribe(audio, **dict(kw, temperature=0.0))
     assert {s.temperature for s in greedy.segments} == {0.0}
-    assert {s.temperature for s in a.segments} - {0.0}, "no window was sampled"
-    other = tr.transcribe(audio, **dict(kw, seed=1))
+    best = tr.transcribe(audio, **kw)
+    for s in best.segments:
+        assert s.avg_logprob <= 0 and s.compression_ratio > 0 and 0 <= s.no_speech_prob <= 1
+    # sampled only: reproducible, driven by the seed
+    hot = dict(kw, temperature=(0.5, 1.0))
+    a = tr.transcribe(audio, **hot)
+    b = tr.transcribe(audio, **hot)
+    assert a.segments == b.segments and a.segments
+    assert {s.temperature for s in a.segments} <= {0.5, 1.0}
+    assert _ours(a) != _ours(greedy)
+    other = tr.transcribe(audio, **dict(hot, seed=1))
     assert _ours(other) != _ours(a)                     # the seed drives the draws
     # a threshold every result passes: the first temperature is kept
     easy = tr.transcribe(audio, **dict(kw, compression_ratio_threshold=1e9))
     assert _ours(easy) == _ours(greedy)
-    for s in a.segments:
-        assert s.avg_logprob <= 0 and s.compression_ratio > 0 and 0 <= s.no_speech_prob <= 1
+    one = tr.transcribe(audio, **dict(hot, compression_ratio_threshold=1e9))
+    assert {s.temperature for s in one.segments} == {0.5}
+
+
+def test_avg_logprob_is_renormalised_after_the_rules(folders, transcribers):
+    """avg_logprob: the chosen tokens' log-probabilities renormalised after the suppression
+    and timestamp rules (what openai-whisper and CTranslate2 compute), recomputed here from
+    teacher-forced logits, for beam search and greedy."""
+    from fastattn.generation.processors import apply, history
+    from fastattn.functional import log_softmax
+    tr = transcribers(folders("multi"))
+    audio = W.speech_like(3.0, seed=5)
+    feats = log_mel_spectrogram(audio, 80, padding="longest", truncation=False)
+    window = tr._window(feats, 0)
+    mem = tr.model._encode(window, None, None)
+    for beams in (1, 3):
+        stream = tr.stream(audio, num_beams=beams, language="de", **NO_FALLBACK)
+        prefix = stream._sot_sequence()
+        gen, total, _ = stream._decode(mem, prefix, 0.0, 0, 0)
+        p, procs = stream._settings(len(prefix))
+        full = np.array([prefix + [int(t) for t in gen] + [W.EOT]])[:, :p["max_length"]]
+        logits = tr.model.logits(window, full)[0].astype(np.float32)
+        want = 0.0
+        for t in range(len(prefix) - 1, full.shape[1] - 1):
+            sc = apply(procs, history(full, np.arange(1), t + 1, procs), logits[t][None].copy(),
+                       np.zeros(1, np.int64))
+            want += float(log_softmax(sc.astype(np.float64))[0, full[0, t + 1]])
+        assert gen.size > 5
+        assert total == pytest.approx(want, rel=1e-4, abs=1e-3), beams
+        # the raw (unrenormalised) beam score is lower: the rules removed probability mass
+        if beams > 1:
+            raw = 0.0
+            for t in range(len(prefix) - 1, full.shape[1] - 1):
+                lp = log_softmax(logits[t][None].astype(np.float64))
+                raw += float(lp[0, full[0, t + 1]])
+            assert raw <= want + 1e-6
 
 
 def test_no_speech_windows_are_skipped(folders, transcribers):
