@@ -190,14 +190,17 @@ class _Counting:
 def _fastattn(a, int8, batched, count):
     from fastattn.audio import transcriber
     from fastattn.audio.transcriber import Transcriber
-    kw = dict(language=a.language, num_beams=5)
+    # max_new_tokens=224: CTranslate2 decodes at most max_length / 2 = 224 new tokens a window
+    # (openai-whisper's sample_len); fastattn's default is transformers' (up to 448 - prompt)
+    kw = dict(language=a.language, num_beams=5, max_new_tokens=224)
     if a.no_fallback:
         kw["temperature"] = 0.0
     if batched:
         taken = inspect.signature(Transcriber.transcribe).parameters
         if "batch_size" not in taken or "vad_filter" not in taken:
             return None, "Transcriber.transcribe takes no batch_size / vad_filter (yet)"
-        kw.update(batch_size=a.batch_size, vad_filter=True)
+        # faster-whisper's BatchedInferencePipeline defaults: Silero VAD, no timestamps
+        kw.update(batch_size=a.batch_size, vad_filter=True, without_timestamps=True)
     model = Transcriber(a.hf, quantize="int8" if int8 else None, n_threads=a.threads)
     decode = getattr(transcriber.TranscriptionStream, "_decode", None)
     if decode is None:              # one window decoding: (tokens, ...); the count is lost
@@ -208,6 +211,13 @@ def _fastattn(a, int8, batched, count):
             count["decoded"] += out[0].size
             return out
         transcriber.TranscriptionStream._decode = counted
+        batch_decode = transcriber.TranscriptionStream._decode_batch
+
+        def counted_batch(self, *args):
+            out = batch_decode(self, *args)
+            count["decoded"] += sum(r[0].size for r in out)
+            return out
+        transcriber.TranscriptionStream._decode_batch = counted_batch
 
     def run():
         r = model.transcribe(a.wav, **kw)
