@@ -73,11 +73,13 @@ class KVCache:
         self.n_src = n_src
         self.group = n_rows // n_src
         self.n_threads = None                     # for reorder's copies (None: the default)
-        self._layers = [_LayerCache(self, i) for i in range(n_layers)]
 
     def layer(self, i):
-        """Layer i's view: ``append(k, v)``, ``cross`` (k, v), ``memory_mask``, ``n_src``."""
-        return self._layers[i]
+        """Layer i's view: ``append(k, v)``, ``cross`` (k, v), ``memory_mask``, ``n_src``.
+        Made on each call and not kept: a view held by the cache would make a reference cycle,
+        and the cache's arrays (megabytes a layer) would wait for Python's cyclic collector,
+        which large arrays do not prompt (RSS grew by the caches of every call until it ran)."""
+        return _LayerCache(self, i)
 
     # -- filling ---------------------------------------------------------------------------------
 

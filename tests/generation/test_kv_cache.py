@@ -82,3 +82,23 @@ def test_reorder_checks_and_select_sources():
         for _ in range(4):
             c.append(0, np.zeros((8, 1, 2, 3), np.float32), np.zeros((8, 1, 2, 3), np.float32))
             c.advance(1)
+
+
+def test_a_cache_is_freed_without_the_cyclic_collector():
+    """A cache (its arrays: megabytes a layer) goes when its last reference does: no reference
+    cycle, so it never waits for gc.collect, which large arrays do not prompt (a transcription
+    of many windows grew RSS by every window's cache)."""
+    import gc
+    import weakref
+    cache = KVCache(3, 4, 2, 8, 16, 2, 5, np.float32)
+    for i in range(3):
+        cache.set_cross(i, np.zeros((2, 2, 5, 8), np.float32), np.zeros((2, 2, 5, 8), np.float32))
+    view = cache.layer(1)
+    assert view.n_src == 2 and view.cross[0].shape == (2, 2, 5, 8)
+    ref = weakref.ref(cache)
+    gc.disable()
+    try:
+        del cache, view
+        assert ref() is None
+    finally:
+        gc.enable()
