@@ -50,7 +50,7 @@ class VadOptions:
                              f"{self.threshold!r}")
 
 
-def _model_path():
+def _model_path(name):
     import importlib.util
     spec = importlib.util.find_spec("silero_vad")
     if spec is None or not spec.submodule_search_locations:
@@ -58,41 +58,64 @@ def _model_path():
                           'file; fastattn runs it with onnxruntime, without torch): pip install '
                           'silero-vad onnxruntime, or pip install --no-deps silero-vad; or use '
                           'vad_model="webrtc" (pip install "fastattn[vad]")')
-    path = os.path.join(list(spec.submodule_search_locations)[0], "data", "silero_vad.onnx")
+    path = os.path.join(list(spec.submodule_search_locations)[0], "data", name)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"the silero-vad package has no {path}")
     return path
 
 
-_SESSION = None
+_SESSIONS = {}
+_SEQUENCE_MODEL = "silero_vad_16k_sequence.onnx"      # frames in, probabilities out, one call
+_FRAME_MODEL = "silero_vad.onnx"                      # one frame a call (the reference)
+_BLOCK = 512                                           # frames per call of the sequence model
 
 
-def _session():
-    global _SESSION
-    if _SESSION is None:
-        path = _model_path()
+def _session(name):
+    if name not in _SESSIONS:
+        path = _model_path(name)
         ort = require("onnxruntime", 'vad_model="silero"', extra="vad")
         opts = ort.SessionOptions()
         opts.inter_op_num_threads = 1
         opts.intra_op_num_threads = 1
-        _SESSION = ort.InferenceSession(path, sess_options=opts,
-                                        providers=["CPUExecutionProvider"])
-    return _SESSION
+        opts.log_severity_level = 3                    # the files' unused-initializer notes
+        _SESSIONS[name] = ort.InferenceSession(path, sess_options=opts,
+                                               providers=["CPUExecutionProvider"])
+    return _SESSIONS[name]
 
 
-def _silero_probabilities(audio):
-    sess = _session()
+def _frames(audio):
+    """(n, 576) float32: frame i is samples [512 i - 64, 512 i + 512) (zeros before the start and
+    after the end): the 64 samples before a frame are its context."""
     n = -(-audio.size // _FRAME)
     padded = np.zeros(n * _FRAME + _CONTEXT, np.float32)
     padded[_CONTEXT:_CONTEXT + audio.size] = audio
-    state = np.zeros((2, 1, 128), np.float32)
-    sr = np.array(SAMPLE_RATE, np.int64)
-    out = np.empty(n, np.float32)
-    for i in range(n):
-        x = padded[i * _FRAME:(i + 1) * _FRAME + _CONTEXT][None]
-        prob, state = sess.run(None, {"input": x, "state": state, "sr": sr})
-        out[i] = prob.reshape(-1)[0]
-    return out
+    idx = np.arange(n)[:, None] * _FRAME + np.arange(_FRAME + _CONTEXT)[None, :]
+    return padded[idx]
+
+
+def _silero_probabilities(audio, per_frame=False):
+    """Silero's probabilities: the sequence model over blocks of 512 frames, its LSTM state
+    carried from block to block (per_frame: the one-frame-a-call model, the same numbers
+    within float rounding)."""
+    frames = _frames(audio)
+    if per_frame:
+        sess = _session(_FRAME_MODEL)
+        state = np.zeros((2, 1, 128), np.float32)
+        sr = np.array(SAMPLE_RATE, np.int64)
+        out = np.empty(len(frames), np.float32)
+        for i, x in enumerate(frames):
+            prob, state = sess.run(None, {"input": x[None], "state": state, "sr": sr})
+            out[i] = prob.reshape(-1)[0]
+        return out
+    sess = _session(_SEQUENCE_MODEL)
+    h = np.zeros((1, 1, 128), np.float32)
+    c = np.zeros((1, 1, 128), np.float32)
+    out = []
+    for b in range(0, len(frames), _BLOCK):
+        probs, h, c = sess.run(["speech_probs", "hn", "cn"],
+                               {"input": frames[b:b + _BLOCK], "h": h, "c": c})
+        out.append(np.asarray(probs, np.float32).reshape(-1))
+    return np.concatenate(out) if out else np.zeros(0, np.float32)
 
 
 def _webrtc_probabilities(audio, mode=3):

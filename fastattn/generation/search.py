@@ -463,12 +463,12 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None, *, prefix=None,
         hist = history(run_seq.reshape(B * K, max_len),
                        (active[:, None] * K + np.arange(K)).reshape(-1), cur, procs)
         lprobs = apply(procs, hist, lprobs, np.repeat(active, K))
-        if return_norm:
-            lp64 = lprobs.reshape(n, K, V).astype(np.float64)
-            mx = lp64.max(axis=2, keepdims=True)
-            mx = np.where(np.isfinite(mx), mx, 0.0)
+        if return_norm:                         # float32 exp, float64 sums and log
+            lp3 = lprobs.reshape(n, K, V)
+            mx = lp3.max(axis=2, keepdims=True)
+            mx = np.where(np.isfinite(mx), mx, _F32(0))
             with np.errstate(divide="ignore"):
-                lse = np.log(np.exp(lp64 - mx).sum(axis=2)) + mx[:, :, 0]     # (n, K)
+                lse = np.log(np.exp(lp3 - mx).sum(axis=2, dtype=np.float64)) + mx[:, :, 0]
         if streams is None:
             # acc = lprobs + running score (float32, one rounding), read by the selection
             # without being stored: the top 2K of each source over its K * V candidates
