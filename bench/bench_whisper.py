@@ -9,6 +9,10 @@ and a few minutes of English read by espeak-ng (16 kHz mono, one WAV). No downlo
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_whisper.py --shape tiny \\
         --int8 --repeats 3 --no-fallback --out bench/results/whisper_tiny_t0_$(date +%F).txt
 
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_whisper.py --shape tiny \\
+        --int8 --repeats 3 --equal-work --systems fastattn,fastattn-batched,faster-whisper,\\
+faster-whisper-batched --out bench/results/whisper_tiny_equal_$(date +%F).txt
+
 (--shape base likewise; 3 minutes of audio by default, --seconds to change it; the checkpoints
 and the speech are made once under --dir, /tmp/fastattn_bench_whisper.)
 
@@ -187,6 +191,15 @@ class _Counting:
         return results
 
 
+# --equal-work: every system decodes the same number of tokens (random weights otherwise send
+# the systems down different decodings): no timestamps (each window moves the seek by 30 s),
+# <|endoftext|> suppressed (each window decodes 224 tokens), temperature 0, no conditioning and
+# no no-speech skip; the batched systems decode the same VAD windows the same way
+_EQUAL_WORK = dict(temperature=0.0, without_timestamps=True, condition_on_previous_text=False,
+                   no_speech_threshold=None, log_prob_threshold=None,
+                   compression_ratio_threshold=None)
+
+
 def _fastattn(a, int8, batched, count):
     from fastattn.audio import transcriber
     from fastattn.audio.transcriber import Transcriber
@@ -195,6 +208,11 @@ def _fastattn(a, int8, batched, count):
     kw = dict(language=a.language, num_beams=5, max_new_tokens=224)
     if a.no_fallback:
         kw["temperature"] = 0.0
+    if a.equal_work:
+        with open(os.path.join(a.hf, "generation_config.json")) as f:
+            gen = json.load(f)
+        kw.update(_EQUAL_WORK, suppress_tokens=list(gen["suppress_tokens"]) +
+                  [gen["eos_token_id"]])
     if batched:
         taken = inspect.signature(Transcriber.transcribe).parameters
         if "batch_size" not in taken or "vad_filter" not in taken:
@@ -234,6 +252,10 @@ def _faster_whisper(a, int8, batched, count):
     kw = dict(language=a.language, beam_size=5)
     if a.no_fallback:
         kw["temperature"] = 0.0
+    if a.equal_work:
+        with open(os.path.join(a.hf, "generation_config.json")) as f:
+            eot = json.load(f)["eos_token_id"]
+        kw.update(_EQUAL_WORK, suppress_tokens=[-1, eot], max_new_tokens=224)
     pipe = model
     if batched:
         pipe = BatchedInferencePipeline(model)
@@ -334,7 +356,8 @@ def run_child(a, system, paths):
            "--threads", str(a.threads), "--repeats", str(a.repeats),
            "--batch-size", str(a.batch_size), "--language", a.language or "auto",
            "--hf", paths["hf"], "--ct2", paths["ct2"], "--ct2-int8", paths["ct2_int8"],
-           "--wav", paths["wav"]] + (["--no-fallback"] if a.no_fallback else [])
+           "--wav", paths["wav"]] + (["--no-fallback"] if a.no_fallback else []) \
+        + (["--equal-work"] if a.equal_work else [])
     t0 = time.perf_counter()
     p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -388,7 +411,9 @@ def header(a, duration, text):
         f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE')}",
         f"# audio: {duration:.1f} s of espeak-ng speech ({len(text.split())} words); beam 5; "
         f"language {'English-only model' if a.english_only else a.language or 'detected'}; "
-        + ("temperature 0 only (--no-fallback)" if a.no_fallback else
+        + ("EQUAL WORK (--equal-work): no timestamps, <|endoftext|> suppressed, 224 tokens a "
+           "window, temperature 0, no conditioning" if a.equal_work else
+           "temperature 0 only (--no-fallback)" if a.no_fallback else
            "temperature fallback 0.0 .. 1.0 (each system's default)")
         + f"; batch size {a.batch_size} for the batched systems",
         f"# each system in a process of its own: load, one warm-up transcription, then the "
@@ -445,6 +470,10 @@ def main():
                     help="also fastattn int8 and faster-whisper int8 (compute_type int8)")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--no-fallback", action="store_true", help="temperature 0.0 only")
+    ap.add_argument("--equal-work", action="store_true",
+                    help="the same tokens decoded by every system: no timestamps, "
+                         "<|endoftext|> suppressed (224 tokens a window), temperature 0, no "
+                         "conditioning (transformers not run)")
     ap.add_argument("--language", default="en", help='"auto": detected by each system')
     ap.add_argument("--systems", default=",".join(SYSTEMS),
                     help=f"comma-separated, of {', '.join(SYSTEMS)}")
