@@ -24,7 +24,8 @@ def build_parser():
     parser = argparse.ArgumentParser(
         prog="fastattn",
         description="fastattn: fused, tiled CPU attention and Transformer inference. "
-                    "`fastattn translate` / `fastattn embed` run model folders on text; "
+                    "`fastattn translate` / `fastattn embed` run model folders on text, "
+                    "`fastattn transcribe` a Whisper folder on audio; "
                     "`fastattn bench --quick` compares with the NumPy formula and, when "
                     "installed, PyTorch and ONNX Runtime.")
     parser.add_argument("--version", action="version", version=f"fastattn {__version__}")
