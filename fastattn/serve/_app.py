@@ -414,41 +414,9 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
         if payload["kw"].setdefault("num_beams", 1) != 1:
             raise _bad("streaming decodes one hypothesis: num_beams must be 1",
                        param="num_beams")
-        loop = asyncio.get_running_loop()
-        events = asyncio.Queue()
-
-        def put(item):
-            loop.call_soon_threadsafe(events.put_nowait, item)
-
-        job = Job(payload, lambda r, e: put(("end", r, e)), alone=True,
-                  deadline=time.monotonic() + s.timeout,
-                  on_text=lambda piece: put(("text", piece, None)))
-        _submit(w, job)
-
-        async def gen():
-            end = time.monotonic() + s.timeout
-            try:
-                while True:
-                    try:
-                        kind, value, err = await asyncio.wait_for(
-                            events.get(), max(0.0, end - time.monotonic()))
-                    except asyncio.TimeoutError:
-                        yield _sse({"error": _error_body(_timeout(s))})
-                        return
-                    if kind == "text":
-                        yield _sse({"text": value})
-                        continue
-                    if err is not None:
-                        e = _mapped(err)
-                        yield _sse({"error": _error_body(e)})
-                    else:
-                        yield _sse({"done": True, "translatedText": value[0]})
-                    return
-            finally:
-                job.cancel()
-
-        return StreamingResponse(gen(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        return stream_job(w, payload, lambda piece: {"text": piece},
+                          lambda r: {"done": True, "translatedText": r[0]},
+                          lambda body: {"error": body})
 
     # -- speech: OpenAI's /v1/audio/transcriptions and /v1/audio/translations -------------
 
@@ -567,6 +535,19 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
         return handle
 
     def audio_stream(request, w, payload):
+        def piece(item):                    # ("start", stream) or ("segment", segment)
+            kind, seg = item
+            if kind == "segment":
+                return {"type": "transcript.text.delta", "delta": seg.text,
+                        "segment": _segment_json(seg)}
+            return None
+        return stream_job(w, payload, piece,
+                          lambda r: {"type": "transcript.text.done", "text": r[0].text},
+                          lambda body: {"type": "error", "error": body})
+
+    def stream_job(w, payload, piece_event, done_event, error_event):
+        """A job run alone whose on_text items become server-sent events: piece_event(item)
+        (None: nothing sent), then done_event(result) or error_event(error body)."""
         loop = asyncio.get_running_loop()
         events = asyncio.Queue()
 
@@ -575,7 +556,7 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
 
         job = Job(payload, lambda r, e: put(("end", r, e)), alone=True,
                   deadline=time.monotonic() + s.timeout,
-                  on_text=lambda item: put(item + (None,)))
+                  on_text=lambda item: put(("item", item, None)))
         _submit(w, job)
 
         async def gen():
@@ -586,18 +567,17 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
                         kind, value, err = await asyncio.wait_for(
                             events.get(), max(0.0, end - time.monotonic()))
                     except asyncio.TimeoutError:
-                        yield _sse({"type": "error", "error": _error_body(_timeout(s))})
+                        yield _sse(error_event(_error_body(_timeout(s))))
                         return
-                    if kind == "start":
-                        continue
-                    if kind == "segment":
-                        yield _sse({"type": "transcript.text.delta", "delta": value.text,
-                                    "segment": _segment_json(value)})
+                    if kind == "item":
+                        ev = piece_event(value)
+                        if ev is not None:
+                            yield _sse(ev)
                         continue
                     if err is not None:
-                        yield _sse({"type": "error", "error": _error_body(_mapped(err))})
+                        yield _sse(error_event(_error_body(_mapped(err))))
                     else:
-                        yield _sse({"type": "transcript.text.done", "text": value[0].text})
+                        yield _sse(done_event(value))
                     return
             finally:
                 job.cancel()
