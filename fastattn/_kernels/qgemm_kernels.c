@@ -4,13 +4,13 @@
  *
  * Register blocks (rows x columns) and the integer step of each variant, per k-quad:
  *   scalar        6 x 64   plain C, the reference
- *   avx2          2 x 16   the 64-byte quad widened to four 16-bit ymm (vpmovsxbw), vpmaddwd
- *                          against the row's quad broadcast as four 16-bit lanes: pairs of k
- *                          summed into int32 lanes, the pairs added after the loop (exact;
- *                          vpmaddubsw would saturate at 2 * 255 * 127 > 32767)
+ *   avx2          4 x 16   vpmaddubsw on recentred activations (s = u - 128, |s| times the
+ *                          weight with s's sign: exact, see qg_imk_avx2), vpmaddwd against
+ *                          ones into int32 lanes: 32 products in 4 instructions
  *   avx2-vnni     6 x 16   two vpdpbusd (ymm) a row
- *   avx512        6 x 32   as avx2 on zmm: two 32-byte halves per panel
+ *   avx512        6 x 64   avx2's scheme on zmm, the sign applied as a mask (no vpsignb)
  *   avx512-vnni   6 x 64   four vpdpbusd (zmm) a row, 24 accumulators
+ * Every x86 variant quantises rows with qg_quant_x86 (eight lanes, the scalar arithmetic).
  * The first row block of an item prefetches its panels ahead (it brings them from memory).
  */
 #include <float.h>
@@ -30,15 +30,6 @@ static inline int32_t qg_quad(const uint8_t *p)
     int32_t v;
     memcpy(&v, p, 4);
     return v;
-}
-
-/* the quad's 4 bytes zero-extended to 4 16-bit lanes of a 64-bit word */
-static inline int64_t qg_quad16(const uint8_t *p)
-{
-    uint64_t v = (uint32_t)qg_quad(p);
-    v = (v | v << 16) & 0x0000FFFF0000FFFFull;
-    v = (v | v << 8) & 0x00FF00FF00FF00FFull;
-    return (int64_t)v;
 }
 
 /* the float lanes of every variant's epilogue: GNU vectors of 16 floats where the compiler has
@@ -100,7 +91,83 @@ __attribute__((target("avx512f"))) static inline int qg_any16_avx512(const void 
 #define QG_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma")))
 #define QG_TARGET_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma")))
 
-/* ------------------------------------------------------------------ AVX2 (vpmaddwd)
+/* ------------------------------------------------------------------ row quantisation (x86)
+ * qgemm_tile.h's qquant, eight lanes at a time, for every x86 variant: the range is a min / max
+ * (exact in any order; inf and NaN flagged apart, as the scalar loop does), and each element
+ * goes through the same three roundings (subtract, multiply, the 1.5 * 2^23 shift) and clamp,
+ * so the bytes, scale and zero point are the scalar variant's bit for bit. */
+QG_TARGET_AVX2 static void qg_quant_x86(const float *x, ptrdiff_t K, uint8_t *xq, ptrdiff_t kp,
+                                        float *sx, float *zx)
+{
+    float lo = K ? x[0] : 0.0f, hi = lo;
+    int bad = 0;
+    ptrdiff_t k = 0;
+    if (K >= 8) {
+        const __m256 fmax = _mm256_set1_ps(FLT_MAX);
+        const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+        __m256 vlo = _mm256_loadu_ps(x), vhi = vlo, vbad = _mm256_setzero_ps();
+        for (; k + 8 <= K; k += 8) {
+            __m256 v = _mm256_loadu_ps(x + k);
+            /* !(|v| <= FLT_MAX): inf or NaN */
+            vbad = _mm256_or_ps(vbad, _mm256_cmp_ps(_mm256_and_ps(v, absmask), fmax, _CMP_NLE_UQ));
+            vlo = _mm256_min_ps(vlo, v);
+            vhi = _mm256_max_ps(vhi, v);
+        }
+        bad = _mm256_movemask_ps(vbad) != 0;
+        float l8[8], h8[8];
+        _mm256_storeu_ps(l8, vlo);
+        _mm256_storeu_ps(h8, vhi);
+        for (int i = 0; i < 8; i++) {
+            lo = l8[i] < lo ? l8[i] : lo;
+            hi = h8[i] > hi ? h8[i] : hi;
+        }
+    }
+    for (; k < K; k++) {
+        float v = x[k];
+        bad |= !(fabsf(v) <= FLT_MAX);
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    lo += 0.0f;
+    hi += 0.0f;
+    memset(xq, 0, (size_t)kp);
+    if (bad || !(hi - lo <= FLT_MAX)) {
+        *sx = *zx = NAN;
+        return;
+    }
+    *zx = lo;
+    if (hi == lo) {
+        *sx = 0.0f;
+        return;
+    }
+    const float inv = 255.0f / (hi - lo);
+    const __m256 vl = _mm256_set1_ps(lo), vi = _mm256_set1_ps(inv);
+    const __m256 shift = _mm256_set1_ps(12582912.0f), top = _mm256_set1_ps(255.0f);
+    const __m256 zero = _mm256_setzero_ps();
+    k = 0;
+    for (; k + 16 <= K; k += 16) {
+        __m256i q[2];
+        for (int h = 0; h < 2; h++) {
+            __m256 v = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + k + 8 * h), vl), vi);
+            v = _mm256_sub_ps(_mm256_add_ps(v, shift), shift);
+            v = _mm256_min_ps(_mm256_max_ps(v, zero), top);
+            q[h] = _mm256_cvttps_epi32(v);
+        }
+        /* 16 int32 in [0, 255] -> 16 bytes in order */
+        __m256i w16 = _mm256_permute4x64_epi64(_mm256_packus_epi32(q[0], q[1]), 0xD8);
+        __m128i b = _mm_packus_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1));
+        _mm_storeu_si128((__m128i *)(xq + k), b);
+    }
+    for (; k < K; k++) {
+        float v = (x[k] - lo) * inv;
+        v = (v + 12582912.0f) - 12582912.0f;
+        v = v > 255.0f ? 255.0f : (v < 0.0f ? 0.0f : v);
+        xq[k] = (uint8_t)(int)v;
+    }
+    *sx = (hi - lo) / 255.0f;
+}
+
+/* ------------------------------------------------------------------ AVX2 (vpmaddubsw)
  * On AVX2 a 16-float GNU vector is two registers and GCC expands much of the epilogue's lane
  * code (the GELU's erf, selects, conversions) piecewise, element by element: the exact-GELU
  * epilogue took 3x the GEMM. So the AVX2 variants run the elementwise epilogue (dequantised
@@ -136,34 +203,72 @@ __attribute__((target("avx512f"))) static inline int qg_any16_avx512(const void 
 #define GM_KEEP_INSTANCE
 #include "gemm_tile.h"
 
+/* vpmaddubsw multiplies unsigned by signed bytes and adds pairs into 16 bits with saturation:
+ * u8 activations (<= 255) times int8 weights (|w| <= 127) can reach 2 * 255 * 127 > 32767. The
+ * activations are recentred instead, s = u - 128 in [-128, 127], and the sign moved onto the
+ * weight: s w = |s| (sign(s) w), with |s| <= 128 unsigned and |sign(s) w| <= 127, so a pair is
+ * at most 2 * 128 * 127 = 32512: exact. vpmaddwd against ones sums the pairs into int32 lanes
+ * (one column's k-quad each); the tile holds sum_k (u - 128) w and the item adds
+ * 128 * comp[n] = 128 * sum_k w back (QG_TBIAS), which gives the same integer as every other
+ * variant: the quantised values are unchanged. Per 32 products: vpsignb, vpmaddubsw, vpmaddwd,
+ * vpaddd, against vpmovsxbw's share, vpmaddwd and vpaddd per 16 before.
+ * A chunk of the block's rows is prepared once (s and |s| per byte), so that the inner loop
+ * broadcasts both straight from memory. */
+#define QG_KC 256
+
 QG_TARGET_AVX2 static FA_ALWAYS_INLINE void
 qg_imk_avx2(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, ptrdiff_t ps,
            int32_t *tile, int ahead)
 {
     (void)ps;
-    __m256i acc[2][4];
-    for (int r = 0; r < mr; r++)
-        for (int j = 0; j < 4; j++) acc[r][j] = _mm256_setzero_si256();
-    for (ptrdiff_t k = 0; k < kp; k += 4) {
-        const int8_t *q = w + k * 16;
-        if (ahead) FA_PREFETCH(q + QG_PF, 3);
-        __m256i xb[2];
-        for (int r = 0; r < mr; r++) xb[r] = _mm256_set1_epi64x(qg_quad16(x + r * kp + k));
-        for (int j = 0; j < 4; j++) {
-            __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q + 16 * j)));
-            for (int r = 0; r < mr; r++)
-                acc[r][j] = _mm256_add_epi32(acc[r][j], _mm256_madd_epi16(wv, xb[r]));
+    uint8_t xs[6 * QG_KC] __attribute__((aligned(32)));   /* s = u - 128 (as bytes) */
+    uint8_t xa[6 * QG_KC] __attribute__((aligned(32)));   /* |s| (128 for s = -128) */
+    const __m256i ones = _mm256_set1_epi16(1), bias = _mm256_set1_epi8((char)0x80);
+    __m256i acc[6][2];
+    for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    for (ptrdiff_t k0 = 0; k0 < kp; k0 += QG_KC) {
+        const ptrdiff_t kc = kp - k0 < QG_KC ? kp - k0 : QG_KC;
+        for (int r = 0; r < mr; r++) {
+            const uint8_t *xr = x + r * kp + k0;
+            ptrdiff_t k = 0;
+            for (; k + 32 <= kc; k += 32) {
+                __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xr + k)), bias);
+                _mm256_store_si256((__m256i *)(xs + r * QG_KC + k), v);
+                _mm256_store_si256((__m256i *)(xa + r * QG_KC + k), _mm256_sign_epi8(v, v));
+            }
+            for (; k < kc; k++) {
+                int v = (int)xr[k] - 128;
+                xs[r * QG_KC + k] = (uint8_t)(int8_t)v;
+                xa[r * QG_KC + k] = (uint8_t)(v < 0 ? -v : v);
+            }
+        }
+        const int8_t *q = w + k0 * 16;
+        for (ptrdiff_t k = 0; k < kc; k += 4) {
+            const int8_t *qq = q + k * 16;
+            if (ahead) FA_PREFETCH(qq + QG_PF, 3);
+            __m256i w0 = _mm256_loadu_si256((const __m256i *)qq);
+            __m256i w1 = _mm256_loadu_si256((const __m256i *)(qq + 32));
+            for (int r = 0; r < mr; r++) {
+                int32_t s32, a32;
+                memcpy(&s32, xs + r * QG_KC + k, 4);
+                memcpy(&a32, xa + r * QG_KC + k, 4);
+                __m256i sv = _mm256_set1_epi32(s32), av = _mm256_set1_epi32(a32);
+                acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(av, _mm256_sign_epi8(w0, sv)), ones));
+                acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(av, _mm256_sign_epi8(w1, sv)), ones));
+            }
         }
     }
-    /* lanes 2i, 2i + 1 of accumulator j: column 4 j + i */
     for (int r = 0; r < mr; r++) {
-        int32_t pr[32] __attribute__((aligned(32)));
-        for (int j = 0; j < 4; j++) _mm256_store_si256((__m256i *)(pr + 8 * j), acc[r][j]);
-        for (int c = 0; c < 16; c++) tile[r * 16 + c] = pr[2 * c] + pr[2 * c + 1];
+        _mm256_storeu_si256((__m256i *)(tile + r * 16), acc[r][0]);
+        _mm256_storeu_si256((__m256i *)(tile + r * 16 + 8), acc[r][1]);
     }
 }
-#define QG_MR 2
+#undef QG_KC
+#define QG_MR 4
 #define QG_NP 1
+#define QG_TBIAS 128
 #define QG_MK qg_imk_avx2
 #include "qgemm_tile.h"
 
@@ -223,37 +328,67 @@ qg_imk_avx2vnni(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, p
 #define GM_KEEP_INSTANCE
 #include "gemm_tile.h"
 
+/* The avx2 variant's scheme on zmm (qg_imk_avx2 says why it is exact). AVX-512 has no vpsignb:
+ * the sign of s comes as a mask (vpmovb2m) and the weights are negated under it (0 - w: w is
+ * never -128, so the negation is exact). */
+#define QG_KC 256
+#define QG_NPANEL512 4
+
 QG_TARGET_AVX512 static FA_ALWAYS_INLINE void
 qg_imk_avx512(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, ptrdiff_t ps,
              int32_t *tile, int ahead)
 {
-    __m512i acc[6][4];
+    uint8_t xs[6 * QG_KC] __attribute__((aligned(64)));   /* s = u - 128 (as bytes) */
+    uint8_t xa[6 * QG_KC] __attribute__((aligned(64)));   /* |s| */
+    const __m512i ones = _mm512_set1_epi16(1), zero = _mm512_setzero_si512();
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
+    __m512i acc[6][QG_NPANEL512];
     for (int r = 0; r < mr; r++)
-        for (int j = 0; j < 4; j++) acc[r][j] = _mm512_setzero_si512();
-    for (ptrdiff_t k = 0; k < kp; k += 4) {
-        __m512i xb[6];
-        for (int r = 0; r < mr; r++) xb[r] = _mm512_set1_epi64(qg_quad16(x + r * kp + k));
-        for (int p = 0; p < 2; p++) {
-            const int8_t *q = w + p * ps + k * 16;
-            if (ahead) FA_PREFETCH(q + QG_PF, 3);
-            for (int h = 0; h < 2; h++) {
-                __m512i wv = _mm512_cvtepi8_epi16(
-                    _mm256_loadu_si256((const __m256i *)(q + 32 * h)));
-                for (int r = 0; r < mr; r++)
-                    acc[r][2 * p + h] = _mm512_add_epi32(acc[r][2 * p + h],
-                                                         _mm512_madd_epi16(wv, xb[r]));
+        for (int p = 0; p < QG_NPANEL512; p++) acc[r][p] = _mm512_setzero_si512();
+    for (ptrdiff_t k0 = 0; k0 < kp; k0 += QG_KC) {
+        const ptrdiff_t kc = kp - k0 < QG_KC ? kp - k0 : QG_KC;
+        for (int r = 0; r < mr; r++) {
+            const uint8_t *xr = x + r * kp + k0;
+            ptrdiff_t k = 0;
+            for (; k + 32 <= kc; k += 32) {
+                __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xr + k)), bias);
+                _mm256_store_si256((__m256i *)(xs + r * QG_KC + k), v);
+                _mm256_store_si256((__m256i *)(xa + r * QG_KC + k), _mm256_abs_epi8(v));
+            }
+            for (; k < kc; k++) {
+                int v = (int)xr[k] - 128;
+                xs[r * QG_KC + k] = (uint8_t)(int8_t)v;
+                xa[r * QG_KC + k] = (uint8_t)(v < 0 ? -v : v);
+            }
+        }
+        for (ptrdiff_t k = 0; k < kc; k += 4) {
+            __m512i wv[QG_NPANEL512];
+            for (int p = 0; p < QG_NPANEL512; p++) {
+                const int8_t *q = w + p * ps + (k0 + k) * 16;
+                if (ahead) FA_PREFETCH(q + QG_PF, 3);
+                wv[p] = _mm512_loadu_si512((const void *)q);
+            }
+            for (int r = 0; r < mr; r++) {
+                int32_t s32, a32;
+                memcpy(&s32, xs + r * QG_KC + k, 4);
+                memcpy(&a32, xa + r * QG_KC + k, 4);
+                const __mmask64 neg = _mm512_movepi8_mask(_mm512_set1_epi32(s32));
+                const __m512i av = _mm512_set1_epi32(a32);
+                for (int p = 0; p < QG_NPANEL512; p++)
+                    acc[r][p] = _mm512_add_epi32(acc[r][p], _mm512_madd_epi16(
+                        _mm512_maddubs_epi16(av, _mm512_mask_sub_epi8(wv[p], neg, zero, wv[p])),
+                        ones));
             }
         }
     }
-    /* lanes 2i, 2i + 1 of accumulator j: column 8 j + i */
-    for (int r = 0; r < mr; r++) {
-        int32_t pr[64] __attribute__((aligned(64)));
-        for (int j = 0; j < 4; j++) _mm512_store_si512((void *)(pr + 16 * j), acc[r][j]);
-        for (int c = 0; c < 32; c++) tile[r * 32 + c] = pr[2 * c] + pr[2 * c + 1];
-    }
+    for (int r = 0; r < mr; r++)
+        for (int p = 0; p < QG_NPANEL512; p++)
+            _mm512_storeu_si512((void *)(tile + r * 16 * QG_NPANEL512 + p * 16), acc[r][p]);
 }
+#undef QG_KC
 #define QG_MR 6
-#define QG_NP 2
+#define QG_NP QG_NPANEL512
+#define QG_TBIAS 128
 #define QG_MK qg_imk_avx512
 #include "qgemm_tile.h"
 
@@ -320,13 +455,14 @@ void qg_setup(void)
 {
     for (int v = 0; v < QG_N_VARIANTS; v++) QG_FILL(v, scalar, 6);
 #if FA_X86
-    QG_FILL(QG_AVX2, avx2, 2);
+    QG_FILL(QG_AVX2, avx2, 4);
     QG_FILL(QG_AVX2_VNNI, avx2vnni, 6);
     /* LayerNorm's sums at 16 lanes, as every variant (see the AVX2 instances) */
     qg_tables[QG_AVX2].ln = QG_LN_AVX2;
     qg_tables[QG_AVX2_VNNI].ln = QG_LN_AVX2;
     QG_FILL(QG_AVX512, avx512, 6);
     QG_FILL(QG_AVX512_VNNI, avx512vnni, 6);
+    for (int v = QG_AVX2; v <= QG_AVX512_VNNI; v++) qg_tables[v].quant = qg_quant_x86;
 #endif
 }
 

@@ -32,9 +32,9 @@
 
 enum {
     QG_SCALAR = 0,       /* plain C: the reference (also the baseline ISA's choice) */
-    QG_AVX2 = 1,         /* AVX2, vpmaddwd on 16-bit widened operands (vpmaddubsw saturates) */
+    QG_AVX2 = 1,         /* AVX2, vpmaddubsw on recentred activations (exact: no saturation) */
     QG_AVX2_VNNI = 2,    /* AVX2 + AVX-VNNI: vpdpbusd on ymm */
-    QG_AVX512 = 3,       /* AVX-512BW, vpmaddwd on zmm */
+    QG_AVX512 = 3,       /* AVX-512BW, vpmaddubsw as QG_AVX2 on zmm */
     QG_AVX512_VNNI = 4,  /* AVX-512 VNNI: vpdpbusd on zmm */
     QG_N_VARIANTS = 5
 };

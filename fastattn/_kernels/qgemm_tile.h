@@ -10,6 +10,8 @@
  *              the micro-kernel: tile[r * QG_NP * 16 + c] = sum_k x[r * kp + k] * w(c, k) for
  *              r < mr (a constant), c < QG_NP * 16, k < kp; w: the first of QG_NP panels
  *              ps bytes apart; ahead: prefetch the panels (the block reads them from memory)
+ *   QG_TBIAS   (optional, default 0) the micro-kernel's tile holds sum_k (x - QG_TBIAS) w: the
+ *              item adds QG_TBIAS * comp[n] back before anything else (an exact int32)
  * This header ends the instance. */
 
 #include <float.h>
@@ -17,12 +19,16 @@
 #include <string.h>
 
 #define QG_TW (QG_NP * 16)
+#ifndef QG_TBIAS
+#define QG_TBIAS 0
+#endif
 
 /* x (K floats) -> xq (kp bytes) over the row's own range [lo, hi]:
  *   u = round((x - lo) * 255 / (hi - lo)) in [0, 255], ties to even (the 1.5 * 2^23 shift:
  *   exact for 0 <= v <= 255), 0 in [K, kp); *sx = (hi - lo) / 255, *zx = lo
  * so x ~ lo + sx u. A constant row: u = 0, sx = 0, zx = the constant (exact). A row holding inf
- * or NaN: sx = zx = NaN (its outputs are NaN). The same arithmetic on every variant. */
+ * or NaN: sx = zx = NaN (its outputs are NaN). The same arithmetic on every variant (the x86
+ * variants: qg_quant_x86, the same arithmetic eight lanes at a time). */
 FA_TARGET static void FA_NAME(qquant)(const float *x, ptrdiff_t K, uint8_t *xq, ptrdiff_t kp,
                                       float *sx, float *zx)
 {
@@ -34,6 +40,8 @@ FA_TARGET static void FA_NAME(qquant)(const float *x, ptrdiff_t K, uint8_t *xq, 
         lo = v < lo ? v : lo;
         hi = v > hi ? v : hi;
     }
+    lo += 0.0f;                                      /* -0 -> +0: the same bits whatever the */
+    hi += 0.0f;                                      /* order the range was found in */
     memset(xq, 0, (size_t)kp);
     if (bad || !(hi - lo <= FLT_MAX)) {              /* (hi - lo overflowing: NaN rows too) */
         *sx = *zx = NAN;
@@ -134,7 +142,8 @@ FA_TARGET static void FA_NAME(qitem)(const uint8_t *xq, ptrdiff_t kp, const floa
             const int32_t *t = tile + r * QG_TW;
             const float s = sx[i0 + r], z = zx[i0 + r];
             for (ptrdiff_t c = 0; c < cols; c++)
-                yr[c] = ((float)t[c] * s + z * (float)comp[j0 + c]) * sw[j0 + c];
+                yr[c] = ((float)(t[c] + QG_TBIAS * comp[j0 + c]) * s + z * (float)comp[j0 + c]) *
+                        sw[j0 + c];
         }
         if ((bias || act || res) && rows_outer && cb == n_cb - 1)
             for (int r = 0; r < mr; r++)
@@ -148,6 +157,7 @@ FA_TARGET static void FA_NAME(qitem)(const uint8_t *xq, ptrdiff_t kp, const floa
 }
 
 #undef QG_TW
+#undef QG_TBIAS
 #undef QG_MR
 #undef QG_NP
 #undef QG_MK

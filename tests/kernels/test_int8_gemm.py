@@ -199,6 +199,54 @@ def test_non_finite_rows_give_nan_rows_only():
     np.testing.assert_array_equal(y[3], b)          # a zero row: the bias alone
 
 
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("K", [64, 1536, 301])
+def test_extreme_operands_do_not_saturate(variant, K):
+    """Rows whose bytes are all 0 or 255 against weights of +-127: the largest products every
+    variant forms (the AVX2 variant's vpmaddubsw pairs reach 2 * 128 * 127 = 32512, the most a
+    16-bit lane holds without saturating; the avx2-vnni / avx512-vnni dot products and the
+    widened avx512 sums likewise at their extremes) equal the exact integer reference."""
+    rng = np.random.default_rng(K)
+    signs = rng.choice(np.array([-1.0, 1.0], np.float32), size=(48, K))
+    x = signs.copy()
+    x[:8] = -1.0                                    # lo = hi: a constant row (u = 0)
+    x[8:16, ::2] = -1.0                             # u = 0 (s = -128) against ...
+    w = rng.choice(np.array([-1.0, 1.0], np.float32), size=(70, K))
+    w[:10] = -1.0                                   # ... w = -127: the largest positive pairs
+    w[10:20] = 1.0
+    lin = ops.PackedLinear(w, quantize="int8")
+    assert set(np.unique(lin.int8_weight.int8())) <= {-127, 127}
+    _qgemm.set_variant(variant)
+    np.testing.assert_array_equal(lin(x), reference(x, lin.int8_weight))
+
+
+@pytest.mark.parametrize("K", [7, 8, 15, 16, 17, 100])
+def test_row_quantisation_same_bits_on_every_variant(K):
+    """The x86 variants quantise rows eight lanes at a time (the scalar variant element by
+    element): the same bytes, scale and zero point, whatever the tails, the sign of a zero
+    (-0.0 first in a row of zeros), a lone inf or NaN anywhere in the row."""
+    rng = np.random.default_rng(K)
+    x = rng.standard_normal((12, K)).astype(np.float32) * 3
+    x[1] = 0.0
+    x[1, 0] = -0.0
+    x[2] = -0.0
+    x[3, K - 1] = np.nan
+    x[4, K // 2] = np.inf
+    x[5] = 2.5                                     # constant
+    x[6, :] = np.abs(x[6])                         # non-negative
+    x[7, 0] = np.float32(3e38)
+    x[7, -1] = np.float32(-3e38)                   # hi - lo overflows: NaN row
+    w = rng.standard_normal((33, K)).astype(np.float32)
+    lin = ops.PackedLinear(w, rng.standard_normal(33).astype(np.float32), quantize="int8")
+    _qgemm.set_variant("scalar")
+    want = lin(x)
+    for v in VARIANTS:
+        _qgemm.set_variant(v)
+        got = lin(x)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32), err_msg=v)
+    assert np.isnan(want[3]).all() and np.isnan(want[4]).all() and np.isnan(want[7]).all()
+
+
 def test_zero_point_uses_the_row_range():
     """A row of non-negative values (a ReLU / GELU output) gets all 256 levels: its error is
     about half that of a symmetric [-max, max] scale's."""
