@@ -247,6 +247,34 @@ def test_row_quantisation_same_bits_on_every_variant(K):
     assert np.isnan(want[3]).all() and np.isnan(want[4]).all() and np.isnan(want[7]).all()
 
 
+@pytest.mark.parametrize("N", [16, 40, 384])
+def test_layer_norm_same_bits_on_every_variant(N):
+    """The fused LayerNorm (16-lane sums everywhere; written out for two ymm on the AVX2
+    variants) gives the scalar variant's bits, whole vectors and tails, with rows of values
+    near float32's limit, a row holding inf, a constant row and a large offset."""
+    rng = np.random.default_rng(N)
+    x = rng.standard_normal((9, 64)).astype(np.float32)
+    w = rng.standard_normal((N, 64)).astype(np.float32)
+    lin = ops.PackedLinear(w, quantize="int8")
+    res = rng.standard_normal((9, N)).astype(np.float32)
+    res[1] = 3e38                                   # squares near 1e77: fine in double
+    res[1, ::2] = -3e38
+    res[2, N // 2] = np.inf                         # a NaN row
+    res[3] = 1e6                                    # a large offset
+    res[4] = 0.0
+    x[4] = 0.0                                      # a constant row
+    g, beta = (rng.standard_normal(N).astype(np.float32) for _ in range(2))
+    _qgemm.set_variant("scalar")
+    want = [lin._then_layer_norm(x, res, g, beta, 1e-5), lin._then_layer_norm(x, res, None, None, 1e-12)]
+    for v in VARIANTS:
+        _qgemm.set_variant(v)
+        got = [lin._then_layer_norm(x, res, g, beta, 1e-5), lin._then_layer_norm(x, res, None, None, 1e-12)]
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=v)
+    assert np.isfinite(want[0][3]).all() and np.isfinite(want[0][1]).all()
+    assert np.isnan(want[0][2]).all()
+
+
 def test_zero_point_uses_the_row_range():
     """A row of non-negative values (a ReLU / GELU output) gets all 256 levels: its error is
     about half that of a symmetric [-max, max] scale's."""
