@@ -49,6 +49,10 @@ those rows out. The output goes to stdout and to bench/results/int8_accuracy_<da
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_int8_accuracy.py [--quick]
         [--only minilm|marian|memory] [--marian FOLDER | --marian-seed N] [--sources N]
+        [--isa avx2]
+
+--isa NAME caps every system at one instruction set (bench/_common.py): fastattn's int8 results
+are the same bits on every variant, CTranslate2's are not.
 """
 import argparse
 import datetime
@@ -63,8 +67,11 @@ import time
 
 import numpy as np
 
-import fastattn
-from fastattn.benchmark._model_child import INT8_MISSING, _Skip, load_fastattn
+from _common import ISA_CAPS, ISA_HELP, apply_isa, isa_line
+
+apply_isa()                         # --isa NAME: every library's cap, before any of them loads
+import fastattn  # noqa: E402
+from fastattn.benchmark._model_child import INT8_MISSING, _Skip, load_fastattn  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VOCAB, SRC_LEN, NEW_TOKENS, EOS = 32000, 128, 64, 0
@@ -634,6 +641,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true",
                     help="200 sentences, 16 Marian sources, one load per system")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--isa", choices=list(ISA_CAPS), help=ISA_HELP)
     ap.add_argument("--marian-seed", type=int, default=0,
                     help="the random Marian's seed (agreement on random weights varies by seed)")
     ap.add_argument("--marian", metavar="FOLDER",
@@ -660,6 +668,7 @@ def main(argv=None):
     log(f"# bench/bench_int8_accuracy.py {' '.join(argv if argv is not None else sys.argv[1:])}, "
         f"{datetime.datetime.now().isoformat(timespec='minutes')}")
     log(f"# CPU: {model}; {os.cpu_count()} CPUs; flags: {flags}")
+    log(f"# {isa_line()}")
     log(f"# {fastattn_origin()}; threads {args.threads}; loadavg "
         f"{' '.join(open('/proc/loadavg').read().split()[:3])}")
     import ctranslate2
