@@ -138,10 +138,18 @@ def profile_step(hf_dir, threads, batch=8, beams=1, steps=NEW_TOKENS):
             return self._call(*a, **k)
 
     def time_module(module, name_of_rows):
-        # the nn modules keep their packed weights in _pack_cache: key (weight, rows, ...)
+        # the nn modules keep their packed weights in _pack_cache (key (weight, rows, ...)) and
+        # the decode step's lookups in _fast (key: the projection, 0 q / 1 k / 2 v / 12 k,v /
+        # None q,k,v, or a Linear's activation), which hold the same PackedLinear objects
         cache = module.__dict__.get("_pack_cache", {})
+        timed_of = {}
         for key, (w, b, lin) in list(cache.items()):
-            cache[key] = (w, b, _TimedLinear(name_of_rows(key[1]), lin))
+            timed_of[id(lin)] = _TimedLinear(name_of_rows(key[1]), lin)
+            cache[key] = (w, b, timed_of[id(lin)])
+        fast = module.__dict__.get("_fast", {})
+        for key, lin in list(fast.items()):
+            if id(lin) in timed_of:
+                fast[key] = timed_of[id(lin)]
 
     ids = np.random.default_rng(0).integers(1, VOCAB - 1, size=(batch, SRC_LEN))
     ids[:, -1] = EOS
