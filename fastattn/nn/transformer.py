@@ -355,14 +355,17 @@ class TransformerDecoder(_Stack):
         TransformerDecoderLayer._forward). With `cache` (a :class:`fastattn.generation.KVCache`
         whose ``layer(i)`` is layer i's view) x holds the positions [cache.length,
         cache.length + T) of its B rows (the caller advances it afterwards); mem, S, tmask and
-        mmask are unused."""
+        mmask are unused. A cache whose rows hold different lengths (continuous batching:
+        :class:`fastattn.generation.continuous.ContinuousGreedy`) gives the self-attention's key
+        mask as ``cache.self_mask``."""
         if cache is None:
             tmask = self._with_position_bias(tmask, T, T)
             ln_threads = n_threads
+        elif self.position_bias is None:
+            tmask = getattr(cache, "self_mask", None)
         else:
             t0 = cache.length
-            tmask = None if self.position_bias is None else \
-                self.position_bias._forward(T, t0 + T, t0)
+            tmask = self.position_bias._forward(T, t0 + T, t0)
         for i, layer in enumerate(self.layers):
             x = layer._forward(x, mem, B, T, S, tmask, mmask, n_threads,
                                cache=None if cache is None else cache.layer(i),
