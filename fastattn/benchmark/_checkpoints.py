@@ -56,8 +56,9 @@ def _writers(t, rng, d, bias, gain):
     return lin, ln
 
 
-def write_marian(path, seed=0, **shape):
-    """A random Marian checkpoint of the base shape (keywords override MARIAN_BASE)."""
+def write_marian(path, seed=0, eos_bias=None, **shape):
+    """A random Marian checkpoint of the base shape (keywords override MARIAN_BASE).
+    eos_bias: added to EOS's final logits bias (random weights otherwise never end a line)."""
     s = dict(MARIAN_BASE, **shape)
     V, d, L, H, F = s["vocab_size"], s["d_model"], s["layers"], s["heads"], s["ffn"]
     pad = V - 1
@@ -79,6 +80,8 @@ def write_marian(path, seed=0, **shape):
             lin(f"{p}.fc2", d, F)
             ln(f"{p}.final_layer_norm")
     t["final_logits_bias"] = rng.standard_normal((1, V), np.float32)
+    if eos_bias is not None:
+        t["final_logits_bias"][0, EOS] += eos_bias
     config = {
         "model_type": "marian", "architectures": ["MarianMTModel"], "vocab_size": V,
         "decoder_vocab_size": V, "d_model": d, "encoder_layers": L, "decoder_layers": L,

@@ -85,10 +85,12 @@ class ContinuousGreedy:
         ``bad_words_ids``, ``suppress_tokens``, ...; the checkpoint's generation config fills
         the rest, as in ``generate``). They must resolve to greedy decoding.
 
-    ``add(sources)`` -> handles; ``step()`` -> [(handle, tokens)] of the rows that finished;
-    ``drop(handles)`` removes rows (a client gone); ``n`` rows are running. Each finished row's
-    tokens (start token first, EOS last unless ``max_new_tokens`` stopped it) are what
-    ``model.generate(source[None], **settings)[0]`` gives, without its padding.
+    ``add(sources, max_new_tokens=None)`` -> handles (``max_new_tokens`` overrides the
+    settings' for these rows: rows of different lengths limits share the batch);
+    ``step()`` -> [(handle, tokens)] of the rows that finished; ``drop(handles)`` removes rows
+    (a client gone); ``n`` rows are running. Each finished row's tokens (start token first, EOS
+    last unless ``max_new_tokens`` stopped it) are what ``model.generate(source[None],
+    **settings)[0]`` gives (with its max_new_tokens), without its padding.
     """
 
     def __init__(self, model, *, n_threads=None, **settings):
@@ -104,16 +106,11 @@ class ContinuousGreedy:
             if settings.get(key) not in (None, 1, False) or (key == "num_return_sequences" and
                                                              settings.get(key, 1) != 1):
                 raise ValueError(f"continuous batching does not take {key}")
-        p = resolve_settings(model, settings, 1)
-        if p["num_beams"] != 1 or p["do_sample"]:
-            raise ValueError("continuous batching decodes greedily: num_beams must be 1 and "
-                             "do_sample False (generate serves beam search and sampling)")
-        if p["encoder_no_repeat_ngram_size"]:
-            raise ValueError("continuous batching does not take encoder_no_repeat_ngram_size")
-        self.model, self.p = model, p
-        self.n_threads = n_threads
-        self.procs = build_processors(p, model.vocab_size, p["eos_token_id"], 1, None)
-        self.max_len = p["max_length"]
+        self.model, self.n_threads = model, n_threads
+        self._settings = dict(settings)
+        self._kinds, self._kind_of = [], {}     # (settings, processors) per max_new_tokens
+        self.p = self._resolve(None)[0]
+        self.max_len = model.max_decoder_positions       # the widest a row can grow
         c = model._config
         self._fairseq = c["positions"] == "fairseq"
         self._offset = c.get("position_offset", 0)
@@ -129,6 +126,26 @@ class ContinuousGreedy:
         self.self_mask = None            # the self-attention's key mask during a step
         self._alloc(0, 0, 0)
 
+    def _resolve(self, max_new_tokens):
+        """(settings, processors, kind index) of rows with this max_new_tokens (None: the
+        constructor's); a ValueError when they are not greedy."""
+        k = self._kind_of.get(max_new_tokens)
+        if k is not None:
+            return self._kinds[k] + (k,)
+        user = dict(self._settings)
+        if max_new_tokens is not None:
+            user["max_new_tokens"] = max_new_tokens
+        p = resolve_settings(self.model, user, 1)
+        if p["num_beams"] != 1 or p["do_sample"]:
+            raise ValueError("continuous batching decodes greedily: num_beams must be 1 and "
+                             "do_sample False (generate serves beam search and sampling)")
+        if p["encoder_no_repeat_ngram_size"]:
+            raise ValueError("continuous batching does not take encoder_no_repeat_ngram_size")
+        procs = build_processors(p, self.model.vocab_size, p["eos_token_id"], 1, None)
+        self._kinds.append((p, procs))
+        self._kind_of[max_new_tokens] = len(self._kinds) - 1
+        return p, procs, len(self._kinds) - 1
+
     # -- buffers -------------------------------------------------------------------------------
 
     def _alloc(self, R, L, S):
@@ -139,6 +156,8 @@ class ContinuousGreedy:
         self.cross_v = [np.zeros((R, H, S, Dh), dt) for _ in range(nl)]
         self.mmask = np.zeros((R, 1, 1, S), bool)
         self.seqs = np.full((R, self.max_len), self.p["pad_token_id"], np.int64)
+        self.limit = np.zeros(R, np.int64)      # the row's max_length
+        self.kind = np.zeros(R, np.int64)       # its settings (self._kinds)
         self.lens = np.zeros(R, np.int64)       # positions fed (the cache length of each row)
         self.cur = np.zeros(R, np.int64)        # tokens in the row's sequence
         self.handles = np.zeros(R, np.int64)
@@ -153,7 +172,7 @@ class ContinuousGreedy:
         L1 = L0 if L <= L0 else min(self.max_len, max(L, 2 * L0, 16))
         S1 = max(S, S0)
         old = (self.self_k, self.self_v, self.cross_k, self.cross_v, self.mmask, self.seqs,
-               self.lens, self.cur, self.handles)
+               self.lens, self.cur, self.handles, self.limit, self.kind)
         self._alloc(R1, L1, S1)
         n = self.n
         for a, b in zip(old[0] + old[1], self.self_k + self.self_v):
@@ -161,7 +180,8 @@ class ContinuousGreedy:
         for a, b in zip(old[2] + old[3], self.cross_k + self.cross_v):
             b[:n, :, :S0] = a[:n]
         self.mmask[:n, :, :, :S0] = old[4][:n]
-        for a, b in zip(old[5:], (self.seqs, self.lens, self.cur, self.handles)):
+        for a, b in zip(old[5:], (self.seqs, self.lens, self.cur, self.handles, self.limit,
+                                  self.kind)):
             b[:n] = a[:n]
 
     # -- the decoder-cache interface (TransformerDecoder._forward) -----------------------------
@@ -175,14 +195,16 @@ class ContinuousGreedy:
 
     # -- rows ------------------------------------------------------------------------------------
 
-    def add(self, sources):
+    def add(self, sources, max_new_tokens=None):
         """Encode `sources` (a list of 1-D token id sequences, no padding) and give each a row,
-        decoded from the next step on. Returns their handles (ints). A source the model
-        cannot take (too long, an id out of the vocabulary) is a ValueError naming it, and
+        decoded from the next step on (at most `max_new_tokens` tokens, default the
+        settings'). Returns their handles (ints). A source the model cannot take (too long,
+        an id out of the vocabulary) or a bad max_new_tokens is a ValueError naming it, and
         nothing is added."""
         from ..text.batching import pad_batch
         if not sources:
             return []
+        p, _, kind = self._resolve(max_new_tokens)
         rows = []
         for i, s in enumerate(sources):
             a = np.asarray(s)
@@ -209,6 +231,8 @@ class ContinuousGreedy:
         self.seqs[n:n + B, 0] = self.p["decoder_start_token_id"]
         self.lens[n:n + B] = 0
         self.cur[n:n + B] = 1
+        self.limit[n:n + B] = p["max_length"]
+        self.kind[n:n + B] = kind
         handles = list(range(self._next_handle, self._next_handle + B))
         self._next_handle += B
         self.handles[n:n + B] = handles
@@ -234,7 +258,7 @@ class ContinuousGreedy:
                 for buf in self.cross_k + self.cross_v:
                     buf[i, :, :S] = buf[last, :, :S]
                 self.mmask[i] = self.mmask[last]
-                for a in (self.seqs, self.lens, self.cur, self.handles):
+                for a in (self.seqs, self.lens, self.cur, self.handles, self.limit, self.kind):
                     a[i] = a[last]
             self.n = last
         has = self.mmask[:self.n, 0, 0].any(axis=0)   # the longest source's last position
@@ -274,15 +298,18 @@ class ContinuousGreedy:
         scores = logits if logits.dtype == _F32 else logits.astype(_F32)
         nxt = np.empty(n, np.int64)
         cur = self.cur[:n]
-        for c in np.unique(cur):
-            g = np.flatnonzero(cur == c)
-            sc = scores[g]
-            sc = apply(self.procs, history(self.seqs, g, int(c), self.procs), sc,
+        # the processors per group of rows with the same length and settings: each sees what
+        # it sees for a row alone (min_new_tokens, forced BOS / EOS read the length)
+        group = cur * len(self._kinds) + self.kind[:n]
+        for gv in np.unique(group):
+            g = np.flatnonzero(group == gv)
+            c, procs = int(cur[g[0]]), self._kinds[int(self.kind[g[0]])][1]
+            sc = apply(procs, history(self.seqs, g, c, procs), scores[g],
                        np.zeros(len(g), np.int64))
             nxt[g] = np.argmax(sc, axis=1)
         self.seqs[r, cur] = nxt
         self.cur[:n] += 1
-        done = (nxt == self.p["eos_token_id"]) | (self.cur[:n] >= self.max_len)
+        done = (nxt == self.p["eos_token_id"]) | (self.cur[:n] >= self.limit[:n])
         out = [(int(self.handles[i]), self.seqs[i, :self.cur[i]].copy())
                for i in np.flatnonzero(done)]
         if out:

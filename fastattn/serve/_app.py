@@ -127,6 +127,10 @@ class _Metrics:
         self.tokens_per_second = Gauge("fastattn_tokens_per_second",
                                        "input tokens per second of the last batch", ["model"],
                                        registry=r)
+        self.generated = Counter("fastattn_generated_tokens", "tokens decoded by continuous "
+                                 "batching (greedy translation)", ["model"], registry=r)
+        self.joined = Counter("fastattn_joined_rows", "rows that joined a running batch at a "
+                              "step boundary (continuous batching)", ["model"], registry=r)
 
 
 # -- request parsing ---------------------------------------------------------------------------

@@ -88,10 +88,10 @@ class _Worker:
             self._waiting -= len(jobs)
             self._gauge()
 
-    def _take(self):
-        """Pending jobs after waiting for at least one; False at shutdown."""
+    def _take(self, block=True):
+        """Pending jobs after waiting for at least one (block) or not; False at shutdown."""
         stop = False
-        if not self._pending:
+        if not self._pending and block:
             item = self._q.get()
             if item is _STOP:
                 return False
@@ -204,11 +204,34 @@ class EmbeddingWorker(_Worker):
         return sum(len(r) for r in ids)
 
 
+class _Running:
+    """The continuous batch of one decoding setting: the ContinuousGreedy, each row's job and
+    index, each job's translations so far."""
+
+    def __init__(self, key, cb):
+        self.key, self.cb = key, cb
+        self.owner = {}                  # handle -> (job, index of its input)
+        self.out = {}                    # id(job) -> [job, texts, rows left, source tokens]
+
+    def jobs(self):
+        return [v[0] for v in self.out.values()]
+
+
 class TranslationWorker(_Worker):
     """Jobs: payload {"inputs": list of str, "src_lang", "tgt_lang", "kw": generate settings};
     result (list of str, source tokens). A job with ``on_text`` streams (one input, one beam):
-    on_text(piece) from the worker thread, result (full text, source tokens)."""
+    on_text(piece) from the worker thread, result (full text, source tokens).
+
+    With batching on, greedy jobs (the settings resolve to ``num_beams=1`` without sampling, on
+    a model with absolute positions) run by continuous batching
+    (:class:`fastattn.generation.continuous.ContinuousGreedy`): their rows join the running
+    batch at the next step boundary and leave it as they finish, so a short request never
+    waits for a long one; a job is answered when its last row is done. Jobs join while the
+    oldest waiting job has the running batch's settings (else the batch drains first, then the
+    next settings run), up to MAX_RUNNING_ROWS rows. Beam search, sampling and streaming jobs
+    run as before (the waiting jobs of one setting batched together, then the next)."""
     kind = "translation"
+    MAX_RUNNING_ROWS = 256
 
     @staticmethod
     def job_key(payload):
@@ -248,6 +271,205 @@ class TranslationWorker(_Worker):
         for j, (a, b) in zip(jobs, spans):
             _finish(j, (out[a:b], sum(len(x) for x in rows[a:b])), None)
         return sum(len(r) for r in rows)
+
+    # -- continuous batching -------------------------------------------------------------------
+
+    def _greedy(self, job):
+        """A new ContinuousGreedy for the job's settings, or None when it cannot run so."""
+        from ..generation.continuous import ContinuousGreedy
+        if job.on_text is not None or job.alone:
+            return None
+        p = job.payload
+        try:
+            kw = self.model._gen_kwargs(p["kw"], p["tgt_lang"])
+            nthr = kw.pop("n_threads", None)
+            mnt = kw.pop("max_new_tokens", None)
+            cb = ContinuousGreedy(self.model.model, n_threads=nthr, **kw)
+            cb._resolve(mnt)                     # this job's length limit, checked
+            return cb
+        except (ValueError, TypeError):
+            return None
+
+    @staticmethod
+    def _ckey(job):
+        """The settings a running batch shares: the job's, less max_new_tokens (each row
+        keeps its own)."""
+        p = job.payload
+        kw = {k: v for k, v in p["kw"].items() if k != "max_new_tokens"}
+        return json.dumps([p["src_lang"], p["tgt_lang"], kw], sort_keys=True)
+
+    def _loop(self):
+        if not self.batching:
+            return super()._loop()
+        run = None
+        while True:
+            busy = run is not None and run.cb.n > 0
+            if not self._take(block=not busy):
+                break
+            if busy:
+                self._drop_gone(run)
+            if run is None or run.cb.n == 0:
+                run = None
+                if not self._pending:
+                    continue
+                cb = self._greedy(self._pending[0])
+                if cb is None:                      # beams, sampling, streaming: as before
+                    self._batch_once()
+                    continue
+                run = _Running(self._ckey(self._pending[0]), cb)
+            self._admit(run)
+            if run.cb.n:
+                self._step(run)
+
+    def _batch_once(self):
+        jobs = self._select()
+        self._started(jobs)
+        t0 = time.perf_counter()
+        self._set_running(1)
+        try:
+            tokens = self._run(jobs)
+        except Exception as exc:                # noqa: BLE001 (handed to the requests)
+            for j in jobs:
+                _finish(j, None, exc)
+            return
+        finally:
+            self._set_running(0)
+        self._observe(sum(len(j.payload["inputs"]) for j in jobs), len(jobs), tokens,
+                      time.perf_counter() - t0)
+
+    def _set_running(self, v):
+        if self.metrics is not None:
+            self.metrics.running.labels(self.name).set(v)
+
+    def _observe(self, rows, requests, tokens, dt):
+        if self.metrics is not None:
+            self.metrics.batch_rows.labels(self.name).observe(rows)
+            self.metrics.batch_requests.labels(self.name).observe(requests)
+            self.metrics.tokens.labels(self.name).inc(tokens)
+            if dt > 0:
+                self.metrics.tokens_per_second.labels(self.name).set(tokens / dt)
+
+    def _admit(self, run):
+        """Move the waiting jobs of the running batch's settings into it, oldest first, while
+        the oldest waiting job has those settings (FIFO across settings) and rows are free."""
+        tr, cb = self.model, run.cb
+        take = []
+        rows = cb.n
+        for j in self._pending:
+            if j.on_text is not None or j.alone or self._ckey(j) != run.key:
+                break
+            n = len(j.payload["inputs"])
+            if take and rows + n > self.MAX_RUNNING_ROWS:
+                break
+            take.append(j)
+            rows += n
+        if not take:
+            return
+        running_before = cb.n > 0
+        ids = {id(j) for j in take}
+        self._pending = [j for j in self._pending if id(j) not in ids]
+        self._started(take)
+        encoded = []
+        for j in take:
+            p = j.payload
+            try:
+                encoded.append((j, tr._encode(p["inputs"], p["src_lang"], p["tgt_lang"])))
+            except (ValueError, TypeError) as exc:
+                _finish(j, None, exc)
+        # the new rows encoded together, in length-sorted groups of at most max_batch_tokens
+        # padded tokens; a group that fails is retried job by job, so that only a bad one fails
+        flat = [(j, i, r) for j, rows_ in encoded for i, r in enumerate(rows_)]
+        for j, rows_ in encoded:
+            run.out[id(j)] = [j, [None] * len(rows_), len(rows_), sum(len(r) for r in rows_)]
+        mnt = lambda t: t[0].payload["kw"].get("max_new_tokens")   # noqa: E731
+        flat.sort(key=lambda t: (-1 if mnt(t) is None else mnt(t), len(t[2])))
+        group, width = [], 0
+        for item in flat + [None]:
+            if item is not None and (not group or mnt(item) == mnt(group[0]) and (
+                    len(group) + 1) * max(width, len(item[2])) <= self.max_batch_tokens):
+                group.append(item)
+                width = max(width, len(item[2]))
+                continue
+            if group:
+                self._add(run, group)
+            group, width = ([item], len(item[2])) if item is not None else ([], 0)
+        for key in [k for k, v in run.out.items() if v[2] == 0]:   # jobs with no inputs
+            v = run.out.pop(key)
+            _finish(v[0], (v[1], v[3]), None)
+        if self.metrics is not None:
+            self.metrics.tokens.labels(self.name).inc(sum(len(r) for _, _, r in flat))
+            if running_before:
+                self.metrics.joined.labels(self.name).inc(len(flat))
+
+    def _add(self, run, group):
+        """Add rows (job, index, ids) of one max_new_tokens; a failure is retried job by job."""
+        mnt = group[0][0].payload["kw"].get("max_new_tokens")
+        try:
+            handles = run.cb.add([r for _, _, r in group], mnt)
+        except (ValueError, TypeError):
+            by_job = {}
+            for item in group:
+                by_job.setdefault(id(item[0]), []).append(item)
+            for items in by_job.values():
+                j = items[0][0]
+                if id(j) not in run.out:
+                    continue                        # failed already
+                try:
+                    hs = run.cb.add([r for _, _, r in items], mnt)
+                except (ValueError, TypeError) as exc:
+                    self._fail(run, j, exc)
+                    continue
+                for h, (_, i, _) in zip(hs, items):
+                    run.owner[h] = (j, i)
+            return
+        for h, (j, i, _) in zip(handles, group):
+            run.owner[h] = (j, i)
+
+    def _fail(self, run, job, exc):
+        """The job fails: its rows leave the batch."""
+        gone = [h for h, (j, _) in run.owner.items() if j is job]
+        run.cb.drop(gone)
+        for h in gone:
+            del run.owner[h]
+        if run.out.pop(id(job), None) is not None:
+            _finish(job, None, exc)
+
+    def _drop_gone(self, run):
+        """Jobs whose client went away (or whose deadline passed) leave the running batch."""
+        for j in run.jobs():
+            if j.expired():
+                if self.metrics is not None:
+                    self.metrics.dropped.labels(self.name).inc()
+                self._fail(run, j, Dropped())
+
+    def _step(self, run):
+        tr, cb = self.model, run.cb
+        rows, requests = cb.n, len(run.out)
+        self._set_running(1)
+        try:
+            finished = cb.step()
+        except Exception as exc:                # noqa: BLE001 (handed to the requests)
+            for j in run.jobs():
+                _finish(j, None, exc)
+            run.out.clear()
+            run.owner.clear()
+            cb.drop(list(range(cb._next_handle)))
+            return
+        finally:
+            if cb.n == 0:
+                self._set_running(0)
+        for h, toks in finished:
+            j, i = run.owner.pop(h)
+            v = run.out[id(j)]
+            v[1][i] = tr.tokenizer.decode(toks, skip_special_tokens=True)
+            v[2] -= 1
+            if v[2] == 0:
+                del run.out[id(j)]
+                _finish(j, (v[1], v[3]), None)
+        if self.metrics is not None:
+            self.metrics.batch_rows.labels(self.name).observe(rows)
+            self.metrics.batch_requests.labels(self.name).observe(requests)
+            self.metrics.generated.labels(self.name).inc(rows)
 
     def _stream(self, job, kw):
         from ..text.batching import pad_batch

@@ -175,3 +175,29 @@ def test_refusals_and_errors(folders):
     with pytest.raises(ValueError, match="max_position_embeddings|positions"):
         cb.add([[3] * 500])
     assert cb.n == 0                                # nothing was added by a failed call
+
+
+@pytest.mark.parametrize("fam", ["bart", "marian"])
+def test_rows_with_their_own_max_new_tokens(folders, fam):
+    """Rows of different length limits share the batch; BART forces EOS at its row's own last
+    position (forced_eos_token_id reads max_length)."""
+    m = fastattn.Seq2SeqTransformer.from_pretrained(folders[fam])
+    srcs = sources(fam, np.random.default_rng(21), 12)
+    limits = [3, 17, 8, None, 30, 1] * 2
+    base = dict(num_beams=1, max_new_tokens=11)
+    want = [alone(m, s, **dict(base, **({} if k is None else {"max_new_tokens": k})))
+            for s, k in zip(srcs, limits)]
+    cb = ContinuousGreedy(m, **base)
+    got, owner = {}, {}
+    for step in range(200):
+        if step < len(srcs):
+            (h,) = cb.add([srcs[step]], max_new_tokens=limits[step])
+            owner[h] = step
+        for h, toks in cb.step():
+            got[owner[h]] = toks
+        if len(got) == len(srcs):
+            break
+    for i, w in enumerate(want):
+        np.testing.assert_array_equal(got[i], w, err_msg=f"source {i} limit {limits[i]}")
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        cb.add([srcs[0]], max_new_tokens=10 ** 6)

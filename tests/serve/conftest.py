@@ -49,3 +49,11 @@ def marian_folder(tmp_path_factory):
     """A Marian folder (trained SentencePiece models, random weights), as tests/text's."""
     from text_helpers import marian_fixture
     return marian_fixture(tmp_path_factory, "serve_marian", seed=2, eos_bias=1.0)[0]
+
+
+@pytest.fixture(scope="session")
+def marian_varied_folder(tmp_path_factory):
+    """A Marian folder whose translations end at very different lengths (3 to 60+ tokens for
+    mixed_sentences: an EOS bias of 3.5), for continuous batching."""
+    from text_helpers import marian_fixture
+    return marian_fixture(tmp_path_factory, "serve_marian_varied", seed=2, eos_bias=3.5)[0]
