@@ -188,12 +188,28 @@ QG_TARGET_AVX2 static void qg_quant_x86(const float *x, ptrdiff_t K, uint8_t *xq
  * per-lane double sums (lanes 0-7 then 8-15 added in order), the same mean, variance and
  * normalisation, so the same bits. GCC's code for the 16-lane GNU vectors took ~1.5 ns an
  * element on AVX2 (0.4 on AVX-512), which made LayerNorm a tenth of an int8 encoder's time. */
+/* the 16 double lanes (a0: lanes 0-3 ... a3: 12-15) added in order from 0.0 (0.0 when n < 16:
+ * no vector step ran) */
+QG_TARGET_AVX2 static inline double qg_lanes16(__m256d a0, __m256d a1, __m256d a2, __m256d a3,
+                                               ptrdiff_t nv)
+{
+    double lanes[16], s = 0.0;
+    if (!nv)
+        return s;
+    _mm256_storeu_pd(lanes, a0);
+    _mm256_storeu_pd(lanes + 4, a1);
+    _mm256_storeu_pd(lanes + 8, a2);
+    _mm256_storeu_pd(lanes + 12, a3);
+    for (int t = 0; t < 16; t++) s += lanes[t];
+    return s;
+}
+
 QG_TARGET_AVX2 static void qg_ln16_avx2(const float *x, const float *res, ptrdiff_t n,
                                         const float *gamma, const float *beta, double eps,
                                         float *y)
 {
     const ptrdiff_t nv = n / 16 * 16;
-    double sum = 0.0, ss = 0.0, lanes[16];
+    double sum, ss;
     ptrdiff_t j;
 #define QG_LN_F8(p) (res ? _mm256_add_ps(_mm256_loadu_ps(x + (p)), _mm256_loadu_ps(res + (p))) \
                          : _mm256_loadu_ps(x + (p)))
@@ -207,13 +223,7 @@ QG_TARGET_AVX2 static void qg_ln16_avx2(const float *x, const float *res, ptrdif
         a2 = _mm256_add_pd(a2, QG_LO(v));
         a3 = _mm256_add_pd(a3, QG_HI(v));
     }
-    if (nv) {
-        _mm256_storeu_pd(lanes, a0);
-        _mm256_storeu_pd(lanes + 4, a1);
-        _mm256_storeu_pd(lanes + 8, a2);
-        _mm256_storeu_pd(lanes + 12, a3);
-        for (int t = 0; t < 16; t++) sum += lanes[t];
-    }
+    sum = qg_lanes16(a0, a1, a2, a3, nv);
     for (j = nv; j < n; j++) sum += (double)(res ? (float)(x[j] + res[j]) : x[j]);
     const double mean = sum / (double)n;
     const __m256d m = _mm256_set1_pd(mean);
@@ -227,13 +237,7 @@ QG_TARGET_AVX2 static void qg_ln16_avx2(const float *x, const float *res, ptrdif
         a2 = _mm256_add_pd(a2, _mm256_mul_pd(d2, d2));
         a3 = _mm256_add_pd(a3, _mm256_mul_pd(d3, d3));
     }
-    if (nv) {
-        _mm256_storeu_pd(lanes, a0);
-        _mm256_storeu_pd(lanes + 4, a1);
-        _mm256_storeu_pd(lanes + 8, a2);
-        _mm256_storeu_pd(lanes + 12, a3);
-        for (int t = 0; t < 16; t++) ss += lanes[t];
-    }
+    ss = qg_lanes16(a0, a1, a2, a3, nv);
     for (j = nv; j < n; j++) {
         double d = (double)(res ? (float)(x[j] + res[j]) : x[j]) - mean;
         ss += d * d;
@@ -301,6 +305,29 @@ QG_TARGET_AVX2 static void qg_ln16_avx2(const float *x, const float *res, ptrdif
  * broadcasts both straight from memory. */
 #define QG_KC 256
 
+/* k-chunk [0, kc) of mr rows of x (row stride kp) recentred: xs[r * QG_KC + k] = u - 128 (as a
+ * byte), xa[...] = |u - 128| (128 for u = 0, as an unsigned byte); for the avx2 and avx512
+ * kernels */
+QG_TARGET_AVX2 static FA_ALWAYS_INLINE void
+qg_recentre(const uint8_t *x, ptrdiff_t kp, const int mr, ptrdiff_t kc, uint8_t *xs, uint8_t *xa)
+{
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
+    for (int r = 0; r < mr; r++) {
+        const uint8_t *xr = x + r * kp;
+        ptrdiff_t k = 0;
+        for (; k + 32 <= kc; k += 32) {
+            __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xr + k)), bias);
+            _mm256_store_si256((__m256i *)(xs + r * QG_KC + k), v);
+            _mm256_store_si256((__m256i *)(xa + r * QG_KC + k), _mm256_abs_epi8(v));
+        }
+        for (; k < kc; k++) {
+            int v = (int)xr[k] - 128;
+            xs[r * QG_KC + k] = (uint8_t)(int8_t)v;
+            xa[r * QG_KC + k] = (uint8_t)(v < 0 ? -v : v);
+        }
+    }
+}
+
 QG_TARGET_AVX2 static FA_ALWAYS_INLINE void
 qg_imk_avx2(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, ptrdiff_t ps,
            int32_t *tile, int ahead)
@@ -308,25 +335,12 @@ qg_imk_avx2(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, ptrdi
     (void)ps;
     uint8_t xs[6 * QG_KC] __attribute__((aligned(32)));   /* s = u - 128 (as bytes) */
     uint8_t xa[6 * QG_KC] __attribute__((aligned(32)));   /* |s| (128 for s = -128) */
-    const __m256i ones = _mm256_set1_epi16(1), bias = _mm256_set1_epi8((char)0x80);
+    const __m256i ones = _mm256_set1_epi16(1);
     __m256i acc[6][2];
     for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
     for (ptrdiff_t k0 = 0; k0 < kp; k0 += QG_KC) {
         const ptrdiff_t kc = kp - k0 < QG_KC ? kp - k0 : QG_KC;
-        for (int r = 0; r < mr; r++) {
-            const uint8_t *xr = x + r * kp + k0;
-            ptrdiff_t k = 0;
-            for (; k + 32 <= kc; k += 32) {
-                __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xr + k)), bias);
-                _mm256_store_si256((__m256i *)(xs + r * QG_KC + k), v);
-                _mm256_store_si256((__m256i *)(xa + r * QG_KC + k), _mm256_sign_epi8(v, v));
-            }
-            for (; k < kc; k++) {
-                int v = (int)xr[k] - 128;
-                xs[r * QG_KC + k] = (uint8_t)(int8_t)v;
-                xa[r * QG_KC + k] = (uint8_t)(v < 0 ? -v : v);
-            }
-        }
+        qg_recentre(x + k0, kp, mr, kc, xs, xa);
         const int8_t *q = w + k0 * 16;
         for (ptrdiff_t k = 0; k < kc; k += 4) {
             const int8_t *qq = q + k * 16;
@@ -426,26 +440,12 @@ qg_imk_avx512(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, ptr
     uint8_t xs[6 * QG_KC] __attribute__((aligned(64)));   /* s = u - 128 (as bytes) */
     uint8_t xa[6 * QG_KC] __attribute__((aligned(64)));   /* |s| */
     const __m512i ones = _mm512_set1_epi16(1), zero = _mm512_setzero_si512();
-    const __m256i bias = _mm256_set1_epi8((char)0x80);
     __m512i acc[6][QG_NPANEL512];
     for (int r = 0; r < mr; r++)
         for (int p = 0; p < QG_NPANEL512; p++) acc[r][p] = _mm512_setzero_si512();
     for (ptrdiff_t k0 = 0; k0 < kp; k0 += QG_KC) {
         const ptrdiff_t kc = kp - k0 < QG_KC ? kp - k0 : QG_KC;
-        for (int r = 0; r < mr; r++) {
-            const uint8_t *xr = x + r * kp + k0;
-            ptrdiff_t k = 0;
-            for (; k + 32 <= kc; k += 32) {
-                __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xr + k)), bias);
-                _mm256_store_si256((__m256i *)(xs + r * QG_KC + k), v);
-                _mm256_store_si256((__m256i *)(xa + r * QG_KC + k), _mm256_abs_epi8(v));
-            }
-            for (; k < kc; k++) {
-                int v = (int)xr[k] - 128;
-                xs[r * QG_KC + k] = (uint8_t)(int8_t)v;
-                xa[r * QG_KC + k] = (uint8_t)(v < 0 ? -v : v);
-            }
-        }
+        qg_recentre(x + k0, kp, mr, kc, xs, xa);
         for (ptrdiff_t k = 0; k < kc; k += 4) {
             __m512i wv[QG_NPANEL512];
             for (int p = 0; p < QG_NPANEL512; p++) {

@@ -119,30 +119,37 @@ class _Worker:
 
     def _loop(self):
         while self._take():
-            if not self._pending:
-                continue
-            jobs = self._select()
-            self._started(jobs)
-            t0 = time.perf_counter()
-            if self.metrics is not None:
-                self.metrics.running.labels(self.name).set(1)
-            try:
-                tokens = self._run(jobs)
-            except Exception as exc:            # noqa: BLE001 (handed to the requests)
-                for j in jobs:
-                    _finish(j, None, exc)
-                continue
-            finally:
-                if self.metrics is not None:
-                    self.metrics.running.labels(self.name).set(0)
-            if self.metrics is not None:
-                dt = time.perf_counter() - t0
-                self.metrics.batch_rows.labels(self.name).observe(
-                    sum(len(j.payload["inputs"]) for j in jobs))
-                self.metrics.batch_requests.labels(self.name).observe(len(jobs))
-                self.metrics.tokens.labels(self.name).inc(tokens)
-                if dt > 0:
-                    self.metrics.tokens_per_second.labels(self.name).set(tokens / dt)
+            if self._pending:
+                self._batch_once()
+
+    def _batch_once(self):
+        """Run the next batch of waiting jobs (_select) and hand each job its result."""
+        jobs = self._select()
+        self._started(jobs)
+        t0 = time.perf_counter()
+        self._set_running(1)
+        try:
+            tokens = self._run(jobs)
+        except Exception as exc:                # noqa: BLE001 (handed to the requests)
+            for j in jobs:
+                _finish(j, None, exc)
+            return
+        finally:
+            self._set_running(0)
+        self._observe(sum(len(j.payload["inputs"]) for j in jobs), len(jobs), tokens,
+                      time.perf_counter() - t0)
+
+    def _set_running(self, v):
+        if self.metrics is not None:
+            self.metrics.running.labels(self.name).set(v)
+
+    def _observe(self, rows, requests, tokens, dt):
+        if self.metrics is not None:
+            self.metrics.batch_rows.labels(self.name).observe(rows)
+            self.metrics.batch_requests.labels(self.name).observe(requests)
+            self.metrics.tokens.labels(self.name).inc(tokens)
+            if dt > 0:
+                self.metrics.tokens_per_second.labels(self.name).set(tokens / dt)
 
     def _select(self):
         """The jobs of the next batch, removed from _pending (at least the first)."""
@@ -327,34 +334,6 @@ class TranslationWorker(_Worker):
             self._admit(run)
             if run.cb.n:
                 self._step(run)
-
-    def _batch_once(self):
-        jobs = self._select()
-        self._started(jobs)
-        t0 = time.perf_counter()
-        self._set_running(1)
-        try:
-            tokens = self._run(jobs)
-        except Exception as exc:                # noqa: BLE001 (handed to the requests)
-            for j in jobs:
-                _finish(j, None, exc)
-            return
-        finally:
-            self._set_running(0)
-        self._observe(sum(len(j.payload["inputs"]) for j in jobs), len(jobs), tokens,
-                      time.perf_counter() - t0)
-
-    def _set_running(self, v):
-        if self.metrics is not None:
-            self.metrics.running.labels(self.name).set(v)
-
-    def _observe(self, rows, requests, tokens, dt):
-        if self.metrics is not None:
-            self.metrics.batch_rows.labels(self.name).observe(rows)
-            self.metrics.batch_requests.labels(self.name).observe(requests)
-            self.metrics.tokens.labels(self.name).inc(tokens)
-            if dt > 0:
-                self.metrics.tokens_per_second.labels(self.name).set(tokens / dt)
 
     def _admit(self, run):
         """Move the waiting jobs of the running batch's settings into it, oldest first, while
