@@ -235,7 +235,8 @@ class TranslationWorker(_Worker):
     batch at the next step boundary and leave it as they finish, so a short request never
     waits for a long one; a job is answered when its last row is done. Jobs join while the
     oldest waiting job has the running batch's settings (else the batch drains first, then the
-    next settings run), up to MAX_RUNNING_ROWS rows. The last settings' batch keeps its
+    next settings run), up to MAX_RUNNING_ROWS rows (a request with more inputs runs by
+    length-sorted batches, as beam search does). The last settings' batch keeps its
     buffers (the KV cache grown to the load) for the next requests. Beam search, sampling and
     streaming jobs run as before (the waiting jobs of one setting batched together, then the
     next)."""
@@ -286,7 +287,7 @@ class TranslationWorker(_Worker):
     def _greedy(self, job):
         """A new ContinuousGreedy for the job's settings, or None when it cannot run so."""
         from ..generation.continuous import ContinuousGreedy
-        if job.on_text is not None or job.alone:
+        if not self._joins(job):
             return None
         p = job.payload
         key = self._ckey(job)
@@ -303,6 +304,13 @@ class TranslationWorker(_Worker):
             return None
         self._last_batcher = (key, cb)
         return cb
+
+    def _joins(self, job):
+        """Whether the job may run in a continuous batch: not streaming, not alone (sampling),
+        and at most MAX_RUNNING_ROWS inputs (a larger request runs by length-sorted batches
+        of max_batch_tokens, as with beams: its KV cache stays bounded)."""
+        return (job.on_text is None and not job.alone and
+                len(job.payload["inputs"]) <= self.MAX_RUNNING_ROWS)
 
     @staticmethod
     def _ckey(job):
@@ -342,7 +350,7 @@ class TranslationWorker(_Worker):
         take = []
         rows = cb.n
         for j in self._pending:
-            if j.on_text is not None or j.alone or self._ckey(j) != run.key:
+            if not self._joins(j) or self._ckey(j) != run.key:
                 break
             n = len(j.payload["inputs"])
             if take and rows + n > self.MAX_RUNNING_ROWS:

@@ -123,3 +123,34 @@ def test_http_concurrent_greedy_equal_alone(start_server, marian_varied_folder, 
     m = httpx.get(srv.url + "/metrics", timeout=10).text
     gen = [ln for ln in m.splitlines() if ln.startswith('fastattn_generated_tokens_total{model="mt"}')]
     assert gen and float(gen[0].split()[-1]) > 0, "continuous batching did not run"
+
+
+def test_a_request_with_more_inputs_than_the_running_rows(translator, monkeypatch):
+    """A request with more inputs than MAX_RUNNING_ROWS runs by length-sorted batches (its KV
+    cache bounded by max_batch_tokens), beside continuous batches before and after it; every
+    answer equals translate alone."""
+    monkeypatch.setattr(TranslationWorker, "MAX_RUNNING_ROWS", 4)
+    texts = mixed_sentences(13, 9)
+    worker = TranslationWorker("mt", translator, batching=True, max_batch_tokens=64)
+    results, evs = {}, []
+    try:
+        for name, inputs in (("small", texts[:2]), ("big", texts), ("small2", texts[2:5])):
+            ev = threading.Event()
+
+            def finish(result, error, name=name, ev=ev):
+                results[name] = (result, error)
+                ev.set()
+            payload = {"inputs": inputs, "src_lang": None, "tgt_lang": None, "kw": dict(KW)}
+            worker.submit(Job(payload, finish, key=TranslationWorker.job_key(payload)))
+            evs.append(ev)
+        for ev in evs:
+            assert ev.wait(120)
+    finally:
+        worker.close()
+    assert worker._joins(Job({"inputs": texts[:4]}, None)) and \
+        not worker._joins(Job({"inputs": texts[:5]}, None))
+    assert results["big"][1] is None
+    assert results["big"][0][0] == translator.translate(texts, **KW)
+    for name, inputs in (("small", texts[:2]), ("small2", texts[2:5])):
+        assert results[name][1] is None
+        assert results[name][0][0] == translator.translate(inputs, **KW)
