@@ -77,15 +77,12 @@ def test_short_requests_are_answered_before_a_long_one(translator):
     assert not worker._thread.is_alive()
 
 
-def test_a_failing_request_fails_alone(translator):
-    """A request whose input cannot be encoded (not text) fails alone; the requests beside it
-    in the running batch are answered."""
-    worker = TranslationWorker("mt", translator, batching=True)
-    results = {}
-    evs = []
+def run_jobs(worker, named_inputs, timeout=120):
+    """Submit one job per (name, inputs) with the settings KW, wait for all, close the worker:
+    {name: (result, error)}."""
+    results, evs = {}, []
     try:
-        for name, inputs in (("ok", ["A man eats food."]), ("bad", [None]),
-                             ("ok2", ["Two children ride horses."])):
+        for name, inputs in named_inputs:
             ev = threading.Event()
 
             def finish(result, error, name=name, ev=ev):
@@ -95,9 +92,18 @@ def test_a_failing_request_fails_alone(translator):
             worker.submit(Job(payload, finish, key=TranslationWorker.job_key(payload)))
             evs.append(ev)
         for ev in evs:
-            assert ev.wait(60)
+            assert ev.wait(timeout)
     finally:
         worker.close()
+    return results
+
+
+def test_a_failing_request_fails_alone(translator):
+    """A request whose input cannot be encoded (not text) fails alone; the requests beside it
+    in the running batch are answered."""
+    worker = TranslationWorker("mt", translator, batching=True)
+    results = run_jobs(worker, [("ok", ["A man eats food."]), ("bad", [None]),
+                                ("ok2", ["Two children ride horses."])])
     assert results["bad"][1] is not None
     assert results["ok"][0][0] == translator.translate(["A man eats food."], **KW)
     assert results["ok2"][0][0] == translator.translate(["Two children ride horses."], **KW)
@@ -132,21 +138,7 @@ def test_a_request_with_more_inputs_than_the_running_rows(translator, monkeypatc
     monkeypatch.setattr(TranslationWorker, "MAX_RUNNING_ROWS", 4)
     texts = mixed_sentences(13, 9)
     worker = TranslationWorker("mt", translator, batching=True, max_batch_tokens=64)
-    results, evs = {}, []
-    try:
-        for name, inputs in (("small", texts[:2]), ("big", texts), ("small2", texts[2:5])):
-            ev = threading.Event()
-
-            def finish(result, error, name=name, ev=ev):
-                results[name] = (result, error)
-                ev.set()
-            payload = {"inputs": inputs, "src_lang": None, "tgt_lang": None, "kw": dict(KW)}
-            worker.submit(Job(payload, finish, key=TranslationWorker.job_key(payload)))
-            evs.append(ev)
-        for ev in evs:
-            assert ev.wait(120)
-    finally:
-        worker.close()
+    results = run_jobs(worker, [("small", texts[:2]), ("big", texts), ("small2", texts[2:5])])
     assert worker._joins(Job({"inputs": texts[:4]}, None)) and \
         not worker._joins(Job({"inputs": texts[:5]}, None))
     assert results["big"][1] is None
