@@ -255,9 +255,13 @@ class ContinuousGreedy:
         self._next_handle += B
         self.handles[n:n + B] = handles
         self.n = n + B
-        has = self.mmask[:self.n, 0, 0].any(axis=0)
-        self.S = int(np.flatnonzero(has)[-1]) + 1
+        self.S = self._longest_source()
         return handles
+
+    def _longest_source(self):
+        """The running rows' longest source: its last real position + 1 (0 when none run)."""
+        has = self.mmask[:self.n, 0, 0].any(axis=0)
+        return int(np.flatnonzero(has)[-1]) + 1 if has.any() else 0
 
     def drop(self, handles):
         """Remove the rows of these handles (unknown ones are ignored)."""
@@ -279,8 +283,7 @@ class ContinuousGreedy:
                 for a in (self.seqs, self.lens, self.cur, self.handles, self.limit, self.kind):
                     a[i] = a[last]
             self.n = last
-        has = self.mmask[:self.n, 0, 0].any(axis=0)   # the longest source's last position
-        self.S = int(np.flatnonzero(has)[-1]) + 1 if has.any() else 0
+        self.S = self._longest_source()
 
     # -- a step -----------------------------------------------------------------------------------
 

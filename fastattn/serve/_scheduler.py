@@ -445,9 +445,9 @@ class TranslationWorker(_Worker):
         except Exception as exc:                # noqa: BLE001 (handed to the requests)
             for j in run.jobs():
                 _finish(j, None, exc)
+            cb.drop(run.owner)
             run.out.clear()
             run.owner.clear()
-            cb.drop(list(range(cb._next_handle)))
             return
         finally:
             if cb.n == 0:
