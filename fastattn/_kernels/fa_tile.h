@@ -447,6 +447,66 @@ FA_TARGET static inline FA_T FA_NAME(hsum)(V a)
 #endif
     return a[0];
 }
+/* s[u] = hsum(a[u]) for four vectors at once, bit for bit: the same butterfly (every lane pair
+ * added in the same tree), but with the four vectors' halves packed side by side, so that each
+ * shuffle-add step works for several of them (VW = 16: 13 shuffles and adds for the four instead
+ * of 4 x 8). Exact, since x + y == y + x in IEEE arithmetic. */
+FA_TARGET static FA_ALWAYS_INLINE void FA_NAME(hsum4)(const V *a, FA_T *s)
+{
+#if FA_VW == 16
+    /* lanes [0, 8): a0's pairs (t, t + 8); lanes [8, 16): a1's */
+    V b01 = __builtin_shufflevector(a[0], a[1], 0, 1, 2, 3, 4, 5, 6, 7,
+                                    24, 25, 26, 27, 28, 29, 30, 31)
+          + __builtin_shufflevector(a[0], a[1], 8, 9, 10, 11, 12, 13, 14, 15,
+                                    16, 17, 18, 19, 20, 21, 22, 23);
+    V b23 = __builtin_shufflevector(a[2], a[3], 0, 1, 2, 3, 4, 5, 6, 7,
+                                    24, 25, 26, 27, 28, 29, 30, 31)
+          + __builtin_shufflevector(a[2], a[3], 8, 9, 10, 11, 12, 13, 14, 15,
+                                    16, 17, 18, 19, 20, 21, 22, 23);
+    /* quarters: a0, a2, a1, a3, each its pairs (t, t + 4) of the step before */
+    V c = __builtin_shufflevector(b01, b23, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11,
+                                  24, 25, 26, 27)
+        + __builtin_shufflevector(b01, b23, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15,
+                                  28, 29, 30, 31);
+    c += __builtin_shufflevector(c, c, FA_X16(2));
+    c += __builtin_shufflevector(c, c, FA_X16(1));
+    s[0] = c[0];
+    s[1] = c[8];
+    s[2] = c[4];
+    s[3] = c[12];
+#elif FA_VW == 8
+    V b01 = __builtin_shufflevector(a[0], a[1], 0, 1, 2, 3, 12, 13, 14, 15)
+          + __builtin_shufflevector(a[0], a[1], 4, 5, 6, 7, 8, 9, 10, 11);
+    V b23 = __builtin_shufflevector(a[2], a[3], 0, 1, 2, 3, 12, 13, 14, 15)
+          + __builtin_shufflevector(a[2], a[3], 4, 5, 6, 7, 8, 9, 10, 11);
+    V c = __builtin_shufflevector(b01, b23, 0, 1, 8, 9, 4, 5, 12, 13)
+        + __builtin_shufflevector(b01, b23, 2, 3, 10, 11, 6, 7, 14, 15);
+    c += __builtin_shufflevector(c, c, FA_X8(1));
+    s[0] = c[0];
+    s[1] = c[4];
+    s[2] = c[2];
+    s[3] = c[6];
+#elif FA_VW == 4
+    V b01 = __builtin_shufflevector(a[0], a[1], 0, 1, 6, 7)
+          + __builtin_shufflevector(a[0], a[1], 2, 3, 4, 5);
+    V b23 = __builtin_shufflevector(a[2], a[3], 0, 1, 6, 7)
+          + __builtin_shufflevector(a[2], a[3], 2, 3, 4, 5);
+    V c = __builtin_shufflevector(b01, b23, 0, 4, 2, 6)
+        + __builtin_shufflevector(b01, b23, 1, 5, 3, 7);
+    s[0] = c[0];
+    s[1] = c[2];
+    s[2] = c[1];
+    s[3] = c[3];
+#else
+    V b01 = __builtin_shufflevector(a[0], a[1], 0, 3) + __builtin_shufflevector(a[0], a[1], 1, 2);
+    V b23 = __builtin_shufflevector(a[2], a[3], 0, 3) + __builtin_shufflevector(a[2], a[3], 1, 2);
+    s[0] = b01[0];
+    s[1] = b01[1];
+    s[2] = b23[0];
+    s[3] = b23[1];
+#endif
+}
+
 #undef FA_X2
 #undef FA_X4
 #undef FA_X8
@@ -458,16 +518,46 @@ FA_TARGET static inline FA_T FA_NAME(hsum)(V a)
  *   scores[r, j] = sum_e q[r, e] * k[j, e]      (vectorised along e, 4 keys at a time)
  *   acc[r, c]   += sum_j p[r, j] * v[j, c]      (vectorised along c; p == 0 skipped, so a
  *                                                masked-out inf/NaN value never enters)
- * Query rows go in groups of FA_DG (4 where the ISA has 32 vector registers, else 2): each key
- * or value vector is loaded once for the whole group (beam search's rows of one source share
- * the cross-attention keys: a decode step with 4 beams read every key 4 times before). Every
- * (row, key) and (row, column) keeps the arithmetic it has alone, in the same order, so a row's
- * bits do not depend on the group it lands in or on how many rows there are. */
+ * Query rows go in groups of up to FA_DG for the scores and FA_DGP for P @ V (as many as keep
+ * their accumulators in registers: 6 and 6 where the ISA has 32 vector registers, else 2 and
+ * 4), the rows left over as one smaller group: each key or value vector is loaded once for the
+ * whole group (beam search's rows of one source share the cross-attention keys: 5 beams are one
+ * group, where 4 + 1 read every key twice and 1 x 5 five times). Every (row, key) and (row,
+ * column) keeps the arithmetic it has alone, in the same order, so a row's bits do not depend
+ * on the group it lands in or on how many rows there are. */
 #if FA_NV >= 4
-#define FA_DG 4
+#define FA_DG 6
+#define FA_DGP 6
 #else
 #define FA_DG 2
+#define FA_DGP 4
 #endif
+/* keys and values are read FA_DPF rows ahead of their use: a decode step's cross-attention
+ * reads each layer's keys and values (6 MB for Whisper base) from memory once, after the GEMMs
+ * between two layers have pushed them out of the caches, and the hardware's stream prefetch
+ * alone left the loads waiting */
+#ifndef FA_DPF
+#define FA_DPF 16
+#endif
+FA_TARGET static FA_ALWAYS_INLINE void FA_NAME(prefetch_row)(const FA_T *row, int n)
+{
+    for (int b = 0; b < n * (int)sizeof(FA_T); b += 64) FA_PREFETCH((const char *)row + b, 3);
+}
+/* call F(g, row0) for groups of `max` rows, then one group of the nq % max rows left, g a
+ * constant in every call (max <= 6) */
+#define FA_GROUPS(nq, max, F)                                                               \
+    do {                                                                                    \
+        int r0_ = 0;                                                                        \
+        for (; r0_ + (max) <= (nq); r0_ += (max)) F(max, r0_);                             \
+        switch ((nq) - r0_) {                                                               \
+        case 5: if ((max) > 5) { F(5, r0_); break; } /* fall through */                     \
+        case 4: if ((max) > 4) { F(4, r0_); break; } /* fall through */                     \
+        case 3: if ((max) > 3) { F(3, r0_); break; } /* fall through */                     \
+        case 2: if ((max) > 2) { F(2, r0_); break; } /* fall through */                     \
+        case 1: for (; r0_ < (nq); r0_++) F(1, r0_); break;                                 \
+        default: break;                                                                     \
+        }                                                                                   \
+    } while (0)
 
 /* the dot products of g rows (g a constant after inlining) with the tile's nk keys */
 FA_TARGET static FA_ALWAYS_INLINE void
@@ -479,6 +569,8 @@ FA_NAME(qk_group)(const FA_T *q, ptrdiff_t q_rs, const int g, int E, const FA_T 
     for (; j + 4 <= nk; j += 4) {
         const FA_T *kr[4] = {k + j * k_rs, k + (j + 1) * k_rs, k + (j + 2) * k_rs,
                              k + (j + 3) * k_rs};
+        if (j + FA_DPF + 4 <= nk)
+            for (int u = 0; u < 4; u++) FA_NAME(prefetch_row)(kr[u] + FA_DPF * k_rs, E);
         V a[FA_DG][4];
         for (int r = 0; r < g; r++)
             for (int u = 0; u < 4; u++) a[r][u] = (V){0};
@@ -494,7 +586,7 @@ FA_NAME(qk_group)(const FA_T *q, ptrdiff_t q_rs, const int g, int E, const FA_T 
         for (int r = 0; r < g; r++) {
             const FA_T *qr = q + r * q_rs;
             FA_T s[4];
-            for (int u = 0; u < 4; u++) s[u] = FA_NAME(hsum)(a[r][u]);
+            FA_NAME(hsum4)(a[r], s);
             for (int e2 = e; e2 < E; e2++)
                 for (int u = 0; u < 4; u++) s[u] += qr[e2] * kr[u][e2];
             for (int u = 0; u < 4; u++) scores[(ptrdiff_t)r * ncols + j + u] = s[u];
@@ -536,18 +628,33 @@ FA_TARGET static void FA_NAME(qk_direct)(const FA_T *q, ptrdiff_t q_rs, int nq, 
                                          const FA_T *k, ptrdiff_t k_rs, int nk, FA_T scale,
                                          FA_T *scores, int ncols, FA_T *rowmax)
 {
-    int r0 = 0;
-    for (; r0 + FA_DG <= nq; r0 += FA_DG)
-        FA_NAME(qk_group)(q + r0 * q_rs, q_rs, FA_DG, E, k, k_rs, nk,
-                          scores + (ptrdiff_t)r0 * ncols, ncols);
-    for (; r0 < nq; r0++)
-        FA_NAME(qk_group)(q + r0 * q_rs, q_rs, 1, E, k, k_rs, nk, scores + (ptrdiff_t)r0 * ncols,
-                          ncols);
+#define FA_QK(g, r0) FA_NAME(qk_group)(q + (r0) * q_rs, q_rs, g, E, k, k_rs, nk,             \
+                                     scores + (ptrdiff_t)(r0) * ncols, ncols)
+    FA_GROUPS(nq, FA_DG, FA_QK);
+#undef FA_QK
+    /* scale, row maximum (NaN skipped, as the micro-kernels' is) and a NaN flag, in vectors: a
+     * scalar pass here held a fifth of a 5-row decode call's time in its max chain. The maximum
+     * is the same number in any order (only the sign of a zero maximum could differ, and
+     * exp(s - m) and the (m, l) merges treat +0 and -0 alike). */
     for (int r = 0; r < nq; r++) {
         FA_T *srow = scores + (ptrdiff_t)r * ncols;
         FA_T m = -(FA_T)INFINITY;
         int nan = 0;
-        for (int j = 0; j < nk; j++) {
+        int j = 0;
+#if FA_VW > 1
+        const V vs = VSPLAT(scale);
+        V vm = VSPLAT(-INFINITY);
+        VI vn = (VI){0};
+        for (; j + FA_VW <= nk; j += FA_VW) {
+            V x = VLOAD(srow + j) * vs;
+            VSTORE(srow + j, x);
+            vm = VMAXSKIP(x, vm);
+            vn |= (VI)(x != x);
+        }
+        for (int t = 0; t < FA_VW; t++) m = vm[t] > m ? vm[t] : m;
+        nan = VANY(vn != 0);
+#endif
+        for (; j < nk; j++) {
             FA_T x = srow[j] * scale;
             srow[j] = x;
             m = x > m ? x : m;
@@ -568,11 +675,12 @@ FA_NAME(pv_group)(const FA_T *p, int p_rs, const int g, int nk, const FA_T *v, p
     int c = 0;
 #if FA_VW > 1
     for (; c + FA_NR <= Ev; c += FA_NR) {
-        V a[FA_DG][FA_NV];
+        V a[FA_DGP][FA_NV];
         for (int r = 0; r < g; r++)
             for (int t = 0; t < FA_NV; t++) a[r][t] = (V){0};
         for (int j = 0; j < nk; j++) {
             const FA_T *vj = v + j * v_rs + c;
+            if (j + FA_DPF < nk) FA_NAME(prefetch_row)(vj + FA_DPF * v_rs, FA_NR);
             V vv[FA_NV];
             for (int t = 0; t < FA_NV; t++) vv[t] = VLOAD(vj + t * FA_VW);
             for (int r = 0; r < g; r++) {
@@ -588,7 +696,7 @@ FA_NAME(pv_group)(const FA_T *p, int p_rs, const int g, int nk, const FA_T *v, p
         }
     }
     for (; c + FA_VW <= Ev; c += FA_VW) {
-        V a[FA_DG];
+        V a[FA_DGP];
         for (int r = 0; r < g; r++) a[r] = (V){0};
         for (int j = 0; j < nk; j++) {
             V vv = VLOAD(v + j * v_rs + c);
@@ -621,15 +729,14 @@ FA_NAME(pv_group)(const FA_T *p, int p_rs, const int g, int nk, const FA_T *v, p
 FA_TARGET static void FA_NAME(pv_direct)(const FA_T *p, int p_rs, int nq, int nk,
                                          const FA_T *v, ptrdiff_t v_rs, int Ev, FA_T *acc, int evp)
 {
-    int r0 = 0;
-    for (; r0 + FA_DG <= nq; r0 += FA_DG)
-        FA_NAME(pv_group)(p + (ptrdiff_t)r0 * p_rs, p_rs, FA_DG, nk, v, v_rs, Ev,
-                          acc + (ptrdiff_t)r0 * evp, evp);
-    for (; r0 < nq; r0++)
-        FA_NAME(pv_group)(p + (ptrdiff_t)r0 * p_rs, p_rs, 1, nk, v, v_rs, Ev,
-                          acc + (ptrdiff_t)r0 * evp, evp);
+#define FA_PV(g, r0) FA_NAME(pv_group)(p + (ptrdiff_t)(r0) * p_rs, p_rs, g, nk, v, v_rs, Ev, \
+                                     acc + (ptrdiff_t)(r0) * evp, evp)
+    FA_GROUPS(nq, FA_DGP, FA_PV);
+#undef FA_PV
 }
 #undef FA_DG
+#undef FA_DGP
+#undef FA_GROUPS
 
 /* acc[r, :] *= alpha[r] for rows whose running maximum moved; out[r, :Ev] = acc[r, :] * inv_l. */
 FA_TARGET static void FA_NAME(scale_rows)(FA_T *acc, int evp, int nq, const double *alpha)

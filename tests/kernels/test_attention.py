@@ -554,7 +554,7 @@ def test_decode_rows_have_their_own_bits(dtype, isa):
     try:
         assert _simd.set_isa(isa) == isa
         for E, Ev, S in ((5, 7, 9), (16, 16, 33), (40, 72, 130), (64, 64, 127)):
-            for L in (2, 3, 5, 8, 13, 16):
+            for L in (2, 3, 4, 5, 6, 7, 8, 11, 13, 16):
                 q = rng.standard_normal((2, 3, L, E)).astype(dtype)
                 k = rng.standard_normal((2, 3, S, E)).astype(dtype)
                 v = rng.standard_normal((2, 3, S, Ev)).astype(dtype)
@@ -569,5 +569,30 @@ def test_decode_rows_have_their_own_bits(dtype, isa):
                 for r in range(L):
                     alone = sdpa(q[:, :, r:r + 1], k, v, mask[:, :, r:r + 1])
                     np.testing.assert_array_equal(out[:, :, r:r + 1], alone)
+                # no mask (the row maximum comes from the dot-product pass itself), and a key
+                # padding mask shared by the rows (Whisper's and the translators' cross-attention)
+                vf = np.nan_to_num(v)
+                for m in (None, np.ones((2, 1, 1, S), bool)):
+                    out = sdpa(q, k, vf, m)
+                    assert_close(out, sdpa_ref(q, k, vf, attn_mask=m)[0], dtype)
+                    for r in range(L):
+                        np.testing.assert_array_equal(out[:, :, r:r + 1],
+                                                      sdpa(q[:, :, r:r + 1], k, vf, m))
+                # three more keys, masked out per row: every key before them moves between the
+                # 4-key blocks' shared reduction and the one-key tail, with the same bits
+                k3 = np.concatenate([k, rng.standard_normal((2, 3, 3, E)).astype(dtype)], axis=2)
+                v3 = np.concatenate([vf, rng.standard_normal((2, 3, 3, Ev)).astype(dtype)],
+                                    axis=2)
+                m3 = np.ones((2, 3, L, S + 3), bool)
+                m3[..., S:] = False
+                np.testing.assert_array_equal(sdpa(q, k3, v3, m3), sdpa(q, k, vf, m3[..., :S]))
+        # a NaN score without a mask makes its row NaN, as it does alone
+        q = rng.standard_normal((1, 2, 5, 64)).astype(dtype)
+        k = rng.standard_normal((1, 2, 40, 64)).astype(dtype)
+        v = rng.standard_normal((1, 2, 40, 64)).astype(dtype)
+        k[0, 1, 21, 3] = np.nan
+        out = sdpa(q, k, v)
+        assert np.isnan(out[0, 1]).all() and np.isfinite(out[0, 0]).all()
+        np.testing.assert_array_equal(out[:, :, 2:3], sdpa(q[:, :, 2:3], k, v))
     finally:
         _simd.set_isa(before)
