@@ -224,6 +224,8 @@ def check_mask(mask, L, S, lead):
 # ---------------------------------------------------------------- threads
 
 def check_n_threads(n, name="n_threads"):
+    if type(n) is int and n >= 1:      # the common case first: every kernel call passes here
+        return n
     if isinstance(n, bool) or not isinstance(n, Integral):
         raise TypeError(f"{name} must be a positive integer or None, got {type(n).__name__} {n!r}")
     if n < 1:
