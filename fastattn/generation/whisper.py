@@ -203,9 +203,9 @@ class TimestampRules:
         if has.any():
             idx = m - 1 - np.argmax(ts[:, ::-1], axis=1)
             val = gen[np.arange(n), idx]
-            floor = np.where(has, np.where(single, val, val + 1), tb)
-            vocab = np.arange(scores.shape[1])
-            scores[(vocab >= tb) & (vocab < floor[:, None])] = _NEG_INF
+            floor = np.where(single, val, val + 1)
+            for i in np.flatnonzero(has):          # timestamps below the floor, row by row
+                scores[i, tb:floor[i]] = _NEG_INF
         if seqs.shape[1] == self.begin_index:
             scores[:, :tb] = _NEG_INF
             if self.max_initial is not None:
