@@ -651,8 +651,15 @@ FA_TARGET static void FA_NAME(qk_direct)(const FA_T *q, ptrdiff_t q_rs, int nq, 
             vm = VMAXSKIP(x, vm);
             vn |= (VI)(x != x);
         }
-        for (int t = 0; t < FA_VW; t++) m = vm[t] > m ? vm[t] : m;
-        nan = VANY(vn != 0);
+        /* the lanes read here, not through VANY: its lane loop is a function without this
+         * instance's target, and an unoptimised build (the sanitizer's) calls it with the
+         * vector in registers the callee does not read */
+        FA_I any = 0;
+        for (int t = 0; t < FA_VW; t++) {
+            m = vm[t] > m ? vm[t] : m;
+            any |= vn[t];
+        }
+        nan = any != 0;
 #endif
         for (; j < nk; j++) {
             FA_T x = srow[j] * scale;
