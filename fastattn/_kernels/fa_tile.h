@@ -454,15 +454,12 @@ FA_TARGET static inline FA_T FA_NAME(hsum)(V a)
 FA_TARGET static FA_ALWAYS_INLINE void FA_NAME(hsum4)(const V *a, FA_T *s)
 {
 #if FA_VW == 16
-    /* lanes [0, 8): a0's pairs (t, t + 8); lanes [8, 16): a1's */
-    V b01 = __builtin_shufflevector(a[0], a[1], 0, 1, 2, 3, 4, 5, 6, 7,
-                                    24, 25, 26, 27, 28, 29, 30, 31)
-          + __builtin_shufflevector(a[0], a[1], 8, 9, 10, 11, 12, 13, 14, 15,
-                                    16, 17, 18, 19, 20, 21, 22, 23);
-    V b23 = __builtin_shufflevector(a[2], a[3], 0, 1, 2, 3, 4, 5, 6, 7,
-                                    24, 25, 26, 27, 28, 29, 30, 31)
-          + __builtin_shufflevector(a[2], a[3], 8, 9, 10, 11, 12, 13, 14, 15,
-                                    16, 17, 18, 19, 20, 21, 22, 23);
+    /* lanes [0, 8): x's pairs (t, t + 8); lanes [8, 16): y's */
+#define FA_PAIRS16(x, y)                                                                     \
+    (__builtin_shufflevector(x, y, 0, 1, 2, 3, 4, 5, 6, 7, 24, 25, 26, 27, 28, 29, 30, 31)    \
+     + __builtin_shufflevector(x, y, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23))
+    V b01 = FA_PAIRS16(a[0], a[1]), b23 = FA_PAIRS16(a[2], a[3]);
+#undef FA_PAIRS16
     /* quarters: a0, a2, a1, a3, each its pairs (t, t + 4) of the step before */
     V c = __builtin_shufflevector(b01, b23, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11,
                                   24, 25, 26, 27)
@@ -475,10 +472,10 @@ FA_TARGET static FA_ALWAYS_INLINE void FA_NAME(hsum4)(const V *a, FA_T *s)
     s[2] = c[4];
     s[3] = c[12];
 #elif FA_VW == 8
-    V b01 = __builtin_shufflevector(a[0], a[1], 0, 1, 2, 3, 12, 13, 14, 15)
-          + __builtin_shufflevector(a[0], a[1], 4, 5, 6, 7, 8, 9, 10, 11);
-    V b23 = __builtin_shufflevector(a[2], a[3], 0, 1, 2, 3, 12, 13, 14, 15)
-          + __builtin_shufflevector(a[2], a[3], 4, 5, 6, 7, 8, 9, 10, 11);
+#define FA_PAIRS8(x, y) (__builtin_shufflevector(x, y, 0, 1, 2, 3, 12, 13, 14, 15)          \
+                         + __builtin_shufflevector(x, y, 4, 5, 6, 7, 8, 9, 10, 11))
+    V b01 = FA_PAIRS8(a[0], a[1]), b23 = FA_PAIRS8(a[2], a[3]);
+#undef FA_PAIRS8
     V c = __builtin_shufflevector(b01, b23, 0, 1, 8, 9, 4, 5, 12, 13)
         + __builtin_shufflevector(b01, b23, 2, 3, 10, 11, 6, 7, 14, 15);
     c += __builtin_shufflevector(c, c, FA_X8(1));
@@ -544,7 +541,9 @@ FA_TARGET static FA_ALWAYS_INLINE void FA_NAME(prefetch_row)(const FA_T *row, in
     for (int b = 0; b < n * (int)sizeof(FA_T); b += 64) FA_PREFETCH((const char *)row + b, 3);
 }
 /* call F(g, row0) for groups of `max` rows, then one group of the nq % max rows left, g a
- * constant in every call (max <= 6) */
+ * constant in every call (max <= 6). The remainder is below max, so each `if` holds whenever
+ * its case is reached; it is there so that a group larger than the instance's arrays is dead
+ * code the compiler can see. */
 #define FA_GROUPS(nq, max, F)                                                               \
     do {                                                                                    \
         int r0_ = 0;                                                                        \
@@ -651,15 +650,8 @@ FA_TARGET static void FA_NAME(qk_direct)(const FA_T *q, ptrdiff_t q_rs, int nq, 
             vm = VMAXSKIP(x, vm);
             vn |= (VI)(x != x);
         }
-        /* the lanes read here, not through VANY: its lane loop is a function without this
-         * instance's target, and an unoptimised build (the sanitizer's) calls it with the
-         * vector in registers the callee does not read */
-        FA_I any = 0;
-        for (int t = 0; t < FA_VW; t++) {
-            m = vm[t] > m ? vm[t] : m;
-            any |= vn[t];
-        }
-        nan = any != 0;
+        for (int t = 0; t < FA_VW; t++) m = vm[t] > m ? vm[t] : m;
+        nan = VANY(vn != 0);
 #endif
         for (; j < nk; j++) {
             FA_T x = srow[j] * scale;

@@ -224,7 +224,9 @@ typedef uint32_t FA_NAME(uvec) __attribute__((vector_size(FA_VW * 4), aligned(4)
 #define VANY(m) FA_ANY(m)
 #else
 #define VANY(m) FA_NAME(any_lane)((VI)(m))
-static inline int FA_NAME(any_lane)(VI m)
+/* the instance's target too: a call that is not inlined (an -O0 build) must pass the vector the
+ * way the callee reads it */
+FA_TARGET static inline int FA_NAME(any_lane)(VI m)
 {
     FA_I acc = 0;
     for (int t = 0; t < FA_VW; t++) acc |= m[t];
