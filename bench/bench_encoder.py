@@ -62,6 +62,7 @@ def _child(args):
 
     import fastattn._ops as ops
     from fastattn.models import encoder as enc_mod
+    from fastattn.nn import attention as attn_mod
 
     th = args.threads
     torch.set_num_threads(th)
@@ -201,7 +202,8 @@ def _child(args):
             hooks = [(ops.PackedLinear, "__call__", "linear (GEMM + bias, activation, residual)"),
                      (ops.PackedLinear, "_then_layer_norm",
                       "linear + residual + LayerNorm (fused)"),
-                     (enc_mod, "scaled_dot_product_attention", "attention"),
+                     (attn_mod, "_attention_into", "attention"),
+                     (attn_mod, "scaled_dot_product_attention", "attention (weights out)"),
                      (enc_mod.EncoderModel, "_embeddings", "embeddings (gather + LayerNorm)")]
             saved = [getattr(obj, attr) for obj, attr, _ in hooks]
             for (obj, attr, label_), fn in zip(hooks, saved):
