@@ -109,15 +109,20 @@ def _pool_held():
     return len(bufs), sum(b.nbytes for b in bufs)
 
 
+def _refs(bufs, i):
+    """sys.getrefcount of bufs[i]: the one expression both the probe and the pool read."""
+    return sys.getrefcount(bufs[i])
+
+
 def _refs_probe():
-    """sys.getrefcount of a pooled buffer that no array uses, read as _pooled_empty reads it;
-    None where that cannot tell a used buffer from a free one."""
+    """_refs of a pooled buffer that no array uses; None where it cannot tell a used buffer
+    from a free one."""
     if not hasattr(sys, "getrefcount"):
         return None
     bufs = [np.empty(8, np.uint8)]
-    free = sys.getrefcount(bufs[0])
+    free = _refs(bufs, 0)
     view = bufs[0][1:]
-    used = sys.getrefcount(bufs[0])
+    used = _refs(bufs, 0)
     del view
     return free if used > free else None
 
@@ -130,28 +135,28 @@ def _pooled_empty(shape, dtype, nbytes):
     """_aligned_empty(shape, dtype) from this thread's pool: a free buffer of nbytes + _ALIGN to
     twice that, else a new one (kept while the pool has room, the oldest free ones dropped to
     make it)."""
+    need = nbytes + _ALIGN
+    if need > _POOL_BYTES:                   # never pooled (and the pool left as it is)
+        return _aligned_empty(shape, dtype)
     bufs = getattr(_pool, "bufs", None)
     if bufs is None:
         bufs = _pool.bufs = []
-    need = nbytes + _ALIGN
     raw = None
     for i in range(len(bufs)):
-        if need <= bufs[i].nbytes <= 2 * need and sys.getrefcount(bufs[i]) == _POOL_FREE_REFS:
+        if need <= bufs[i].nbytes <= 2 * need and _refs(bufs, i) == _POOL_FREE_REFS:
             raw = bufs.pop(i)
             break
     if raw is None:
-        raw = np.empty(need, np.uint8)
         held = sum(b.nbytes for b in bufs)
         i = 0
         while held + need > _POOL_BYTES and i < len(bufs):
-            if sys.getrefcount(bufs[i]) == _POOL_FREE_REFS:
+            if _refs(bufs, i) == _POOL_FREE_REFS:
                 held -= bufs.pop(i).nbytes
             else:
                 i += 1
-        if held + need > _POOL_BYTES:
-            raw = None                       # the pool is full of buffers in use
-    if raw is None:
-        return _aligned_empty(shape, dtype)
+        if held + need > _POOL_BYTES:        # the pool is full of buffers in use
+            return _aligned_empty(shape, dtype)
+        raw = np.empty(need, np.uint8)
     bufs.append(raw)                         # most recently used last
     off = -raw.ctypes.data % _ALIGN
     return raw[off:off + nbytes].view(dtype).reshape(shape)

@@ -79,7 +79,7 @@ def test_held_outputs_keep_their_values():
 @pool_on
 def test_the_pool_stays_under_its_bound():
     _ops.release_output_pool()
-    for i in range(40):                              # 40 sizes, 1-20 MiB, each freed at once
+    for i in range(40):                              # 40 sizes, 1-26 MiB, each freed at once
         y = _ops._new_output((256 + 97 * i, 1024 + 17 * i), F32)
         y[...] = 1.0
         del y
@@ -91,6 +91,50 @@ def test_the_pool_stays_under_its_bound():
     del live
     _ops.release_output_pool()
     assert _ops._pool_held() == (0, 0)
+    # a request over the bound is never pooled, and leaves the pool as it was
+    kept = _ops._new_output(BIG, F32)
+    del kept
+    before = _ops._pool_held()
+    assert before[0] == 1
+    huge = _ops._new_output((_ops._POOL_BYTES // 4 + 1024,), F32)
+    assert huge.shape == (_ops._POOL_BYTES // 4 + 1024,) and huge.ctypes.data % 64 == 0
+    assert _ops._pool_held() == before
+    del huge
+    _ops.release_output_pool()
+
+
+@pool_on
+@pytest.mark.parametrize("derive", ["memoryview", "frombuffer", "asarray", "as_strided",
+                                    "pickle5"])
+def test_other_holders_keep_the_buffer(derive):
+    import pickle
+    _ops.release_output_pool()
+    y = _ops._new_output(BIG, F32)
+    y[...] = 3.0
+    p = y.ctypes.data
+    if derive == "memoryview":
+        h = memoryview(y)
+    elif derive == "frombuffer":
+        h = np.frombuffer(y, np.float32)
+    elif derive == "asarray":
+        h = np.asarray(y)
+    elif derive == "as_strided":
+        h = np.lib.stride_tricks.as_strided(y, shape=(4,), strides=(4,))
+    else:
+        bufs = []
+        blob = pickle.dumps(y, protocol=5, buffer_callback=bufs.append)
+        h = (blob, bufs)
+    del y
+    z = _ops._new_output(BIG, F32)
+    assert z.ctypes.data != p
+    z[...] = -1.0
+    if derive == "pickle5":
+        back = pickle.loads(h[0], buffers=h[1])
+        assert (back == 3.0).all()
+    else:
+        assert (np.asarray(h) == 3.0).all()
+    del h, z
+    _ops.release_output_pool()
 
 
 @pool_on
@@ -102,6 +146,7 @@ def test_threads_have_their_own_pools_and_the_same_results():
     xs = [rng.standard_normal((512, K)).astype(np.float32) for _ in range(4)]
     want = [lin(xi, n_threads=1).copy() for xi in xs]
     errors, ptrs = [], []
+    done = threading.Barrier(4)
 
     def work(t):
         mine = set()
@@ -113,6 +158,7 @@ def test_threads_have_their_own_pools_and_the_same_results():
                     errors.append(t)
                 del y
         ptrs.append(mine)
+        done.wait()                  # every thread's pool alive until all have finished
         _ops.release_output_pool()
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
@@ -123,9 +169,7 @@ def test_threads_have_their_own_pools_and_the_same_results():
     assert not errors
     for i in range(4):
         for j in range(i + 1, 4):
-            # a pooled buffer belongs to one thread at a time; addresses may only coincide
-            # where a thread freed its pool and the allocator gave the memory to another
-            assert len(ptrs[i] & ptrs[j]) <= 1
+            assert ptrs[i].isdisjoint(ptrs[j])       # no buffer shared between threads
 
 
 _CHILD = textwrap.dedent("""
@@ -156,5 +200,6 @@ def test_the_same_bits_with_and_without_the_pool_in_fresh_processes():
         on, digest = r.stdout.split()
         res[off] = (on == "True", digest)
     assert res["1"][0] is False
-    assert res[""][0] is (_ops._POOL_FREE_REFS is not None)
+    # on in the child without the switch, unless the sanitizer's exact sizes are in force
+    assert res[""][0] is (not os.environ.get("FASTATTN_SANITIZED") and hasattr(sys, "getrefcount"))
     assert res[""][1] == res["1"][1]
