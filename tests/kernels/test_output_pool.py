@@ -20,8 +20,11 @@ from fastattn import _ops
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 F32 = np.dtype(np.float32)
-pool_on = pytest.mark.skipif(_ops._POOL_FREE_REFS is None,
-                             reason="output pool off (sanitizer, FASTATTN_NO_OUTPUT_POOL)")
+pool_on = pytest.mark.skipif(
+    _ops._POOL_FREE_REFS is None,
+    reason="the sanitizer's exact-size allocations: the output pool is off"
+    if os.environ.get("FASTATTN_SANITIZED") else
+    "the output pool is off (FASTATTN_NO_OUTPUT_POOL, or no sys.getrefcount)")
 BIG = (512, 1024)                    # 2 MiB of float32: pooled
 
 
