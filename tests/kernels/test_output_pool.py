@@ -28,6 +28,14 @@ pool_on = pytest.mark.skipif(
 BIG = (512, 1024)                    # 2 MiB of float32: pooled
 
 
+def _packed_linear(seed, N, M, count, K=256):
+    """A PackedLinear of a random (N, K) weight, the weight, and `count` random (M, K) inputs."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    xs = [rng.standard_normal((M, K)).astype(np.float32) for _ in range(count)]
+    return _ops.PackedLinear(w), w, xs
+
+
 @pool_on
 def test_a_freed_buffer_is_reused_and_a_live_one_is_not():
     _ops.release_output_pool()
@@ -60,11 +68,7 @@ def test_a_freed_buffer_is_reused_and_a_live_one_is_not():
 
 @pool_on
 def test_held_outputs_keep_their_values():
-    rng = np.random.default_rng(0)
-    K, N = 256, 1536
-    w = rng.standard_normal((N, K)).astype(np.float32)
-    lin = _ops.PackedLinear(w)
-    x = [rng.standard_normal((384, K)).astype(np.float32) for _ in range(6)]
+    lin, w, x = _packed_linear(0, 1536, 384, 6)
     held = [lin(xi) for xi in x[:3]]                 # 2.25 MiB each: pooled
     ptrs = {h.ctypes.data for h in held}
     assert len(ptrs) == 3
@@ -142,11 +146,7 @@ def test_other_holders_keep_the_buffer(derive):
 
 @pool_on
 def test_threads_have_their_own_pools_and_the_same_results():
-    rng = np.random.default_rng(1)
-    K, N = 256, 2048
-    w = rng.standard_normal((N, K)).astype(np.float32)
-    lin = _ops.PackedLinear(w)
-    xs = [rng.standard_normal((512, K)).astype(np.float32) for _ in range(4)]
+    lin, _, xs = _packed_linear(1, 2048, 512, 4)
     want = [lin(xi, n_threads=1).copy() for xi in xs]
     errors, ptrs = [], []
     done = threading.Barrier(4)
