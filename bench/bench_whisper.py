@@ -14,7 +14,8 @@ and a few minutes of English read by espeak-ng (16 kHz mono, one WAV). No downlo
 faster-whisper-batched --out bench/results/whisper_tiny_equal_$(date +%F).txt
 
 (--shape base likewise; 3 minutes of audio by default, --seconds to change it; the checkpoints
-and the speech are made once under --dir, /tmp/fastattn_bench_whisper.)
+and the speech are made once under --dir, /tmp/fastattn_bench_whisper.
+--checkpoint OUT runs a trained model instead: bench/train_whisper.py's OUT, the tiny shape.)
 
 Systems, each in a process of its own (one child process per system and precision):
 
@@ -397,9 +398,13 @@ def _version(pkg):
 def header(a, duration, text):
     from _common import fastattn_origin, isa_line
     lines = [
-        f"# Whisper {a.shape}{' (English-only)' if a.english_only else ''}, RANDOM WEIGHTS "
-        "(bench/make_whisper_checkpoint.py): WER against the text read is meaningless; "
-        "int8-vs-float32 WER and token counts still compare",
+        (f"# Whisper tiny shape, TRAINED (bench/train_whisper.py: a frozen random encoder, "
+         f"the decoder trained on espeak-ng speech of random sentences of the passage's and "
+         f"other words; the passage's own sentences never read in training): {a.checkpoint}"
+         if a.checkpoint else
+         f"# Whisper {a.shape}{' (English-only)' if a.english_only else ''}, RANDOM WEIGHTS "
+         "(bench/make_whisper_checkpoint.py): WER against the text read is meaningless; "
+         "int8-vs-float32 WER and token counts still compare"),
         f"# {datetime.datetime.now().isoformat(timespec='seconds')}; CPU: {cpu_line()}",
         f"# {isa_line()}",
         f"# {fastattn_origin()}; faster-whisper {_version('faster-whisper')}, ctranslate2 "
@@ -482,6 +487,9 @@ def main():
     ap.add_argument("--out", help="also write the report here, e.g. "
                                   "bench/results/whisper_<date>.txt")
     ap.add_argument("--json", help="write the raw results here")
+    ap.add_argument("--checkpoint", help="a trained model's folder (bench/train_whisper.py "
+                                         "OUT: OUT/hf, OUT/ct2-float32, OUT/ct2-int8) instead "
+                                         "of the random one")
     ap.add_argument("--isa", choices=list(ISA_CAPS), help=ISA_HELP)
     # the child's own arguments
     for flag in ("--child", "--child-out", "--hf", "--ct2", "--ct2-int8", "--wav"):
@@ -497,6 +505,13 @@ def main():
     if unknown:
         ap.error(f"unknown systems {sorted(unknown)}; choose from {', '.join(SYSTEMS)}")
     work = os.path.join(a.dir, a.shape + ("-en" if a.english_only else ""))
+    if a.checkpoint:
+        work = a.checkpoint
+        if a.shape != "tiny" or a.english_only:
+            ap.error("--checkpoint is train_whisper.py's model: the tiny multilingual shape")
+        if not os.path.exists(os.path.join(work, "ct2-int8", "preprocessor_config.json")):
+            ap.error(f"--checkpoint {work}: no ct2-int8 folder (python bench/train_whisper.py "
+                     f"{work})")
     wav, text, duration = make_speech(a.dir, a.seconds)
     if not os.path.exists(os.path.join(work, "ct2-int8", "preprocessor_config.json")):
         cmd = [sys.executable, os.path.join(HERE, "make_whisper_checkpoint.py"), work,

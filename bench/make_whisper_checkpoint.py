@@ -173,9 +173,11 @@ def _made_up_words(seed=0, n_words=400_000):
     yield " ".join(line)
 
 
-def write_tokenizer(folder, multilingual=True):
+def write_tokenizer(folder, multilingual=True, corpus=()):
     """tokenizer.json (a byte-level BPE with Whisper's special tokens and ids) and a
-    tokenizer_config.json naming WhisperTokenizer."""
+    tokenizer_config.json naming WhisperTokenizer. `corpus`: lines of real text learnt before
+    the made-up words (bench/train_whisper.py's English)."""
+    import itertools
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     n_text = 50257 if multilingual else 50256
     alphabet = _byte_alphabet()
@@ -183,7 +185,7 @@ def write_tokenizer(folder, multilingual=True):
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     trainer = trainers.BpeTrainer(vocab_size=50256, initial_alphabet=alphabet,
                                   show_progress=False)
-    tk.train_from_iterator(_made_up_words(), trainer)
+    tk.train_from_iterator(itertools.chain(corpus, _made_up_words()), trainer)
     learnt = json.loads(tk.to_str())["model"]
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learnt["merges"]]
     # the bytes at GPT-2's ids, then the merged tokens in the order they were learnt
