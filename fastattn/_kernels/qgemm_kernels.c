@@ -301,15 +301,17 @@ QG_TARGET_AVX2 static void qg_ln16_avx2(const float *x, const float *res, ptrdif
  * 128 * comp[n] = 128 * sum_k w back (QG_TBIAS), which gives the same integer as every other
  * variant: the quantised values are unchanged. Per 32 products: vpsignb, vpmaddubsw, vpmaddwd,
  * vpaddd, against vpmovsxbw's share, vpmaddwd and vpaddd per 16 before.
- * A chunk of the block's rows is prepared once (s and |s| per byte), so that the inner loop
- * broadcasts both straight from memory. */
+ * The block's rows are prepared (s and |s| per byte) so that the inner loop broadcasts both
+ * straight from memory: once per row block for all the item's column blocks (qg_prep_recentre),
+ * or a 256-byte chunk at a time on the stack where the item has no prepared copy. */
 #define QG_KC 256
 
-/* k-chunk [0, kc) of mr rows of x (row stride kp) recentred: xs[r * QG_KC + k] = u - 128 (as a
+/* k-chunk [0, kc) of mr rows of x (row stride kp) recentred: xs[r * ls + k] = u - 128 (as a
  * byte), xa[...] = |u - 128| (128 for u = 0, as an unsigned byte); for the avx2 and avx512
  * kernels */
 QG_TARGET_AVX2 static FA_ALWAYS_INLINE void
-qg_recentre(const uint8_t *x, ptrdiff_t kp, const int mr, ptrdiff_t kc, uint8_t *xs, uint8_t *xa)
+qg_recentre(const uint8_t *x, ptrdiff_t kp, const int mr, ptrdiff_t kc, uint8_t *xs, uint8_t *xa,
+            ptrdiff_t ls)
 {
     const __m256i bias = _mm256_set1_epi8((char)0x80);
     for (int r = 0; r < mr; r++) {
@@ -317,17 +319,63 @@ qg_recentre(const uint8_t *x, ptrdiff_t kp, const int mr, ptrdiff_t kc, uint8_t 
         ptrdiff_t k = 0;
         for (; k + 32 <= kc; k += 32) {
             __m256i v = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xr + k)), bias);
-            _mm256_store_si256((__m256i *)(xs + r * QG_KC + k), v);
-            _mm256_store_si256((__m256i *)(xa + r * QG_KC + k), _mm256_abs_epi8(v));
+            _mm256_storeu_si256((__m256i *)(xs + r * ls + k), v);
+            _mm256_storeu_si256((__m256i *)(xa + r * ls + k), _mm256_abs_epi8(v));
         }
         for (; k < kc; k++) {
             int v = (int)xr[k] - 128;
-            xs[r * QG_KC + k] = (uint8_t)(int8_t)v;
-            xa[r * QG_KC + k] = (uint8_t)(v < 0 ? -v : v);
+            xs[r * ls + k] = (uint8_t)(int8_t)v;
+            xa[r * ls + k] = (uint8_t)(v < 0 ? -v : v);
         }
     }
 }
 
+/* A row block's whole rows recentred once, for every column block the item computes on them
+ * (qgemm_tile.h's QG_PREP): prep holds xs (QG_PREP_ROWS rows of kp bytes) then xa. Recentring
+ * a 256-byte chunk at every register block took ~7% of the avx2 item's time (N / 16 column
+ * blocks read the same rows). */
+#define QG_PREP_BYTES(kp) ((size_t)(2 * QG_PREP_ROWS) * (size_t)(kp))
+#define QG_PREP_ROWS 6
+QG_TARGET_AVX2 static void qg_prep_recentre(const uint8_t *x, ptrdiff_t kp, int mr, uint8_t *prep)
+{
+    qg_recentre(x, kp, mr, kp, prep, prep + QG_PREP_ROWS * kp, kp);
+}
+
+/* k-quads [0, kc) of mr recentred rows (xs, xa, row stride ls) against the panel q (from its
+ * quad 0), added into acc */
+QG_TARGET_AVX2 static FA_ALWAYS_INLINE void
+qg_imk_avx2_run(const uint8_t *xs, const uint8_t *xa, ptrdiff_t ls, ptrdiff_t kc, const int mr,
+                const int8_t *q, int ahead, __m256i acc[6][2])
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (ptrdiff_t k = 0; k < kc; k += 4) {
+        const int8_t *qq = q + k * 16;
+        if (ahead) FA_PREFETCH(qq + QG_PF, 3);
+        __m256i w0 = _mm256_loadu_si256((const __m256i *)qq);
+        __m256i w1 = _mm256_loadu_si256((const __m256i *)(qq + 32));
+        for (int r = 0; r < mr; r++) {
+            int32_t s32, a32;
+            memcpy(&s32, xs + r * ls + k, 4);
+            memcpy(&a32, xa + r * ls + k, 4);
+            __m256i sv = _mm256_set1_epi32(s32), av = _mm256_set1_epi32(a32);
+            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(
+                _mm256_maddubs_epi16(av, _mm256_sign_epi8(w0, sv)), ones));
+            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(
+                _mm256_maddubs_epi16(av, _mm256_sign_epi8(w1, sv)), ones));
+        }
+    }
+}
+
+QG_TARGET_AVX2 static FA_ALWAYS_INLINE void
+qg_imk_avx2_store(const int mr, __m256i acc[6][2], int32_t *tile)
+{
+    for (int r = 0; r < mr; r++) {
+        _mm256_storeu_si256((__m256i *)(tile + r * 16), acc[r][0]);
+        _mm256_storeu_si256((__m256i *)(tile + r * 16 + 8), acc[r][1]);
+    }
+}
+
+/* the rows as bytes, recentred a chunk at a time on the stack */
 QG_TARGET_AVX2 static FA_ALWAYS_INLINE void
 qg_imk_avx2(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, ptrdiff_t ps,
            int32_t *tile, int ahead)
@@ -335,40 +383,34 @@ qg_imk_avx2(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, ptrdi
     (void)ps;
     uint8_t xs[6 * QG_KC] __attribute__((aligned(32)));   /* s = u - 128 (as bytes) */
     uint8_t xa[6 * QG_KC] __attribute__((aligned(32)));   /* |s| (128 for s = -128) */
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256i acc[6][2];
     for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
     for (ptrdiff_t k0 = 0; k0 < kp; k0 += QG_KC) {
         const ptrdiff_t kc = kp - k0 < QG_KC ? kp - k0 : QG_KC;
-        qg_recentre(x + k0, kp, mr, kc, xs, xa);
-        const int8_t *q = w + k0 * 16;
-        for (ptrdiff_t k = 0; k < kc; k += 4) {
-            const int8_t *qq = q + k * 16;
-            if (ahead) FA_PREFETCH(qq + QG_PF, 3);
-            __m256i w0 = _mm256_loadu_si256((const __m256i *)qq);
-            __m256i w1 = _mm256_loadu_si256((const __m256i *)(qq + 32));
-            for (int r = 0; r < mr; r++) {
-                int32_t s32, a32;
-                memcpy(&s32, xs + r * QG_KC + k, 4);
-                memcpy(&a32, xa + r * QG_KC + k, 4);
-                __m256i sv = _mm256_set1_epi32(s32), av = _mm256_set1_epi32(a32);
-                acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(av, _mm256_sign_epi8(w0, sv)), ones));
-                acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(av, _mm256_sign_epi8(w1, sv)), ones));
-            }
-        }
+        qg_recentre(x + k0, kp, mr, kc, xs, xa, QG_KC);
+        qg_imk_avx2_run(xs, xa, QG_KC, kc, mr, w + k0 * 16, ahead, acc);
     }
-    for (int r = 0; r < mr; r++) {
-        _mm256_storeu_si256((__m256i *)(tile + r * 16), acc[r][0]);
-        _mm256_storeu_si256((__m256i *)(tile + r * 16 + 8), acc[r][1]);
-    }
+    qg_imk_avx2_store(mr, acc, tile);
+}
+
+/* the rows prepared by qg_prep_recentre (the same integers) */
+QG_TARGET_AVX2 static FA_ALWAYS_INLINE void
+qg_imkp_avx2(const uint8_t *prep, ptrdiff_t kp, const int mr, const int8_t *w, ptrdiff_t ps,
+            int32_t *tile, int ahead)
+{
+    (void)ps;
+    __m256i acc[6][2];
+    for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    qg_imk_avx2_run(prep, prep + QG_PREP_ROWS * kp, kp, kp, mr, w, ahead, acc);
+    qg_imk_avx2_store(mr, acc, tile);
 }
 #undef QG_KC
 #define QG_MR 4
 #define QG_NP 1
 #define QG_TBIAS 128
 #define QG_MK qg_imk_avx2
+#define QG_MKP qg_imkp_avx2
+#define QG_PREP qg_prep_recentre
 #include "qgemm_tile.h"
 
 /* ------------------------------------------------------------------ AVX2 + AVX-VNNI */
@@ -433,48 +475,78 @@ qg_imk_avx2vnni(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, p
 #define QG_KC 256
 #define QG_NPANEL512 4
 
+/* k-quads [k0, k0 + kc) of mr recentred rows (xs, xa from quad k0, row stride ls) against the
+ * QG_NPANEL512 panels from w (ps bytes apart), added into acc */
+QG_TARGET_AVX512 static FA_ALWAYS_INLINE void
+qg_imk_avx512_run(const uint8_t *xs, const uint8_t *xa, ptrdiff_t ls, ptrdiff_t k0, ptrdiff_t kc,
+                  const int mr, const int8_t *w, ptrdiff_t ps, int ahead,
+                  __m512i acc[6][QG_NPANEL512])
+{
+    const __m512i ones = _mm512_set1_epi16(1), zero = _mm512_setzero_si512();
+    for (ptrdiff_t k = 0; k < kc; k += 4) {
+        __m512i wv[QG_NPANEL512];
+        for (int p = 0; p < QG_NPANEL512; p++) {
+            const int8_t *q = w + p * ps + (k0 + k) * 16;
+            if (ahead) FA_PREFETCH(q + QG_PF, 3);
+            wv[p] = _mm512_loadu_si512((const void *)q);
+        }
+        for (int r = 0; r < mr; r++) {
+            int32_t s32, a32;
+            memcpy(&s32, xs + r * ls + k, 4);
+            memcpy(&a32, xa + r * ls + k, 4);
+            const __mmask64 neg = _mm512_movepi8_mask(_mm512_set1_epi32(s32));
+            const __m512i av = _mm512_set1_epi32(a32);
+            for (int p = 0; p < QG_NPANEL512; p++)
+                acc[r][p] = _mm512_add_epi32(acc[r][p], _mm512_madd_epi16(
+                    _mm512_maddubs_epi16(av, _mm512_mask_sub_epi8(wv[p], neg, zero, wv[p])),
+                    ones));
+        }
+    }
+}
+
+QG_TARGET_AVX512 static FA_ALWAYS_INLINE void
+qg_imk_avx512_store(const int mr, __m512i acc[6][QG_NPANEL512], int32_t *tile)
+{
+    for (int r = 0; r < mr; r++)
+        for (int p = 0; p < QG_NPANEL512; p++)
+            _mm512_storeu_si512((void *)(tile + r * 16 * QG_NPANEL512 + p * 16), acc[r][p]);
+}
+
 QG_TARGET_AVX512 static FA_ALWAYS_INLINE void
 qg_imk_avx512(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, ptrdiff_t ps,
              int32_t *tile, int ahead)
 {
     uint8_t xs[6 * QG_KC] __attribute__((aligned(64)));   /* s = u - 128 (as bytes) */
     uint8_t xa[6 * QG_KC] __attribute__((aligned(64)));   /* |s| */
-    const __m512i ones = _mm512_set1_epi16(1), zero = _mm512_setzero_si512();
     __m512i acc[6][QG_NPANEL512];
     for (int r = 0; r < mr; r++)
         for (int p = 0; p < QG_NPANEL512; p++) acc[r][p] = _mm512_setzero_si512();
     for (ptrdiff_t k0 = 0; k0 < kp; k0 += QG_KC) {
         const ptrdiff_t kc = kp - k0 < QG_KC ? kp - k0 : QG_KC;
-        qg_recentre(x + k0, kp, mr, kc, xs, xa);
-        for (ptrdiff_t k = 0; k < kc; k += 4) {
-            __m512i wv[QG_NPANEL512];
-            for (int p = 0; p < QG_NPANEL512; p++) {
-                const int8_t *q = w + p * ps + (k0 + k) * 16;
-                if (ahead) FA_PREFETCH(q + QG_PF, 3);
-                wv[p] = _mm512_loadu_si512((const void *)q);
-            }
-            for (int r = 0; r < mr; r++) {
-                int32_t s32, a32;
-                memcpy(&s32, xs + r * QG_KC + k, 4);
-                memcpy(&a32, xa + r * QG_KC + k, 4);
-                const __mmask64 neg = _mm512_movepi8_mask(_mm512_set1_epi32(s32));
-                const __m512i av = _mm512_set1_epi32(a32);
-                for (int p = 0; p < QG_NPANEL512; p++)
-                    acc[r][p] = _mm512_add_epi32(acc[r][p], _mm512_madd_epi16(
-                        _mm512_maddubs_epi16(av, _mm512_mask_sub_epi8(wv[p], neg, zero, wv[p])),
-                        ones));
-            }
-        }
+        qg_recentre(x + k0, kp, mr, kc, xs, xa, QG_KC);
+        qg_imk_avx512_run(xs, xa, QG_KC, k0, kc, mr, w, ps, ahead, acc);
     }
+    qg_imk_avx512_store(mr, acc, tile);
+}
+
+/* the rows prepared by qg_prep_recentre (the same integers) */
+QG_TARGET_AVX512 static FA_ALWAYS_INLINE void
+qg_imkp_avx512(const uint8_t *prep, ptrdiff_t kp, const int mr, const int8_t *w, ptrdiff_t ps,
+              int32_t *tile, int ahead)
+{
+    __m512i acc[6][QG_NPANEL512];
     for (int r = 0; r < mr; r++)
-        for (int p = 0; p < QG_NPANEL512; p++)
-            _mm512_storeu_si512((void *)(tile + r * 16 * QG_NPANEL512 + p * 16), acc[r][p]);
+        for (int p = 0; p < QG_NPANEL512; p++) acc[r][p] = _mm512_setzero_si512();
+    qg_imk_avx512_run(prep, prep + QG_PREP_ROWS * kp, kp, 0, kp, mr, w, ps, ahead, acc);
+    qg_imk_avx512_store(mr, acc, tile);
 }
 #undef QG_KC
 #define QG_MR 6
 #define QG_NP QG_NPANEL512
 #define QG_TBIAS 128
 #define QG_MK qg_imk_avx512
+#define QG_MKP qg_imkp_avx512
+#define QG_PREP qg_prep_recentre
 #include "qgemm_tile.h"
 
 /* ------------------------------------------------------------------ AVX-512 VNNI */

@@ -12,10 +12,16 @@
  *              ps bytes apart; ahead: prefetch the panels (the block reads them from memory)
  *   QG_TBIAS   (optional, default 0) the micro-kernel's tile holds sum_k (x - QG_TBIAS) w: the
  *              item adds QG_TBIAS * comp[n] back before anything else (an exact int32)
+ *   QG_PREP(x, kp, mr, prep), QG_MKP(prep, kp, mr, w, ps, tile, ahead)
+ *              (optional, both or neither) a row block's rows prepared once into prep
+ *              (QG_PREP_BYTES(kp) bytes, allocated per item) for all the column blocks the item
+ *              computes on them, and the micro-kernel reading them from there: the same tile as
+ *              QG_MK's (which still runs when the allocation fails)
  * This header ends the instance. */
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define QG_TW (QG_NP * 16)
@@ -108,6 +114,25 @@ FA_TARGET static void FA_NAME(qitem)(const uint8_t *xq, ptrdiff_t kp, const floa
     const ptrdiff_t ps = kp * QG_PANEL;
     const ptrdiff_t n_rb = (m + QG_MR - 1) / QG_MR, n_cb = (nc + QG_TW - 1) / QG_TW;
     const int rows_outer = n_rb > 2;
+#ifdef QG_PREP
+    /* worth it only where a row block meets several column blocks in a row */
+    uint8_t *prep = rows_outer && n_cb > 1 ? (uint8_t *)malloc(QG_PREP_BYTES(kp)) : NULL;
+    ptrdiff_t prep_rb = -1;
+#define QG_CALL(R)                                                                            \
+    do {                                                                                      \
+        if (prep) {                                                                           \
+            if (prep_rb != rb) {                                                              \
+                QG_PREP(xb, kp, R, prep);                                                     \
+                prep_rb = rb;                                                                 \
+            }                                                                                 \
+            QG_MKP(prep, kp, R, wb, ps, tile, ahead);                                         \
+        } else {                                                                              \
+            QG_MK(xb, kp, R, wb, ps, tile, ahead);                                            \
+        }                                                                                     \
+    } while (0)
+#else
+#define QG_CALL(R) QG_MK(xb, kp, R, wb, ps, tile, ahead)
+#endif
     for (ptrdiff_t b = 0; b < n_rb * n_cb; b++) {
         ptrdiff_t rb = rows_outer ? b / n_cb : b % n_rb;
         ptrdiff_t cb = rows_outer ? b % n_cb : b / n_rb;
@@ -118,19 +143,19 @@ FA_TARGET static void FA_NAME(qitem)(const uint8_t *xq, ptrdiff_t kp, const floa
         const int8_t *wb = wp + (j0 / QG_PANEL) * ps;
         int ahead = i0 == 0;
         switch (mr) {
-        case QG_MR: QG_MK(xb, kp, QG_MR, wb, ps, tile, ahead); break;
-        case 1: QG_MK(xb, kp, 1, wb, ps, tile, ahead); break;
+        case QG_MR: QG_CALL(QG_MR); break;
+        case 1: QG_CALL(1); break;
 #if QG_MR > 2
-        case 2: QG_MK(xb, kp, 2, wb, ps, tile, ahead); break;
+        case 2: QG_CALL(2); break;
 #endif
 #if QG_MR > 3
-        case 3: QG_MK(xb, kp, 3, wb, ps, tile, ahead); break;
+        case 3: QG_CALL(3); break;
 #endif
 #if QG_MR > 4
-        case 4: QG_MK(xb, kp, 4, wb, ps, tile, ahead); break;
+        case 4: QG_CALL(4); break;
 #endif
 #if QG_MR > 5
-        case 5: QG_MK(xb, kp, 5, wb, ps, tile, ahead); break;
+        case 5: QG_CALL(5); break;
 #endif
 #if QG_MR > 6
 #error "QG_MR > 6: extend the remainder switch"
@@ -154,13 +179,19 @@ FA_TARGET static void FA_NAME(qitem)(const uint8_t *xq, ptrdiff_t kp, const floa
         for (ptrdiff_t r = 0; r < m; r++)
             FA_NAME(qepilogue)(y + r * y_rs + n0, nc, bias ? bias + n0 : NULL, act,
                                res ? res + r * res_rs + n0 : NULL);
+#ifdef QG_PREP
+    free(prep);
+#endif
 }
+#undef QG_CALL
 
 #undef QG_TW
 #undef QG_TBIAS
 #undef QG_MR
 #undef QG_NP
 #undef QG_MK
+#undef QG_MKP
+#undef QG_PREP
 #undef GM_KEEP_INSTANCE
 #define FA_SIMD_END
 #include "simd.h"

@@ -22,7 +22,7 @@ from fastattn._quant import MAX_K, Int8Weight
 
 VARIANTS = _qgemm.cpu_variants()
 SHAPES = [(1, 512, 512), (1, 3, 1), (5, 37, 100), (8, 64, 300), (12, 129, 64), (97, 200, 130),
-          (200, 96, 520), (1, 1, 17)]
+          (200, 96, 520), (1, 1, 17), (50, 601, 70), (300, 1536, 40)]
 
 
 @pytest.fixture(autouse=True)
