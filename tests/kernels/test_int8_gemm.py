@@ -220,7 +220,7 @@ def test_extreme_operands_do_not_saturate(variant, K):
     np.testing.assert_array_equal(lin(x), reference(x, lin.int8_weight))
 
 
-@pytest.mark.parametrize("K", [7, 8, 15, 16, 17, 100])
+@pytest.mark.parametrize("K", [7, 8, 15, 16, 17, 32, 33, 100, 257])
 def test_row_quantisation_same_bits_on_every_variant(K):
     """The x86 variants quantise rows eight lanes at a time (the scalar variant element by
     element): the same bytes, scale and zero point, whatever the tails, the sign of a zero
