@@ -56,15 +56,19 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import make_whisper_checkpoint as mwc  # noqa: E402
-from bench_whisper import PARAGRAPHS  # noqa: E402
+from bench_whisper import PARAGRAPHS, _words  # noqa: E402
 
 SR = 16000
 WINDOW = 30.0
 
 
+def passage_counts():
+    """{word: count} of the bench passage (lower case, punctuation dropped, as its WER)."""
+    return collections.Counter(_words(" ".join(PARAGRAPHS)).split())
+
+
 def vocabulary(n_extra=120):
-    passage = re.sub(r"[^\w' ]+", " ", " ".join(PARAGRAPHS).lower()).split()
-    words = sorted(set(passage))
+    words = sorted(passage_counts())
     counts = collections.Counter()
     folder = "/usr/share/common-licenses"
     if os.path.isdir(folder):
@@ -82,8 +86,7 @@ def sentences(n, seed=0):
     """n random sentences: 3-14 words, half of the draws from the passage's words (by their
     frequency there, square-rooted), half from the extra words; capitalised, a full stop."""
     words, extra = vocabulary()
-    passage = re.sub(r"[^\w' ]+", " ", " ".join(PARAGRAPHS).lower()).split()
-    c = collections.Counter(passage)
+    c = passage_counts()
     p = np.sqrt(np.array([c[w] for w in words], float))
     p /= p.sum()
     rng = np.random.default_rng(seed)

@@ -334,8 +334,8 @@ qg_recentre(const uint8_t *x, ptrdiff_t kp, const int mr, ptrdiff_t kc, uint8_t 
  * (qgemm_tile.h's QG_PREP): prep holds xs (QG_PREP_ROWS rows of kp bytes) then xa. Recentring
  * a 256-byte chunk at every register block took ~7% of the avx2 item's time (N / 16 column
  * blocks read the same rows). */
-#define QG_PREP_BYTES(kp) ((size_t)(2 * QG_PREP_ROWS) * (size_t)(kp))
 #define QG_PREP_ROWS 6
+#define QG_PREP_BYTES(kp) ((size_t)(2 * QG_PREP_ROWS) * (size_t)(kp))
 QG_TARGET_AVX2 static void qg_prep_recentre(const uint8_t *x, ptrdiff_t kp, int mr, uint8_t *prep)
 {
     qg_recentre(x, kp, mr, kp, prep, prep + QG_PREP_ROWS * kp, kp);
