@@ -211,12 +211,41 @@ def _vector(arr, dtype):
     return arr
 
 
+# Binary16 panels: a float32 weight whose every value is a binary16 number (checked bit for
+# bit: the weights of checkpoints trained or stored in float16 and widened, e.g. OpenAI's
+# Whisper) is packed as binary16 bit patterns where the kernel set can widen them as it loads
+# (AVX2 with F16C, AVX-512): the same multiply-adds on the same float32 values, so the same
+# bits, from half the memory and half the bytes streamed (a decode step's output projection
+# reads its whole weight every step). FASTATTN_HALF_PANELS=0 (read at import) packs float32
+# panels always, for A/B runs.
+_HALF_PANELS = os.environ.get("FASTATTN_HALF_PANELS", "1") != "0"
+_HALF_CHUNK = 1 << 20        # elements converted at a time by the check (bounded temporaries)
+
+
+def _as_half(w):
+    """w (N, K) float32 as binary16 bit patterns (uint16, C order) when every value converts
+    exactly, bit for bit (-0.0, subnormals, infinities and the quiet NaN do; a NaN payload
+    binary16 cannot hold does not), else None."""
+    N, K = w.shape
+    out = np.empty((N, K), np.uint16)
+    rows = max(1, _HALF_CHUNK // max(K, 1))
+    for a in range(0, N, rows):
+        blk = w[a:a + rows]
+        h = blk.astype(np.float16)
+        if not np.array_equal(h.astype(np.float32).view(np.uint32), blk.view(np.uint32)):
+            return None
+        out[a:a + rows] = h.view(np.uint16)
+    return out
+
+
 class _Packed:
     """A weight (N, K) packed for the kernel set selected when it was packed.
 
     With the array kept (`_weight`), or alone (:meth:`drop_weight`: a model's parameter, held
     once): the array is then read back from the panels when asked for (`weight`, a new array of
-    the same values) and to repack for another kernel set."""
+    the same values) and to repack for another kernel set. A float32 weight of binary16 values
+    is packed in binary16 panels where the kernel set has them (`buf` uint16: see _HALF_PANELS
+    above)."""
 
     __slots__ = ("_weight", "buf", "N", "K", "level", "dtype", "blocking")
 
@@ -258,9 +287,17 @@ class _Packed:
         set `level` and its `blocking`: used as it is while that set runs, read back and
         repacked once when another one does (another CPU, a forced ISA)."""
         self = cls.__new__(cls)
+        dtype = buf.dtype
+        if dtype == np.float16:               # binary16 panels of a float32 weight
+            buf, dtype = buf.view(np.uint16), np.dtype(np.float32)
         self._weight, self.buf, self.N, self.K = None, buf, int(N), int(K)
-        self.dtype, self.level, self.blocking = buf.dtype, int(level), tuple(blocking)
+        self.dtype, self.level, self.blocking = dtype, int(level), tuple(blocking)
         return self
+
+    @property
+    def half(self):
+        """Whether the panels hold binary16 values (of a float32 weight)."""
+        return self.buf.dtype == np.uint16
 
     def dequantize(self):
         """The values (a new array): the protocol state_dict reads parameters with."""
@@ -276,9 +313,10 @@ class _Packed:
         N, K = self.N, self.K
         npad = -(-N // nr) * nr
         out = np.empty((npad, K), self.dtype)
+        src = self.buf.view(np.float16) if self.half else self.buf
         for k0 in range(0, K, kc):
             kcb = min(kc, K - k0)
-            blk = self.buf[k0 * npad:(k0 + kcb) * npad].reshape(npad // nr, kcb, nr)
+            blk = src[k0 * npad:(k0 + kcb) * npad].reshape(npad // nr, kcb, nr)
             out[:, k0:k0 + kcb] = blk.transpose(0, 2, 1).reshape(npad, kcb)
         return np.ascontiguousarray(out[:N])
 
@@ -286,15 +324,24 @@ class _Packed:
         level = _simd.isa_level()
         w = self.weight                      # (read back under the old blocking if dropped)
         # cache-line aligned (exact size under the sanitizer: see _aligned_empty)
-        buf = _aligned_empty((_g.packed_size(self.N, self.K, self.dtype.itemsize),), self.dtype)
-        if buf.size:
-            _g.pack_weight(w, buf)
+        size = _g.packed_size(self.N, self.K, self.dtype.itemsize)
+        half = None
+        if _HALF_PANELS and size and self.dtype == np.float32 and _g.half_panels():
+            half = _as_half(w)
+        if half is not None:
+            buf = _aligned_empty((size,), np.dtype(np.uint16))
+            _g.pack_weight_half(half, buf)
+            del half
+        else:
+            buf = _aligned_empty((size,), self.dtype)
+            if buf.size:
+                _g.pack_weight(w, buf)
         self.buf, self.level = buf, level
         self.blocking = _g.blocking(self.dtype.itemsize)
 
     def current(self):
-        if self.level != _simd.isa_level():   # the kernel set changed (tests): panel width differs
-            self.repack()
+        if self.level != _simd.isa_level() or (self.half and not _g.half_panels()):
+            self.repack()   # the kernel set changed (tests, another CPU): panel width differs
         return self.buf
 
     def buffers(self):

@@ -18,6 +18,14 @@ cdef extern from "gemm_kernels.h" nogil:
                  Py_ssize_t K, const void *wp, Py_ssize_t npad, Py_ssize_t n0, Py_ssize_t nc,
                  const void *bias, int act, const void *res, Py_ssize_t res_rs, void *y,
                  Py_ssize_t y_rs, Py_ssize_t pf_n0)
+    # float32 with binary16 panels (gm_half_ok(level) first)
+    int gm_half_ok(int level)
+    void gm_pack_half(const gm_kernels *k, const void *w, Py_ssize_t w_rs, Py_ssize_t N,
+                      Py_ssize_t K, void *wp)
+    void gm_item_half(const gm_kernels *k, const void *x, Py_ssize_t x_rs, Py_ssize_t m,
+                      Py_ssize_t K, const void *wp, Py_ssize_t npad, Py_ssize_t n0,
+                      Py_ssize_t nc, const void *bias, int act, const void *res,
+                      Py_ssize_t res_rs, void *y, Py_ssize_t y_rs, Py_ssize_t pf_n0)
     void gm_act(const gm_kernels *k, int isz, const void *x, Py_ssize_t n, void *y, int act)
     void gm_ln(const gm_kernels *k, int isz, const void *x, const void *res, Py_ssize_t n,
                const void *gamma, const void *beta, double eps, void *y)

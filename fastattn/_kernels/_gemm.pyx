@@ -135,6 +135,42 @@ def pack_weight(cnp.ndarray w, cnp.ndarray wp):
 
 # ---------------------------------------------------------------- the GEMM driver
 
+# AVX-512F converts binary16 itself; the AVX2 set's conversion is F16C's, a CPUID bit of its own
+# (every AVX2 CPU seen has it)
+from fastattn._kernels import _simd as _simd_mod
+
+cdef extern from "simd.h" nogil:
+    int FA_ISA_AVX512
+
+_F16C = "f16c" in _simd_mod.cpu_features(capped=True)
+
+
+cdef bint _half_ok(int level) noexcept:
+    return gm_half_ok(level) and (level == FA_ISA_AVX512 or _F16C)
+
+
+def half_panels():
+    """Whether the kernel set now selected has binary16 panels for float32 (and the CPU, as
+    capped, runs them): AVX2 with F16C, AVX-512."""
+    return bool(_half_ok(isa_now()))
+
+
+def pack_weight_half(cnp.ndarray w, cnp.ndarray wp):
+    """wp <- W (N, K) in panels of binary16 bit patterns. w: uint16 (the weight converted to
+    float16 exactly and viewed as uint16), 2-D, last axis contiguous; wp: uint16, 1-D contiguous
+    of packed_size(N, K, 4) elements (the float32 layout). half_panels() must be true."""
+    cdef Py_ssize_t N = cnp.PyArray_DIMS(w)[0], K = cnp.PyArray_DIMS(w)[1]
+    cdef Py_ssize_t w_rs = cnp.PyArray_STRIDES(w)[0] // 2
+    cdef const char *src = <const char *> cnp.PyArray_DATA(w)
+    cdef char *dst = <char *> cnp.PyArray_DATA(wp)
+    cdef int level = isa_now()
+    if not _half_ok(level):
+        raise RuntimeError("fastattn: this kernel set has no binary16 panels")
+    cdef const gm_kernels *kern = gm_kernels_for(level)
+    with nogil:
+        gm_pack_half(kern, src, w_rs, N, K, dst)
+
+
 cdef struct _Norm:
     # a LayerNorm over each finished row of y, in place (the fused post-norm)
     const char *gamma          # (N,) or NULL
@@ -148,15 +184,21 @@ cdef inline void _gemm_item(const gm_kernels *kern, Py_ssize_t i0, Py_ssize_t m,
                             Py_ssize_t npad, Py_ssize_t N, Py_ssize_t nc, Py_ssize_t n_nb,
                             const char *bias, int act, const char *res, Py_ssize_t res_rs,
                             char *y, Py_ssize_t y_rs, int isz, const _Norm *norm,
-                            Py_ssize_t pf_n0) noexcept nogil:
+                            Py_ssize_t pf_n0, bint half) noexcept nogil:
     # rows [i0, i0 + m), columns [n0, n0 + nc) (fewer at the right edge) over the whole K;
     # pf_n0: the first column of this thread's next item when that is another column block
-    # (its weights are fetched into L2 during the last K block), else -1
+    # (its weights are fetched into L2 during the last K block), else -1; half: wp holds
+    # binary16 panels (float32 x)
     cdef Py_ssize_t w = nc if N - n0 > nc else N - n0
     cdef Py_ssize_t r
-    gm_item(kern, isz, x + i0 * x_rs * isz, x_rs, m, K, wp, npad, n0, w, bias, act,
-            (res + i0 * res_rs * isz) if res != NULL else NULL, res_rs, y + i0 * y_rs * isz, y_rs,
-            pf_n0)
+    if half:
+        gm_item_half(kern, x + i0 * x_rs * isz, x_rs, m, K, wp, npad, n0, w, bias, act,
+                     (res + i0 * res_rs * isz) if res != NULL else NULL, res_rs,
+                     y + i0 * y_rs * isz, y_rs, pf_n0)
+    else:
+        gm_item(kern, isz, x + i0 * x_rs * isz, x_rs, m, K, wp, npad, n0, w, bias, act,
+                (res + i0 * res_rs * isz) if res != NULL else NULL, res_rs, y + i0 * y_rs * isz,
+                y_rs, pf_n0)
     # the thread that finishes a row block's last column item normalises its rows while they
     # are still in cache: the LayerNorm kernel on the same values, so the same bits as a
     # separate pass
@@ -180,7 +222,7 @@ cdef void _gemm_run(const gm_kernels *kern, const char *x, Py_ssize_t x_rs, Py_s
                     const char *wp, Py_ssize_t N, const char *bias, int act,
                     const char *res, Py_ssize_t res_rs, char *y, Py_ssize_t y_rs,
                     int isz, int n_threads, const _Norm *norm,
-                    Py_ssize_t *queues) noexcept nogil:
+                    Py_ssize_t *queues, bint half) noexcept nogil:
     # IN   x     (M, K)        row stride x_rs
     # IN   wp    (K * Npad,)   W (N, K) packed by pack_weight with the current kernel set
     # IN   bias  (N,)          or NULL
@@ -227,7 +269,7 @@ cdef void _gemm_run(const gm_kernels *kern, const char *x, Py_ssize_t x_rs, Py_s
                                x_rs, K, wp, npad, N, nc, n_nb, bias, act, res, res_rs, y, y_rs,
                                isz, norm,
                                ((l + 1) // nb) * nc if (l + 1) % nb == 0 and l + 1 < nb * n_nb
-                               else -1)
+                               else -1, half)
     else:
         # one row block (a decode step: reading the weights is the work): each thread streams
         # one contiguous slice of them
@@ -236,7 +278,7 @@ cdef void _gemm_run(const gm_kernels *kern, const char *x, Py_ssize_t x_rs, Py_s
             for item in prange(n_items, schedule='static'):
                 _gemm_item(kern, 0, M, item * nc, x, x_rs, K, wp, npad, N, nc, n_nb, bias, act,
                            res, res_rs, y, y_rs, isz, norm,
-                           (item + 1) * nc if item + 1 < n_items else -1)
+                           (item + 1) * nc if item + 1 < n_items else -1, half)
 
 
 def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, object res,
@@ -244,7 +286,9 @@ def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, obje
     """y = act(x @ W.T + bias) + res with W packed in wp. x (M, K), res and y (M, N): 2-D,
     last axis contiguous, aligned; bias (N,) contiguous or None; M, N >= 1. norm: None or
     (gamma, beta, eps), then y = LayerNorm(y) row by row (gamma, beta (N,) contiguous or None):
-    the bits of layer_norm(y) after the GEMM, done as each row block is finished."""
+    the bits of layer_norm(y) after the GEMM, done as each row block is finished.
+    wp uint16 with float32 x: binary16 panels (pack_weight_half), the same results as the
+    float32 panels of the same values."""
     cdef Py_ssize_t M = cnp.PyArray_DIMS(x)[0], K = cnp.PyArray_DIMS(x)[1]
     cdef int isz = <int>cnp.PyArray_ITEMSIZE(x)
     cdef Py_ssize_t x_rs = cnp.PyArray_STRIDES(x)[0] // isz
@@ -260,7 +304,11 @@ def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, obje
     cdef const char *xp = <const char *> cnp.PyArray_DATA(x)
     cdef const char *wpp = <const char *> cnp.PyArray_DATA(wp)
     cdef char *yp = <char *> cnp.PyArray_DATA(y)
-    cdef const gm_kernels *kern = gm_kernels_for(isa_now())
+    cdef int level = isa_now()
+    cdef const gm_kernels *kern = gm_kernels_for(level)
+    cdef bint half = cnp.PyArray_ITEMSIZE(wp) == 2
+    if half and (isz != 4 or not _half_ok(level)):
+        raise ValueError("fastattn: binary16 panels need float32 x and a kernel set with them")
     cdef _Norm nm
     cdef const _Norm *nmp = NULL
     if norm is not None:
@@ -281,7 +329,7 @@ def gemm(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, obje
     try:
         with nogil:
             _gemm_run(kern, xp, x_rs, M, K, wpp, N, bp, act, rp, res_rs, yp, y_rs, isz, n_threads,
-                      nmp, queues)
+                      nmp, queues, half)
     finally:
         free(queues)
         if nmp != NULL:

@@ -23,7 +23,7 @@ cdef extern from "simd.h" nogil:
     int FA_ISA_SCALAR, FA_ISA_BASE, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX2_WIDE
     unsigned FA_CPU_BASE, FA_CPU_AVX2, FA_CPU_FMA, FA_CPU_AVX512F, FA_CPU_AVX512BW
     unsigned FA_CPU_AVX512VL, FA_CPU_AVX512_VNNI, FA_CPU_AVX_VNNI, FA_CPU_AMX_TILE
-    unsigned FA_CPU_AMX_INT8
+    unsigned FA_CPU_AMX_INT8, FA_CPU_F16C
     unsigned fa_cpu_features()
     unsigned fa_isa_features()
     int fa_isa_cap(unsigned allowed)
@@ -39,11 +39,11 @@ FEATURE_NAMES = {FA_CPU_BASE: "base", FA_CPU_AVX2: "avx2", FA_CPU_FMA: "fma",
                  FA_CPU_AVX512F: "avx512f", FA_CPU_AVX512BW: "avx512bw",
                  FA_CPU_AVX512VL: "avx512vl", FA_CPU_AVX512_VNNI: "avx512_vnni",
                  FA_CPU_AVX_VNNI: "avx_vnni", FA_CPU_AMX_TILE: "amx_tile",
-                 FA_CPU_AMX_INT8: "amx_int8"}
+                 FA_CPU_AMX_INT8: "amx_int8", FA_CPU_F16C: "f16c"}
 
 # FASTATTN_ISA's values, lowest first, and the features each lets the kernels use: kernel set
 # scalar / baseline / avx2 / avx512, the int8 GEMM's VNNI variants only under the -vnni values
-_AVX2 = FA_CPU_BASE | FA_CPU_AVX2 | FA_CPU_FMA
+_AVX2 = FA_CPU_BASE | FA_CPU_AVX2 | FA_CPU_FMA | FA_CPU_F16C
 _AVX512 = _AVX2 | FA_CPU_AVX512F | FA_CPU_AVX512BW | FA_CPU_AVX512VL
 CAPS = {"scalar": 0, "sse2": FA_CPU_BASE, "avx2": _AVX2, "avx2-vnni": _AVX2 | FA_CPU_AVX_VNNI,
         "avx512": _AVX512, "avx512-vnni": 0xFFFFFFFF}
@@ -115,7 +115,7 @@ def isa_cap():
 def cpu_features(capped=False):
     """The CPU's features as detected (CPUID, and XGETBV for what the OS enables), by name:
     'base' (the baseline vectors: SSE2 on x86-64), 'avx2', 'fma', 'avx512f', 'avx512bw',
-    'avx512vl', 'avx512_vnni', 'avx_vnni', 'amx_tile', 'amx_int8'. capped=True: only those the
+    'avx512vl', 'avx512_vnni', 'avx_vnni', 'amx_tile', 'amx_int8', 'f16c'. capped=True: only those the
     FASTATTN_ISA cap lets the kernels use."""
     f = fa_isa_features() if capped else fa_cpu_features()
     return [name for bit, name in FEATURE_NAMES.items() if f & bit]

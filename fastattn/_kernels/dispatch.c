@@ -31,6 +31,7 @@ static unsigned fa_detect(void)
     int tiles = (xcr0 & (3ull << 17)) == (3ull << 17);
     if (!ymm || !(c & (1u << 28))) return f;       /* AVX itself */
     if (c & (1u << 12)) f |= FA_CPU_FMA;
+    if (c & (1u << 29)) f |= FA_CPU_F16C;
     if (max < 7) return f;
     __cpuid_count(7, 0, a, b, c, d);
     unsigned sub = a;                              /* the highest subleaf of leaf 7 */

@@ -99,6 +99,19 @@
 #define FA_TARGET FA_TARGET_AVX2
 #include "gemm_tile.h"
 
+/* the same with binary16 panels (F16C's vcvtph2ps widens each panel vector as it is loaded) */
+#define FA_NAME(x) gm_##x##_f32h_avx2
+#define FA_IS_DOUBLE 0
+#define FA_VW 8
+#define GM_MR 6
+#define GM_NV 2
+#define GM_KC 512
+#define GM_HALF 1
+#define GM_PLOAD_HALF(p) ((V)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p))))
+#define FA_TARGET __attribute__((target("avx2,fma,f16c")))
+#define FA_ANY(m) _mm256_movemask_ps((__m256)(m))
+#include "gemm_tile.h"
+
 /* ---- test-only: the AVX-512 shapes compiled for AVX2 (never selected automatically) */
 #define FA_NAME(x) gm_##x##_f32_avx2wide
 #define FA_IS_DOUBLE 0
@@ -128,6 +141,20 @@
 #define GM_KC 512
 #define GM_WIDEN(v) _mm512_cvtps_pd((__m256)(v))
 #define GM_L2_NEXT 1
+#define FA_TARGET FA_TARGET_AVX512
+#define FA_ANY(m) (_mm512_test_epi32_mask((__m512i)(m), (__m512i)(m)) != 0)
+#include "gemm_tile.h"
+
+/* the same with binary16 panels (AVX-512F's vcvtph2ps on zmm) */
+#define FA_NAME(x) gm_##x##_f32h_avx512
+#define FA_IS_DOUBLE 0
+#define FA_VW 16
+#define GM_MR 6
+#define GM_NV 4
+#define GM_KC 512
+#define GM_L2_NEXT 1
+#define GM_HALF 1
+#define GM_PLOAD_HALF(p) ((V)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p))))
 #define FA_TARGET FA_TARGET_AVX512
 #define FA_ANY(m) (_mm512_test_epi32_mask((__m512i)(m), (__m512i)(m)) != 0)
 #include "gemm_tile.h"
@@ -178,8 +205,14 @@ void gm_setup(void)
     GM_FILL(gm_tables[FA_ISA_AVX2], avx2);
     GM_FILL(gm_tables[FA_ISA_AVX2_WIDE], avx2wide);
     GM_FILL(gm_tables[FA_ISA_AVX512], avx512);
+    gm_tables[FA_ISA_AVX2].f32h.pack = gm_pack_f32h_avx2;
+    gm_tables[FA_ISA_AVX2].f32h.item = gm_item_f32h_avx2;
+    gm_tables[FA_ISA_AVX512].f32h.pack = gm_pack_f32h_avx512;
+    gm_tables[FA_ISA_AVX512].f32h.item = gm_item_f32h_avx512;
 #endif
 }
 
 /* (a level the build lacks never comes: simd.h's state holds only levels the CPU has) */
 const gm_kernels *gm_kernels_for(int level) { return &gm_tables[level]; }
+
+int gm_half_ok(int level) { return gm_tables[level].f32h.item != NULL; }

@@ -10,6 +10,7 @@
 #define FASTATTN_GEMM_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "simd.h"
 
@@ -41,6 +42,16 @@ enum {
 GM_DECLARE_OPS(float, f32)
 GM_DECLARE_OPS(double, f64)
 
+/* float32 with binary16 panels (gemm_tile.h's GM_HALF): pack copies binary16 bit patterns
+ * (the weight already converted, exactly) into the float instance's layout; item is the float
+ * instance's with each panel vector widened as it is loaded. NULL in the sets without them. */
+typedef struct {
+    void (*pack)(const uint16_t *w, ptrdiff_t w_rs, ptrdiff_t N, ptrdiff_t K, uint16_t *wp);
+    void (*item)(const float *x, ptrdiff_t x_rs, ptrdiff_t m, ptrdiff_t K, const uint16_t *wp,
+                 ptrdiff_t npad, ptrdiff_t n0, ptrdiff_t nc, const float *bias, int act,
+                 const float *res, ptrdiff_t res_rs, float *y, ptrdiff_t y_rs, ptrdiff_t pf_n0);
+} gm_ops_f32h;
+
 /* One more of a row block's n column items has finished: nonzero for the thread that finished
  * the last of them (acquire-release, so that thread sees every item's stores to the block). */
 static inline int gm_block_done(int *count, int n)
@@ -57,12 +68,16 @@ static inline ptrdiff_t gm_claim(ptrdiff_t *next)
 typedef struct {
     gm_ops_f32 f32;
     gm_ops_f64 f64;
+    gm_ops_f32h f32h;
 } gm_kernels;
 
 /* Fill the tables (once, at import of _gemm); then the kernels of the set `level` (FA_ISA_*, one
  * the CPU has: simd.h's state). */
 void gm_setup(void);
 const gm_kernels *gm_kernels_for(int level);
+/* nonzero where the set `level` has binary16 panels (the AVX2 set's also need the CPU's F16C:
+ * _gemm.pyx checks it) */
+int gm_half_ok(int level);
 
 /* The driver's calls by item size (isz 4: float32, 8: float64) on untyped pointers, strides in
  * elements: the dtype is picked here, once per call of a kernel. */
@@ -94,6 +109,22 @@ static inline void gm_item(const gm_kernels *k, int isz, const void *x, ptrdiff_
         k->f64.item((const double *)x, x_rs, m, K, (const double *)wp, npad, n0, nc,
                     (const double *)bias, act, (const double *)res, res_rs, (double *)y, y_rs,
                     pf_n0);
+}
+
+/* the float32 GEMM with binary16 panels (gm_half_ok(level) checked by the caller) */
+static inline void gm_pack_half(const gm_kernels *k, const void *w, ptrdiff_t w_rs, ptrdiff_t N,
+                                ptrdiff_t K, void *wp)
+{
+    k->f32h.pack((const uint16_t *)w, w_rs, N, K, (uint16_t *)wp);
+}
+
+static inline void gm_item_half(const gm_kernels *k, const void *x, ptrdiff_t x_rs, ptrdiff_t m,
+                                ptrdiff_t K, const void *wp, ptrdiff_t npad, ptrdiff_t n0,
+                                ptrdiff_t nc, const void *bias, int act, const void *res,
+                                ptrdiff_t res_rs, void *y, ptrdiff_t y_rs, ptrdiff_t pf_n0)
+{
+    k->f32h.item((const float *)x, x_rs, m, K, (const uint16_t *)wp, npad, n0, nc,
+                 (const float *)bias, act, (const float *)res, res_rs, (float *)y, y_rs, pf_n0);
 }
 
 static inline void gm_act(const gm_kernels *k, int isz, const void *x, ptrdiff_t n, void *y,

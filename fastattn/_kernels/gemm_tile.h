@@ -23,6 +23,13 @@
  *   GM_KC       K block length
  *   GM_L2_NEXT  optional (default 0): fetch the next K block's panels into L2 (item())
  *   GM_WIDEN    optional: the intrinsic widening a register of floats to doubles (ln_row)
+ *   GM_HALF     optional (float32 vector instances only): the panels hold IEEE binary16 bit
+ *               patterns (uint16_t) instead of floats, widened to float32 as each panel vector
+ *               is loaded by GM_PLOAD_HALF(p), the includer's intrinsic (vcvtph2ps). The
+ *               widening is exact, and the packing layout, blocking and every multiply-add are
+ *               the float instance's, so for a weight whose values are all binary16 numbers the
+ *               results are bitwise those of the float panels, from half the bytes (fastattn's
+ *               _ops packs such weights this way: a decode step streams its weights).
  *
  * Summation order: each y element is sum_k x[m, k] * W[n, k] accumulated in k order, block by
  * block, in one accumulator (the block's partial sum goes through y between K blocks, stored
@@ -34,6 +41,14 @@
 #include "simd.h"
 
 #define GM_NR (GM_NV * FA_VW)
+/* the panels' element type and their vector load */
+#ifdef GM_HALF
+#define GM_PT uint16_t
+#define GM_PLOAD(p) GM_PLOAD_HALF(p)
+#else
+#define GM_PT FA_T
+#define GM_PLOAD(p) VLOAD(p)
+#endif
 /* this instance's blocking, for the dispatch table (gemm_kernels.c) */
 enum { FA_NAME(mr) = GM_MR, FA_NAME(nr) = GM_NR, FA_NAME(kc) = GM_KC };
 /* item(): up to this many MR-row blocks run panel by panel (each panel read from memory once
@@ -42,7 +57,7 @@ enum { FA_NAME(mr) = GM_MR, FA_NAME(nr) = GM_NR, FA_NAME(kc) = GM_KC };
 /* software prefetch distance along the packed panel: 4 KiB ahead, in k steps, for blocks
  * streaming it from memory (mk's `ahead`); 512 bytes for blocks finding it in L2 / L3
  * (mk_full; 2 or 4 KiB there, tried when the block was still inlined, measured +-1%) */
-#define GM_PF_K (4096 / (GM_NR * (ptrdiff_t)sizeof(FA_T)))
+#define GM_PF_K (4096 / (GM_NR * (ptrdiff_t)sizeof(GM_PT)))
 #define GM_PF_NEAR 512
 /* GM_L2_NEXT (the includer's, default 0): fetch the next K block's panels into L2 (item()) */
 #ifndef GM_L2_NEXT
@@ -312,19 +327,19 @@ FA_TARGET static void FA_NAME(act_array)(const FA_T *x, ptrdiff_t n, FA_T *y, in
 
 /* ------------------------------------------------------------------ packing
  * W (N, K) with row stride w_rs -> wp (K * Npad), the layout in the header comment. */
-FA_TARGET static void FA_NAME(pack)(const FA_T *w, ptrdiff_t w_rs, ptrdiff_t N, ptrdiff_t K,
-                                    FA_T *wp)
+FA_TARGET static void FA_NAME(pack)(const GM_PT *w, ptrdiff_t w_rs, ptrdiff_t N, ptrdiff_t K,
+                                    GM_PT *wp)
 {
     ptrdiff_t npad = (N + GM_NR - 1) / GM_NR * GM_NR;
     for (ptrdiff_t k0 = 0; k0 < K; k0 += GM_KC) {
         ptrdiff_t kcb = K - k0 < GM_KC ? K - k0 : GM_KC;
-        FA_T *blk = wp + k0 * npad;
+        GM_PT *blk = wp + k0 * npad;
         for (ptrdiff_t n0 = 0; n0 < npad; n0 += GM_NR) {
-            FA_T *panel = blk + n0 * kcb;              /* (kcb, NR) */
+            GM_PT *panel = blk + n0 * kcb;             /* (kcb, NR) */
             ptrdiff_t w_cols = N - n0 < GM_NR ? N - n0 : GM_NR;
             for (ptrdiff_t j = 0; j < GM_NR; j++) {
                 if (j < w_cols) {
-                    const FA_T *wrow = w + (n0 + j) * w_rs + k0;
+                    const GM_PT *wrow = w + (n0 + j) * w_rs + k0;
                     for (ptrdiff_t k = 0; k < kcb; k++) panel[k * GM_NR + j] = wrow[k];
                 } else {
                     for (ptrdiff_t k = 0; k < kcb; k++) panel[k * GM_NR + j] = 0;
@@ -357,7 +372,7 @@ FA_TARGET static void FA_NAME(pack)(const FA_T *w, ptrdiff_t w_rs, ptrdiff_t N, 
 #endif
 
 FA_TARGET static FA_ALWAYS_INLINE void
-FA_NAME(mk)(const FA_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const FA_T *panel,
+FA_NAME(mk)(const FA_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM_PT *panel,
             FA_T *y, ptrdiff_t y_rs, ptrdiff_t nv, int first, int ahead)
 {
     GM_ACC acc[GM_MR][GM_NV];
@@ -378,7 +393,7 @@ FA_NAME(mk)(const FA_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const FA
 #define GM_KSTEP(k)                                                                        \
     do {                                                                                   \
         GM_ACC wv[GM_NV];                                                                  \
-        for (int v = 0; v < GM_NV; v++) wv[v] = VLOAD(panel + (k) * GM_NR + v * FA_VW);   \
+        for (int v = 0; v < GM_NV; v++) wv[v] = GM_PLOAD(panel + (k) * GM_NR + v * FA_VW); \
         for (int r = 0; r < mr; r++) {                                                     \
             FA_T xe = xp[r][k];                        /* scalar * vector: a broadcast */  \
             for (int v = 0; v < GM_NV; v++) acc[r][v] += xe * wv[v];                       \
@@ -390,7 +405,7 @@ FA_NAME(mk)(const FA_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const FA
     ptrdiff_t k = 0;
     if (ahead) {
         for (; k < kcb; k++) {
-            for (ptrdiff_t b = 0; b < GM_NR * (ptrdiff_t)sizeof(FA_T); b += 64)
+            for (ptrdiff_t b = 0; b < GM_NR * (ptrdiff_t)sizeof(GM_PT); b += 64)
                 FA_PREFETCH((const char *)(panel + (k + GM_PF_K) * GM_NR) + b, 3);
             GM_KSTEP(k);
         }
@@ -421,7 +436,7 @@ FA_NAME(mk)(const FA_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const FA
  * in L1 it runs at 92-95% of a core's FMA peak, from L2 (KC 256) at 82-85%
  * (bench/results/ab_gemm_avx512.txt). */
 FA_TARGET static __attribute__((noinline)) void
-FA_NAME(mk_full)(const FA_T *x, ptrdiff_t x_rs, ptrdiff_t kcb, const FA_T *panel, FA_T *y,
+FA_NAME(mk_full)(const FA_T *x, ptrdiff_t x_rs, ptrdiff_t kcb, const GM_PT *panel, FA_T *y,
                  ptrdiff_t y_rs, int first GM_L2_ARGS(const char *l2, ptrdiff_t nl2))
 {
     V acc[GM_MR][GM_NV];
@@ -437,10 +452,10 @@ FA_NAME(mk_full)(const FA_T *x, ptrdiff_t x_rs, ptrdiff_t kcb, const FA_T *panel
     do {                                                                                   \
         V wv[GM_NV];                                                                       \
         _Pragma("GCC unroll 4")                                                            \
-        for (ptrdiff_t b = 0; b < GM_NR * (ptrdiff_t)sizeof(FA_T); b += 64)                \
+        for (ptrdiff_t b = 0; b < GM_NR * (ptrdiff_t)sizeof(GM_PT); b += 64)               \
             FA_PREFETCH((const char *)(panel + (k) * GM_NR) + GM_PF_NEAR + b, 3);          \
         _Pragma("GCC unroll 4")                                                            \
-        for (int v = 0; v < GM_NV; v++) wv[v] = VLOAD(panel + (k) * GM_NR + v * FA_VW);    \
+        for (int v = 0; v < GM_NV; v++) wv[v] = GM_PLOAD(panel + (k) * GM_NR + v * FA_VW); \
         _Pragma("GCC unroll 8")                                                            \
         for (int r = 0; r < GM_MR; r++) {                                                  \
             FA_T xe = xp[r][k];                                                            \
@@ -635,7 +650,7 @@ FA_TARGET static void FA_NAME(ln_row)(const FA_T *x, const FA_T *res, ptrdiff_t 
  * bench/results/ab_gemm_zen3.txt). After the last K block each finished register block gets
  * its epilogue while it is still in L1. The loop order changes no rounding. */
 FA_TARGET static void FA_NAME(item)(const FA_T *x, ptrdiff_t x_rs, ptrdiff_t m, ptrdiff_t K,
-                                    const FA_T *wp, ptrdiff_t npad, ptrdiff_t n0, ptrdiff_t nc,
+                                    const GM_PT *wp, ptrdiff_t npad, ptrdiff_t n0, ptrdiff_t nc,
                                     const FA_T *bias, int act, const FA_T *res, ptrdiff_t res_rs,
                                     FA_T *y, ptrdiff_t y_rs, ptrdiff_t pf_n0)
 {
@@ -648,7 +663,7 @@ FA_TARGET static void FA_NAME(item)(const FA_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
     do {                                   /* at least once: K = 0 still writes the epilogue */
         ptrdiff_t kcb = K - k0 < GM_KC ? K - k0 : GM_KC;
         int first = k0 == 0, last = k0 + kcb >= K;
-        const FA_T *blk = wp + k0 * npad;
+        const GM_PT *blk = wp + k0 * npad;
 #if GM_L2_NEXT
         /* The panels of the next K block are fetched into L2 while this one runs, a line per
          * k step, by the register blocks that find this K block's panels in L2 already (rows
@@ -664,7 +679,7 @@ FA_TARGET static void FA_NAME(item)(const FA_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
         const ptrdiff_t pf_cols = npad - pf_col < n_pb * GM_NR ? npad - pf_col : n_pb * GM_NR;
         const char *pf_base = (const char *)(wp + nk0 * npad + pf_col * nkcb);
         const ptrdiff_t pf_lines = (to_next || nk0 != k0) && rows_outer
-                                       ? (nkcb * pf_cols * (ptrdiff_t)sizeof(FA_T) + 63) / 64 : 0;
+                                       ? (nkcb * pf_cols * (ptrdiff_t)sizeof(GM_PT) + 63) / 64 : 0;
         ptrdiff_t pf_per = n_blk > n_pb ? (pf_lines + n_blk - n_pb - 1) / (n_blk - n_pb) : 0;
         if (pf_per > kcb) pf_per = kcb;
 #endif
@@ -685,7 +700,7 @@ FA_TARGET static void FA_NAME(item)(const FA_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
             int mr = m - i0 < GM_MR ? (int)(m - i0) : GM_MR;
             ptrdiff_t nv = n_end - j0 < GM_NR ? n_end - j0 : GM_NR;
             const FA_T *xb = x + i0 * x_rs + k0;
-            const FA_T *panel = blk + j0 * kcb;
+            const GM_PT *panel = blk + j0 * kcb;
             FA_T *yb = y + i0 * y_rs + j0;
             if (b + 1 < n_blk) {          /* pointers formed only inside the arrays */
                 ptrdiff_t nx_cols = n_end - nj < GM_NR ? n_end - nj : GM_NR;
@@ -755,6 +770,12 @@ FA_TARGET static void FA_NAME(item)(const FA_T *x, ptrdiff_t x_rs, ptrdiff_t m, 
 }
 
 #undef GM_NR
+#undef GM_PT
+#undef GM_PLOAD
+#ifdef GM_HALF
+#undef GM_HALF
+#undef GM_PLOAD_HALF
+#endif
 #undef GM_PANEL_OUTER_RB
 #undef GM_PF_K
 #undef GM_PF_NEAR

@@ -99,7 +99,8 @@ def write_folder(path, params, meta, source=None, model_dir=None, progress=None)
         elif isinstance(arr, _Packed):               # a float weight held packed: its panels
             arr.current()
             panels[name] = [arr.N, arr.K, arr.level, list(arr.blocking)]
-            put(f"{name}.panels", arr.buf)
+            # binary16 panels (of a float32 weight) are stored as float16
+            put(f"{name}.panels", arr.buf.view(np.float16) if arr.half else arr.buf)
         elif not isinstance(arr, np.ndarray):        # any other packed form: its values
             n = int(np.prod(arr.shape)) * np.dtype(arr.dtype).itemsize
             tensors.append((name, tuple(arr.shape), np.dtype(arr.dtype), n,
