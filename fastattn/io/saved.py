@@ -39,7 +39,8 @@ MODEL_FILE = "fastattn_model.json"
 WEIGHTS_FILE = "fastattn_model.safetensors"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".h5", ".msgpack", ".onnx", ".ckpt")
 _WEIGHT_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
-_DTYPES = {"F32": np.float32, "F64": np.float64, "I8": np.int8, "I32": np.int32}
+_DTYPES = {"F32": np.float32, "F64": np.float64, "I8": np.int8, "I32": np.int32,
+           "F16": np.float16}        # F16: binary16 panels of float32 weights (_ops._Packed)
 _CODES = {np.dtype(v): k for k, v in _DTYPES.items()}
 _INT8_PARTS = ("int8_panels", "int8_scale", "int8_comp")
 _ROWS_PARTS = ("int8_rows", "int8_row_scale")
@@ -203,6 +204,8 @@ def read_folder(path):
             shape = tuple(int(s) for s in info["shape"])
             if not (0 <= a <= b <= size - base) or b - a != dt.itemsize * int(np.prod(shape)):
                 raise ValueError("its data offsets do not fit its shape or the file")
+            if dt == np.float16 and not name.endswith(".panels"):
+                raise ValueError("float16 is only written for packed panels")
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{where}: tensor {name!r}: {exc}") from None
         raw[name] = np.ndarray(shape, dt, buffer=data, offset=base + a)

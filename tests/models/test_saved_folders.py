@@ -201,3 +201,57 @@ def test_two_processes_share_the_mapped_weights(marian, tmp_path):
     finally:
         for p in procs:
             p.communicate("\n", timeout=60)
+
+
+def test_binary16_panels_round_trip_bitwise_and_mapped(marian, tmp_path, monkeypatch):
+    """A folder saved in float16 loads as float32 whose linear weights are all binary16 numbers:
+    packed as binary16 panels where the kernel set has them, saved as float16 panels, mapped
+    back; the same bits as float32 panels throughout, and transformers' logits."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM
+
+    from fastattn import _ops
+    from fastattn._kernels import _gemm
+    AutoModelForSeq2SeqLM.from_pretrained(marian).half().save_pretrained(tmp_path / "f16")
+    ref = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "f16", dtype=torch.float32).eval()
+    m = fastattn.Seq2SeqTransformer.from_pretrained(tmp_path / "f16")
+    monkeypatch.setattr(_ops, "_HALF_PANELS", False)
+    f = fastattn.Seq2SeqTransformer.from_pretrained(tmp_path / "f16")
+    monkeypatch.setattr(_ops, "_HALF_PANELS", True)
+
+    def packed(model):
+        return [a for layer in model._layers.values() for _, a, _, _ in layer._named_params()
+                if isinstance(a, _Packed)]
+    assert packed(m) and all(p.half == _gemm.half_panels() for p in packed(m))
+    assert not any(p.half for p in packed(f))
+    ids, mask = padded_sources("marian", np.random.default_rng(0), [9, 5, 7])
+    dec = np.random.default_rng(1).integers(1, 70, size=(3, 6))
+    want = m.logits(ids, dec, mask)
+    np.testing.assert_array_equal(want, f.logits(ids, dec, mask))
+    with torch.no_grad():
+        hf = ref(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                 decoder_input_ids=torch.from_numpy(dec)).logits.numpy()
+    np.testing.assert_allclose(want, hf, rtol=1e-4, atol=1e-4)
+    m.save_pretrained(tmp_path / "out")
+    r = fastattn.Seq2SeqTransformer.from_pretrained(tmp_path / "out")
+    assert all(p.half == _gemm.half_panels() and _mapped(p.buf.view(np.float16) if p.half
+                                                         else p.buf) for p in packed(r))
+    np.testing.assert_array_equal(r.logits(ids, dec, mask), want)
+    np.testing.assert_array_equal(r.generate(ids, mask, num_beams=2, max_new_tokens=6),
+                                  f.generate(ids, mask, num_beams=2, max_new_tokens=6))
+    # state_dict reads the binary16 panels back as the float32 values
+    for k, v in r.state_dict().items():
+        np.testing.assert_array_equal(v, f.state_dict()[k])
+    # float16 is read for panels only: a float16 parameter is refused, naming the tensor
+    weights = tmp_path / "out" / saved.WEIGHTS_FILE
+    raw = weights.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    name = next(k for k, v in header.items() if k != "__metadata__" and v["dtype"] == "F32"
+                and not k.endswith(".panels"))
+    header[name]["dtype"] = "F16"
+    header[name]["shape"] = [2 * int(np.prod(header[name]["shape"]))]
+    new = json.dumps(header).encode()
+    weights.write_bytes(len(new).to_bytes(8, "little") + new + raw[8 + n:])
+    with pytest.raises(ValueError, match=f"{name}.*float16 is only written for packed panels"):
+        fastattn.Seq2SeqTransformer.from_pretrained(tmp_path / "out")
