@@ -382,10 +382,34 @@ def _words(text):
     return " ".join(re.sub(r"[^\w' ]+", " ", text.lower()).split())
 
 
+def _normalise(text):
+    """Whisper's English text normaliser (the whisper-normalizer package: spellings, numbers
+    and punctuation as the Whisper paper scores them), else lower-cased punctuation-free words."""
+    try:
+        from whisper_normalizer.english import EnglishTextNormalizer
+    except ImportError:
+        return _words(text)
+    global _NORMALISER
+    if _NORMALISER is None:
+        _NORMALISER = EnglishTextNormalizer()
+    return " ".join(_NORMALISER(text).split())
+
+
+_NORMALISER = None
+
+
+def normaliser_name():
+    try:
+        import whisper_normalizer  # noqa: F401
+        return "Whisper's English normaliser (whisper-normalizer)"
+    except ImportError:
+        return "lower case, punctuation removed (pip install whisper-normalizer for Whisper's)"
+
+
 def wer(reference, hypothesis):
-    """jiwer.wer on lower-cased, punctuation-free words; None where the reference is empty."""
+    """jiwer.wer on normalised words (_normalise); None where the reference is empty."""
     import jiwer
-    ref, hyp = _words(reference), _words(hypothesis)
+    ref, hyp = _normalise(reference), _normalise(hypothesis)
     if not ref:
         return None if hyp else 0.0
     return jiwer.wer(ref, hyp)
@@ -422,7 +446,7 @@ def header(a, duration, text):
            "temperature fallback 0.0 .. 1.0 (each system's default)")
         + f"; batch size {a.batch_size} for the batched systems",
         f"# each system in a process of its own: load, one warm-up transcription, then the "
-        f"median of {a.repeats}",
+        f"median of {a.repeats}; WER: jiwer on {normaliser_name()}",
     ]
     return lines
 

@@ -94,7 +94,7 @@ __attribute__((target("avx512f"))) static inline int qg_any16_avx512(const void 
 /* ------------------------------------------------------------------ row quantisation (x86)
  * qgemm_tile.h's qquant, eight lanes at a time, for every x86 variant: the range is a min / max
  * (exact in any order; inf and NaN flagged apart, as the scalar loop does), and each element
- * goes through the same three roundings (subtract, multiply, the 1.5 * 2^23 shift) and clamp,
+ * goes through the same roundings (multiply, the 1.5 * 2^23 shift, the zero point's add) and clamp,
  * so the bytes, scale and zero point are the scalar variant's bit for bit. */
 QG_TARGET_AVX2 static void qg_quant_x86(const float *x, ptrdiff_t K, uint8_t *xq, ptrdiff_t kp,
                                         float *sx, float *zx)
@@ -135,36 +135,40 @@ QG_TARGET_AVX2 static void qg_quant_x86(const float *x, ptrdiff_t K, uint8_t *xq
         *sx = *zx = NAN;
         return;
     }
-    *zx = lo;
     if (hi == lo) {
         *sx = 0.0f;
+        *zx = lo;
         return;
     }
-    const float inv = 255.0f / (hi - lo);
-    const __m256 vl = _mm256_set1_ps(lo), vi = _mm256_set1_ps(inv);
+    const float a = lo < 0.0f ? lo : 0.0f, b = hi > 0.0f ? hi : 0.0f;
+    const float inv = 255.0f / (b - a);
+    const float z = (-a * inv + 12582912.0f) - 12582912.0f;
+    const __m256 vz = _mm256_set1_ps(z), vi = _mm256_set1_ps(inv);
     const __m256 shift = _mm256_set1_ps(12582912.0f), top = _mm256_set1_ps(255.0f);
     const __m256 zero = _mm256_setzero_ps();
     k = 0;
     for (; k + 16 <= K; k += 16) {
         __m256i q[2];
         for (int h = 0; h < 2; h++) {
-            __m256 v = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + k + 8 * h), vl), vi);
-            v = _mm256_sub_ps(_mm256_add_ps(v, shift), shift);
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + k + 8 * h), vi);
+            v = _mm256_add_ps(_mm256_sub_ps(_mm256_add_ps(v, shift), shift), vz);
             v = _mm256_min_ps(_mm256_max_ps(v, zero), top);
             q[h] = _mm256_cvttps_epi32(v);
         }
         /* 16 int32 in [0, 255] -> 16 bytes in order */
         __m256i w16 = _mm256_permute4x64_epi64(_mm256_packus_epi32(q[0], q[1]), 0xD8);
-        __m128i b = _mm_packus_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1));
-        _mm_storeu_si128((__m128i *)(xq + k), b);
+        __m128i b16 = _mm_packus_epi16(_mm256_castsi256_si128(w16),
+                                       _mm256_extracti128_si256(w16, 1));
+        _mm_storeu_si128((__m128i *)(xq + k), b16);
     }
     for (; k < K; k++) {
-        float v = (x[k] - lo) * inv;
-        v = (v + 12582912.0f) - 12582912.0f;
+        float v = x[k] * inv;
+        v = ((v + 12582912.0f) - 12582912.0f) + z;
         v = v > 255.0f ? 255.0f : (v < 0.0f ? 0.0f : v);
         xq[k] = (uint8_t)(int)v;
     }
-    *sx = (hi - lo) / 255.0f;
+    *sx = (b - a) / 255.0f;
+    *zx = -(z * *sx);
 }
 
 /* ------------------------------------------------------------------ AVX2 (vpmaddubsw)

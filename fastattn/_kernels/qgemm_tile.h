@@ -29,12 +29,15 @@
 #define QG_TBIAS 0
 #endif
 
-/* x (K floats) -> xq (kp bytes) over the row's own range [lo, hi]:
- *   u = round((x - lo) * 255 / (hi - lo)) in [0, 255], ties to even (the 1.5 * 2^23 shift:
- *   exact for 0 <= v <= 255), 0 in [K, kp); *sx = (hi - lo) / 255, *zx = lo
- * so x ~ lo + sx u. A constant row: u = 0, sx = 0, zx = the constant (exact). A row holding inf
- * or NaN: sx = zx = NaN (its outputs are NaN). The same arithmetic on every variant (the x86
- * variants: qg_quant_x86, the same arithmetic eight lanes at a time). */
+/* x (K floats) -> xq (kp bytes) over the row's own range widened to hold zero,
+ * [a, b] = [min(lo, 0), max(hi, 0)], with an integer zero point, so that 0 is one of the 256
+ * levels (exactly: a sparse row, a ReLU or GELU output, loses nothing on its zeros):
+ *   inv = 255 / (b - a), z = round(-a * inv) in [0, 255],
+ *   u = min(max(round(x * inv) + z, 0), 255), ties to even (the 1.5 * 2^23 shift: exact for
+ *   |v| < 2^22), 0 in [K, kp); *sx = (b - a) / 255, *zx = -(z * sx)
+ * so x ~ sx u + zx = sx (u - z). A constant row: u = 0, sx = 0, zx = the constant (exact). A
+ * row holding inf or NaN: sx = zx = NaN (its outputs are NaN). The same arithmetic on every
+ * variant (the x86 variants: qg_quant_x86, the same arithmetic eight lanes at a time). */
 FA_TARGET static void FA_NAME(qquant)(const float *x, ptrdiff_t K, uint8_t *xq, ptrdiff_t kp,
                                       float *sx, float *zx)
 {
@@ -53,19 +56,22 @@ FA_TARGET static void FA_NAME(qquant)(const float *x, ptrdiff_t K, uint8_t *xq, 
         *sx = *zx = NAN;
         return;
     }
-    *zx = lo;
     if (hi == lo) {
         *sx = 0.0f;
+        *zx = lo;
         return;
     }
-    const float inv = 255.0f / (hi - lo);
+    const float a = lo < 0.0f ? lo : 0.0f, b = hi > 0.0f ? hi : 0.0f;
+    const float inv = 255.0f / (b - a);
+    const float z = (-a * inv + 12582912.0f) - 12582912.0f;
     for (ptrdiff_t k = 0; k < K; k++) {
-        float v = (x[k] - lo) * inv;
-        v = (v + 12582912.0f) - 12582912.0f;
+        float v = x[k] * inv;
+        v = ((v + 12582912.0f) - 12582912.0f) + z;
         v = v > 255.0f ? 255.0f : (v < 0.0f ? 0.0f : v);
         xq[k] = (uint8_t)(int)v;
     }
-    *sx = (hi - lo) / 255.0f;
+    *sx = (b - a) / 255.0f;
+    *zx = -(z * *sx);
 }
 
 /* bias, activation, residual over n elements of one row (bias, res offset alike): four vectors

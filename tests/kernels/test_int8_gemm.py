@@ -34,14 +34,22 @@ def _restore():
 
 
 def quantize_rows(x):
-    """The documented activation quantisation, over each row's range [lo, hi]:
-    u = round_half_even((x - lo) * (255 / (hi - lo))), scale (hi - lo) / 255, zero point lo."""
+    """The documented activation quantisation, over each row's range widened to hold zero,
+    [a, b] = [min(lo, 0), max(hi, 0)], with an integer zero point z = round(-a * 255 / (b - a)):
+    u = clip(round_half_even(x * (255 / (b - a))) + z, 0, 255), scale (b - a) / 255, zero point
+    -(z * scale); a constant row: u = 0, scale 0, zero point the constant."""
     lo, hi = x.min(axis=1), x.max(axis=1)
-    span = (hi - lo).astype(np.float32)
+    a, b = np.minimum(lo, np.float32(0)), np.maximum(hi, np.float32(0))
+    const = hi == lo
+    span = np.where(const, np.float32(0), b - a).astype(np.float32)
     with np.errstate(divide="ignore"):
         inv = np.where(span > 0, np.float32(255) / span, np.float32(0)).astype(np.float32)
-    u = np.clip(np.rint(((x - lo[:, None]) * inv[:, None]).astype(np.float32)), 0, 255)
-    return u.astype(np.int64), (span / np.float32(255)).astype(np.float32), lo
+    z = np.rint((-a * inv).astype(np.float32))
+    u = np.clip(np.rint((x * inv[:, None]).astype(np.float32)) + z[:, None], 0, 255)
+    u[const] = 0
+    sx = (span / np.float32(255)).astype(np.float32)
+    zx = np.where(const, lo, -(z * sx)).astype(np.float32)
+    return u.astype(np.int64), sx, zx
 
 
 def reference(x, q):

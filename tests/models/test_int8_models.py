@@ -62,8 +62,10 @@ def test_int8_greedy_mostly_agrees_with_float32(checkpoints, model_type):
     path, _ = checkpoints(model_type)
     f = fastattn.Seq2SeqTransformer.from_pretrained(path)
     q = fastattn.Seq2SeqTransformer.from_pretrained(path, quantize="int8")
+    # 32 sources: with 8, one scheme or another moved the rate by 5 of 32 tokens on a tiny
+    # random model's near ties
     ids, mask = padded_sources(model_type, np.random.default_rng(1),
-                               [11, 6, 9, 12, 8, 10, 5, 12])
+                               list(np.random.default_rng(5).integers(4, 13, 32)))
     a = f.generate(ids, mask, max_new_tokens=12, min_new_tokens=12)
     b = q.generate(ids, mask, max_new_tokens=12, min_new_tokens=12)
     # the first tokens (before a divergence compounds) agree; a tiny random model has many
