@@ -57,6 +57,7 @@ them down different decodings, so read each time with its decoded tokens.
 """
 import argparse
 import datetime
+import functools
 import importlib.metadata
 import inspect
 import json
@@ -389,28 +390,26 @@ def _words(text):
     return " ".join(re.sub(r"[^\w' ]+", " ", text.lower()).split())
 
 
-def _normalise(text):
-    """Whisper's English text normaliser (the whisper-normalizer package: spellings, numbers
-    and punctuation as the Whisper paper scores them), else lower-cased punctuation-free words."""
+@functools.lru_cache(maxsize=None)
+def _normaliser():
+    """Whisper's English text normaliser (the whisper-normalizer package: spellings, numbers and
+    punctuation as the Whisper paper scores them), or None where it is not installed."""
     try:
         from whisper_normalizer.english import EnglishTextNormalizer
     except ImportError:
-        return _words(text)
-    global _NORMALISER
-    if _NORMALISER is None:
-        _NORMALISER = EnglishTextNormalizer()
-    return " ".join(_NORMALISER(text).split())
+        return None
+    return EnglishTextNormalizer()
 
 
-_NORMALISER = None
+def _normalise(text):
+    """_normaliser()'s words, else lower-cased punctuation-free words."""
+    norm = _normaliser()
+    return " ".join(norm(text).split()) if norm is not None else _words(text)
 
 
 def normaliser_name():
-    try:
-        import whisper_normalizer  # noqa: F401
-        return "Whisper's English normaliser (whisper-normalizer)"
-    except ImportError:
-        return "lower case, punctuation removed (pip install whisper-normalizer for Whisper's)"
+    return ("Whisper's English normaliser (whisper-normalizer)" if _normaliser() is not None else
+            "lower case, punctuation removed (pip install whisper-normalizer for Whisper's)")
 
 
 def wer(reference, hypothesis):

@@ -33,7 +33,6 @@ the 1501 timestamp tokens added (as openai's tokenizer.json has them; Systran's 
 import argparse
 import json
 import os
-import shutil
 import struct
 import sys
 
@@ -291,11 +290,10 @@ def main():
     print(f"# round trip: CTranslate2's conversion of {hf} equals {source}/model.bin "
           f"({n} variables, bit for bit in float32; the config's "
           "suppress lists and alignment heads too)")
-    with open(os.path.join(a.out, "SOURCE.txt"), "w") as f:
-        f.write(f"openai/whisper-tiny.en (Systran/faster-whisper-tiny.en, float16) from "
-                f"{source}, written back by bench/whisper_from_ct2.py\n" if not a.source else
-                f"{source}, written back by bench/whisper_from_ct2.py\n")
-    shutil.copy(os.path.join(source, "config.json"), os.path.join(a.out, "ct2-source-config.json"))
+    what = "" if a.source else \
+        "openai/whisper-tiny.en (Systran/faster-whisper-tiny.en, float16) from "
+    with open(os.path.join(a.out, "SOURCE.txt"), "w") as f:     # bench_whisper's header line
+        f.write(f"{what}{source}, written back by bench/whisper_from_ct2.py\n")
 
 
 if __name__ == "__main__":

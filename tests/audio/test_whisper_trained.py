@@ -45,6 +45,11 @@ def folder(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def hf_model(folder):
+    return transformers.WhisperForConditionalGeneration.from_pretrained(folder).eval()
+
+
+@pytest.fixture(scope="module")
 def audio():
     return load_audio(SPEECH)
 
@@ -147,10 +152,10 @@ def test_word_timestamps_match_faster_whisper(transcribers, fw_models, audio):
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])
-def test_generate_equals_transformers(folder, audio, num_beams):
+def test_generate_equals_transformers(folder, hf_model, audio, num_beams):
     """One window, and a batch of two clips (the speech and its second half), greedy and beam:
     token for token, timestamps included."""
-    hf = transformers.WhisperForConditionalGeneration.from_pretrained(folder).eval()
+    hf = hf_model
     model = fastattn.WhisperModel.from_pretrained(folder)
     clips = [audio[:30 * 16000], audio[16000 * 12:16000 * 27]]
     feats = np.stack([log_mel_spectrogram(c, 80) for c in clips])
@@ -162,9 +167,9 @@ def test_generate_equals_transformers(folder, audio, num_beams):
     assert (got[:, 1:] < 50256).sum() > 60          # real text, not a few specials
 
 
-def test_long_form_equals_transformers(folder, transcribers, audio):
+def test_long_form_equals_transformers(hf_model, transcribers, audio):
     """Two windows, transformers' sequential long form (temperature 0, no conditioning)."""
-    hf = transformers.WhisperForConditionalGeneration.from_pretrained(folder).eval()
+    hf = hf_model
     tr = transcribers()
     res = tr.transcribe(audio, num_beams=1, condition_on_previous_text=False, **NO_FALLBACK)
     feats = log_mel_spectrogram(audio, 80, padding="longest", truncation=False)
