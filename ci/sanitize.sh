@@ -95,7 +95,7 @@ set +e
 # tests/dask is left out: a LocalCluster of sanitized worker processes adds minutes and no
 # native code of its own (its kernels are the ones the other tests run); so is tests/test_wheel.py:
 # it builds, repairs and tests an ordinary wheel in subprocesses, nothing of the sanitized build
-"$PY" -m pytest -p no:cacheprovider -q \
+"$PY" -m pytest -p no:cacheprovider -q --durations=40 \
     ${SANITIZE_PYTEST_ARGS:-tests --ignore=tests/dask --ignore=tests/test_wheel.py} > "$LOG" 2>&1
 rc=$?
 set -e
@@ -103,6 +103,8 @@ end=$(date +%s)
 grep -E "passed|failed|error" "$LOG" | grep -vE "^(expected  |UNEXPECTED) " | tail -3
 # the skipped tests (tests/conftest.py's list), with the rest of the summary
 sed -n '/^=* skipped: [0-9]/,$p' "$LOG" | head -80
+# the slowest tests under the sanitizer (what to look at when this step grows)
+sed -n '/slowest [0-9]* durations/,/^$/p' "$LOG" | head -42
 if [[ $rc -ne 0 ]]; then echo "---- last 120 lines of $LOG"; tail -120 "$LOG"; fi
 PATTERN="ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:|CHECK failed|SUMMARY: UndefinedBehaviorSanitizer"
 in_log=$(grep -cE "$PATTERN" "$LOG" || true)
