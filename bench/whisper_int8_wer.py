@@ -55,7 +55,8 @@ def counts(reference, hypothesis):
     return o.substitutions + o.deletions + o.insertions, len(ref.split())
 
 
-def teacher_forced(hf, ct2_float32, ct2_int8, windows, threads=2):
+def teacher_forced(hf, ct2_float32, ct2_int8, windows, threads=2,
+                   systems=("fastattn", "ctranslate2")):
     """Each system's int8 against its own float32 along the same tokens: fastattn float32's
     greedy decoding (with timestamps) of each 30-s window in `windows` (n, n_mels, 3000), the
     forced prefix first and <|endoftext|> last, fed to both systems' float32 and int8 decoders
@@ -66,15 +67,15 @@ def teacher_forced(hf, ct2_float32, ct2_int8, windows, threads=2):
     Deterministic where the transcripts' WER is not: a near tie that flips a beam moves a
     transcript by a segment and these numbers by a hair. Returns {system: {"kl": mean
     KL(float32 || int8), "dlogp": mean |log p float32 - log p int8| of the next token, "top1":
-    the share of positions where int8's most likely text token is float32's, "n": positions}}.
+    the share of positions where int8's most likely text token is float32's, "n": positions}}
+    for each of `systems`. (CTranslate2's intra_threads sets the process's OpenMP thread count,
+    which fastattn's default follows.)
     """
     import ctranslate2
     import numpy as np
     from fastattn.generation.whisper import prompt_rows
     from fastattn.models import WhisperModel
 
-    import fastattn
-    fastattn.set_num_threads(threads)
     f32 = WhisperModel.from_pretrained(hf)
     i8 = WhisperModel.from_pretrained(hf, quantize="int8")
     gen = f32.generation_config
@@ -84,7 +85,8 @@ def teacher_forced(hf, ct2_float32, ct2_int8, windows, threads=2):
     prefix = prompt_rows(gen, 1, language=language, task=None if english_only else "transcribe",
                          return_timestamps=True)[0]
     windows = np.ascontiguousarray(windows, dtype=np.float32)
-    out = f32.generate(windows, num_beams=1, return_timestamps=True, language=language)
+    out = f32.generate(windows, num_beams=1, return_timestamps=True, language=language,
+                       n_threads=threads)
     seqs = []
     for row in out:
         row = np.asarray(row)
@@ -93,10 +95,12 @@ def teacher_forced(hf, ct2_float32, ct2_int8, windows, threads=2):
                              + [eot]))
 
     def fastattn_logits(model, i, s):
-        return model.logits(windows[i:i + 1], s[None, :-1])[0][len(prefix) - 1:]
+        return model.logits(windows[i:i + 1], s[None, :-1],
+                            n_threads=threads)[0][len(prefix) - 1:]
 
     ct = {c: ctranslate2.models.Whisper(path, device="cpu", compute_type=c, intra_threads=threads)
-          for c, path in (("float32", ct2_float32), ("int8", ct2_int8))}
+          for c, path in (("float32", ct2_float32), ("int8", ct2_int8))
+          if "ctranslate2" in systems}
 
     def ct2_logits(model, i, s):
         enc = model.encode(ctranslate2.StorageView.from_array(windows[i:i + 1]))
@@ -116,6 +120,8 @@ def teacher_forced(hf, ct2_float32, ct2_int8, windows, threads=2):
                           lambda i, s: fastattn_logits(i8, i, s)),
                          ("ctranslate2", lambda i, s: ct2_logits(ct["float32"], i, s),
                           lambda i, s: ct2_logits(ct["int8"], i, s))):
+        if name not in systems:
+            continue
         kl, dl, top = [], [], []
         for i, s in enumerate(seqs):
             target = s[len(prefix):]
