@@ -68,8 +68,9 @@ def teacher_forced(hf, ct2_float32, ct2_int8, windows, threads=2,
     transcript by a segment and these numbers by a hair. Returns {system: {"kl": mean
     KL(float32 || int8), "dlogp": mean |log p float32 - log p int8| of the next token, "top1":
     the share of positions where int8's most likely text token is float32's, "n": positions}}
-    for each of `systems`. (CTranslate2's intra_threads sets the process's OpenMP thread count,
-    which fastattn's default follows.)
+    for each of `systems`. Positions where either distribution holds a masked (-inf) token
+    (CTranslate2 applies the timestamp rules to the logits it returns) are left out, so the
+    systems' counts can differ.
     """
     import ctranslate2
     import numpy as np
