@@ -589,7 +589,8 @@ def main():
             f.write("\n".join(report) + "\n")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"duration_s": duration, "text": text, "runs": runs}, f, indent=1)
+            json.dump({"wav": wav, "duration_s": duration, "text": text, "runs": runs}, f,
+                      indent=1)
 
 
 if __name__ == "__main__":

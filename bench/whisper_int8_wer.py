@@ -160,12 +160,6 @@ def _kept(float_starts, int8_starts):
     return f", {k}/{len(float_starts)} starts"
 
 
-def _wav_of(folder, voice, rate, first, seconds):
-    """The file bench_whisper.make_speech wrote for these settings."""
-    from bench_whisper import make_speech
-    return make_speech(folder, seconds, voice, rate, first)[0]
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", required=True,
@@ -215,11 +209,10 @@ def main():
             res = json.load(f)
         os.unlink(out)
         audio += res["duration_s"]
-        wav = res.get("wav") or _wav_of(a.dir, voice, rate, 6 * i, a.seconds)
         tf_res = teacher_forced(os.path.join(a.checkpoint, "hf"),
                                 os.path.join(a.checkpoint, "ct2-float32"),
                                 os.path.join(a.checkpoint, "ct2-int8"),
-                                windows_of(wav, n_mels), a.threads)
+                                windows_of(res["wav"], n_mels), a.threads)
         for name, r in tf_res.items():
             t = forced.setdefault(name, {"kl": 0.0, "dlogp": 0.0, "top1": 0.0, "n": 0})
             for k in ("kl", "dlogp", "top1"):

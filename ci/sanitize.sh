@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build fastattn's extension with AddressSanitizer + UndefinedBehaviorSanitizer (debug Cython
-# directives, bounds checks on, -O1 -g: AddressSanitizer's recommended level; -O0 doubles the
-# run's time, FASTATTN_DEBUG_OPT=-O0 to have it) in a throw-away COPY of this checkout, run the test suite
+# directives, bounds checks on, -O1 -g: AddressSanitizer's recommended level; at -O0 the tests
+# take ~1.4x as long, FASTATTN_DEBUG_OPT=-O0 to have it) in a throw-away COPY of this checkout,
+# run the test suite
 # against that build, and fail on any sanitizer report. It first installs what it needs into the
 # environment of $PYTHON (default: python): pyproject.toml's [build-system] requires for the
 # in-place build and the test extra's packages for the run (ci/requirements.py reads both lists).

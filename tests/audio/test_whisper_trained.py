@@ -55,6 +55,13 @@ def audio():
 
 
 @pytest.fixture(scope="module")
+def windows(audio):
+    """The clip's 30-s windows back to back (2, 80, 3000): speech, then 3 s and padding."""
+    return np.stack([log_mel_spectrogram(audio[i:i + 480000], 80)
+                     for i in range(0, audio.size, 480000)])
+
+
+@pytest.fixture(scope="module")
 def transcribers(folder):
     cache = {}
 
@@ -184,7 +191,7 @@ def test_long_form_equals_transformers(hf_model, transcribers, audio):
 
 
 def test_int8_no_further_from_float32_than_faster_whisper(folder, transcribers, fw_models,
-                                                         audio):
+                                                         audio, windows):
     """The issue's int8 rule, where it is not chaos: the encoder's int8 output (the window of
     speech) is no further from float32's than CTranslate2 int8's is from its float32 (a
     transcript's word error rate on 33 s flips with any one near tie: the bench measures it on
@@ -192,15 +199,13 @@ def test_int8_no_further_from_float32_than_faster_whisper(folder, transcribers, 
     bits for one and two threads."""
     import ctranslate2
     feats = log_mel_spectrogram(audio, 80, padding="longest", truncation=False)
-    wins = np.stack([log_mel_spectrogram(audio[i:i + 480000], 80)
-                     for i in range(0, audio.size, 480000)])
-    assert feats.shape[1] > 3000 and wins.shape[0] == 2
+    assert feats.shape[1] > 3000 and windows.shape[0] == 2
 
     def rel(a, b):
         return np.linalg.norm(a - b, axis=(1, 2)) / np.linalg.norm(b, axis=(1, 2))
-    ours = rel(fastattn.WhisperModel.from_pretrained(folder, quantize="int8").encode(wins),
-               fastattn.WhisperModel.from_pretrained(folder).encode(wins))
-    sv = ctranslate2.StorageView.from_array(wins)
+    ours = rel(fastattn.WhisperModel.from_pretrained(folder, quantize="int8").encode(windows),
+               fastattn.WhisperModel.from_pretrained(folder).encode(windows))
+    sv = ctranslate2.StorageView.from_array(windows)
     ct2 = [np.array(ctranslate2.models.Whisper(SOURCE, compute_type=c).encode(sv, to_cpu=True))
            for c in ("int8", "float32")]
     theirs = rel(*ct2)
@@ -214,7 +219,7 @@ def test_int8_no_further_from_float32_than_faster_whisper(folder, transcribers, 
     assert one == i8
 
 
-def test_int8_decoder_no_further_from_float32_than_ctranslate2(folder, audio):
+def test_int8_decoder_no_further_from_float32_than_ctranslate2(folder, windows):
     """The int8 rule through the decoder, deterministically: along the same tokens (fastattn
     float32's greedy decoding of each window, timestamps included), each system's int8 next-token
     distribution against its own float32 one, over the text tokens. fastattn's mean KL is no
@@ -223,14 +228,12 @@ def test_int8_decoder_no_further_from_float32_than_ctranslate2(folder, audio):
     from whisper_int8_wer import teacher_forced
     from fastattn import _threads
     override = _threads._override
-    wins = np.stack([log_mel_spectrogram(audio[i:i + 480000], 80)
-                     for i in range(0, audio.size, 480000)])
-    r = teacher_forced(folder, SOURCE, SOURCE, wins, threads=2)
+    r = teacher_forced(folder, SOURCE, SOURCE, windows, threads=2)
     ours, theirs = r["fastattn"], r["ctranslate2"]
     assert ours["n"] == theirs["n"] > 100
     assert ours["kl"] <= 1.1 * theirs["kl"], r
     assert ours["kl"] < 0.01 and ours["dlogp"] < 0.06 and ours["top1"] >= 0.95, r
     # every thread count gives fastattn the same numbers
-    alone = teacher_forced(folder, SOURCE, SOURCE, wins, threads=1, systems=("fastattn",))
+    alone = teacher_forced(folder, SOURCE, SOURCE, windows, threads=1, systems=("fastattn",))
     assert alone == {"fastattn": ours}
     assert _threads._override == override       # no set_num_threads() left behind

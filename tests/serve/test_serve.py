@@ -27,18 +27,21 @@ def translator(marian_folder):
     return fastattn.Translator(marian_folder)
 
 
+def _bert_and_mt(start_server, bert_folder, marian_folder, *args):
+    return start_server({"bert": bert_folder, "mt": marian_folder},
+                        "--max-inputs", "64", "--max-batch-tokens", "512", *args)
+
+
 @pytest.fixture
 def server(start_server, bert_folder, marian_folder):
-    return start_server({"bert": bert_folder, "mt": marian_folder},
-                        "--max-inputs", "64", "--max-batch-tokens", "512")
+    return _bert_and_mt(start_server, bert_folder, marian_folder)
 
 
 @pytest.fixture
 def hostile_server(start_server, bert_folder, marian_folder):
     """As `server`, with a 2 s body timeout for the half-sent body. Only here: under load (48
     clients, a sanitizer build) a whole small body can take over a second to be read."""
-    return start_server({"bert": bert_folder, "mt": marian_folder}, "--body-timeout", "2",
-                        "--max-inputs", "64", "--max-batch-tokens", "512")
+    return _bert_and_mt(start_server, bert_folder, marian_folder, "--body-timeout", "2")
 
 
 def alive(server):
