@@ -18,7 +18,7 @@ what it costs to load. fastattn int8 beside the peers' int8 (CTranslate2, ONNX R
    for each of those the difference fastattn minus CTranslate2 over the same sources with a 95%
    paired bootstrap interval: agreement is a count of rare events, and with tens of sources its
    noise is larger than the gap between two int8 schemes.
-   `--marian FOLDER` takes a model trained by bench/train_marian.py (the Marian base shape,
+   `--marian FOLDER` takes a model trained by bench/fixtures/train_marian.py (the Marian base shape,
    6 + 6 layers, d_model 512, trained here on a synthetic translation task; no trained model can
    be downloaded here): held-out sentences of its task, decoded to EOS. Without it the model is
    a random base shape (d_model 512, 6 + 6 layers, 8 heads, FFN 2048, vocab 32000),
@@ -408,17 +408,18 @@ def marian(args, workdir, minilm_folder):
 
     th = args.threads
     n = args.sources
-    if args.marian:                                 # a trained folder (bench/train_marian.py)
+    if args.marian:                                 # a trained folder (bench/fixtures/train_marian.py)
         hf = os.path.abspath(args.marian)
         ct2_dir = os.path.join(workdir, "ct2_" + os.path.basename(hf.rstrip("/")))
         with open(os.path.join(hf, "config.json")) as f:
             cfg = json.load(f)
         pad = cfg["pad_token_id"]
+        sys.path.insert(0, os.path.join(HERE, "fixtures"))
         from train_marian import Task
         src, _, _ = Task().batch(np.random.default_rng(12345), n)
         with open(os.path.join(hf, "training.json")) as f:
             how = json.load(f)
-        log(f"\n## Marian trained here (bench/train_marian.py: {cfg['encoder_layers']} + "
+        log(f"\n## Marian trained here (bench/fixtures/train_marian.py: {cfg['encoder_layers']} + "
             f"{cfg['decoder_layers']} layers, d_model {cfg['d_model']}, vocab "
             f"{cfg['vocab_size']}; {how}): {n} held-out sources of the task, "
             f"labels = fastattn float32's greedy output to EOS (at most {NEW_TOKENS} tokens)")
@@ -645,7 +646,7 @@ def main(argv=None):
     ap.add_argument("--marian-seed", type=int, default=0,
                     help="the random Marian's seed (agreement on random weights varies by seed)")
     ap.add_argument("--marian", metavar="FOLDER",
-                    help="a Marian trained by bench/train_marian.py instead of the random one "
+                    help="a Marian trained by bench/fixtures/train_marian.py instead of the random one "
                          "(its sources are held-out sentences of the training task)")
     ap.add_argument("--sources", type=int, help="Marian sources (default 256; --quick 16)")
     ap.add_argument("--only", choices=("minilm", "marian", "memory"),

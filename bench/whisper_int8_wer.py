@@ -17,7 +17,7 @@ Then a deterministic measure on the same files (teacher_forced): along the same 
 system's int8 next-token distribution against its own float32 one. A near tie that flips a beam
 moves a transcript by a segment, and this measure by a hair.
 
-    python bench/whisper_from_ct2.py /tmp/tiny-en
+    python bench/fixtures/whisper_from_ct2.py /tmp/tiny-en
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/whisper_int8_wer.py \\
         --checkpoint /tmp/tiny-en --out bench/results/whisper_int8_wer_$(date +%F).txt
 
@@ -163,7 +163,7 @@ def _kept(float_starts, int8_starts):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", required=True,
-                    help="OUT of bench/whisper_from_ct2.py OUT (hf, ct2-float32, ct2-int8)")
+                    help="OUT of bench/fixtures/whisper_from_ct2.py OUT (hf, ct2-float32, ct2-int8)")
     ap.add_argument("--voices", default=VOICES,
                     help=f"voice:words-a-minute, comma-separated (default {VOICES})")
     ap.add_argument("--seconds", type=float, default=300, help="audio a voice (default 300)")

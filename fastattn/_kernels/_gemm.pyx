@@ -455,5 +455,5 @@ def openmp_enabled():
 
 
 # the ISA state's functions (fastattn._kernels._simd), for bench/bench_gemm*.py and
-# bench/ab_gemm.py (which load older builds' _gemm too, where they lived)
+# bench/tools/ab_gemm.py (which load older builds' _gemm too, where they lived)
 from fastattn._kernels._simd import isa, isa_level, set_isa  # noqa: E402

@@ -6,7 +6,7 @@
  * each spinning through its time slice at the region's barrier while the other waits, and the
  * load balancer can leave them there for seconds: a 10 us region took ~1 ms, and
  * EncoderModel's batch-1 forward after a 150 ms pause took 14 ms instead of 5.5
- * (bench/omp_wake.c, bench/bench_idle_latency.py; bench/results/thread_placement_zen3.txt).
+ * (bench/studies/omp_wake.c, bench/studies/bench_idle_latency.py; bench/results/thread_placement_zen3.txt).
  *
  * What: at the start of a parallel region each worker checks (sched_getcpu, no system call on
  * x86-64) whether it runs on the CPU the master ran on when it opened the region. Only then it

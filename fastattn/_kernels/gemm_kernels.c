@@ -9,12 +9,12 @@
  *              broadcast), KC 512 floats / 256 doubles: a row block's x sliver (6 x KC, 12 KiB)
  *              stays in L1 while the panels stream from L2 / L3 (KC 512 against 256: +2-8%
  *              at large M in an ad-hoc side-by-side harness; with the row-block order,
- *              +0-9% in bench/ab_gemm.py, Zen 3)
+ *              +0-9% in bench/tools/ab_gemm.py, Zen 3)
  *   AVX-512F   MR 6, NR 64 floats / 32 doubles (24 zmm accumulators), KC 512 floats (128 KiB
  *              panels from L2, a 12 KiB x sliver in L1) / 128 doubles, and for floats the next
  *              K block's panels fetched into L2 while the current one runs (GM_L2_NEXT), or
  *              after the last K block the panels of the thread's next column block. AVX-512 +
- *              AMX Xeon, two threads, same process (bench/ab_gemm.py,
+ *              AMX Xeon, two threads, same process (bench/tools/ab_gemm.py,
  *              bench/results/ab_gemm_avx512.txt): KC 256 against 128 +1-3% at M >= 1024; KC 512
  *              with the next column block's panels fetched against KC 256: +2-4.4% at
  *              M >= 1024, +3-4% at M = 8, +4-10% at M = 32 (KC 512 alone was 5-7% slower at

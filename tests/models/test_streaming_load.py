@@ -30,7 +30,7 @@ from fastattn.io.huggingface import Checkpoint, checkpoint_files
 
 pytest.importorskip("transformers")        # make_checkpoint writes config.json through it
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "fixtures"))
 import make_checkpoint  # noqa: E402
 
 # a model big enough that the constant overheads are small against it (~40 MB float32)
