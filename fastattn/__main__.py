@@ -94,7 +94,8 @@ def info(out=None):
 
 
 def _text_command(args):
-    """translate / embed / convert: a failure is one line on stderr and exit status 2."""
+    """translate / embed / transcribe / convert: a failure is one line on stderr and exit status 2."""
+    from ._cli import CommandError
     from .audio import cli as audio_cli
     from .models import convert
     from .text import cli as text_cli
@@ -102,7 +103,7 @@ def _text_command(args):
            "transcribe": audio_cli.run, "convert": convert.run}[args.command]
     try:
         return run(args)
-    except (text_cli.CommandError, FileNotFoundError, ValueError, TypeError, ImportError,
+    except (CommandError, FileNotFoundError, ValueError, TypeError, ImportError,
             OSError, MemoryError) as exc:
         if isinstance(exc, BrokenPipeError):
             raise

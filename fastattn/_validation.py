@@ -443,6 +443,18 @@ def check_token_ids(ids, name, vocab, ndim=2, what="(batch, length)", one_row=Tr
     return a.astype(np.int64, copy=False)
 
 
+def pad_batch(rows, pad_id):
+    """Token id rows of different lengths -> (ids (B, S) int64 right-padded with pad_id, mask
+    (B, S) bool, True = token), S the longest row's length."""
+    S = max(len(r) for r in rows)
+    ids = np.full((len(rows), S), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), S), dtype=bool)
+    for b, r in enumerate(rows):
+        ids[b, :len(r)] = r
+        mask[b, :len(r)] = True
+    return ids, mask
+
+
 def check_labels(labels, n_rows, vocab, max_len, name="labels"):
     """Target ids to score: an int64 array (n_rows, T) (a 1-D sequence is one row when n_rows
     is 1) of ids in [0, vocab) or -100 (transformers' "ignore this position"), T <= max_len."""

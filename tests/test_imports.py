@@ -7,6 +7,11 @@ edge to the fastattn module it names, relative imports resolved as Python resolv
 name it defines, or a compiled module in it: either runs the package's ``__init__``).
 A package's ``__init__`` is the package's own module. The graph must be acyclic: a cycle is
 reported with the modules on it, in import order.
+
+The packages import downward only (docs/design.md, "Layout"): every module belongs to one
+layer of LAYERS, and may import the modules of its own package and those of lower layers, none
+of a higher layer nor of another package of its own layer (the top-level private modules are
+one package here). A module no layer names fails the test until it is given one.
 """
 import ast
 import os
@@ -119,3 +124,111 @@ def test_no_import_cycle():
 def test_a_cycle_is_reported_with_its_modules():
     assert find_cycle({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": ["b"], "b": []}) is None
+
+
+# lowest first: (the layer's name, the fastattn packages / top-level modules in it)
+LAYERS = [
+    ("the top-level private modules", {"_kernels", "_ops", "_threads", "_validation", "_quant",
+                                       "_config", "_deps", "_memory", "_version", "_cli",
+                                       "_build_info", "functional"}),
+    ("io", {"io"}),
+    ("nn", {"nn"}),
+    ("generation", {"generation"}),
+    ("models", {"models"}),
+    ("text", {"text"}),
+    ("audio", {"audio"}),
+    ("the applications", {"serve", "dask", "benchmark"}),
+    ("the package", {"__init__", "__main__"}),
+]
+MAX_LINES = 800
+
+
+def _unit(module):
+    """(layer index, package) of a fastattn module; the top-level private modules are one
+    package. None when no layer names it."""
+    part = module.split(".")[1] if "." in module else "__init__"
+    for i, (_, members) in enumerate(LAYERS):
+        if part in members:
+            return i, ("<private>" if i == 0 else part)
+    return None
+
+
+def upward_edges(graph, unit=_unit):
+    """(module, target, why) for every edge of `graph` that does not run downward, and for every
+    module no layer names."""
+    bad = []
+    for module in sorted(graph):
+        here = unit(module)
+        if here is None:
+            bad.append((module, None, "is in no layer"))
+            continue
+        for target in graph[module]:
+            there = unit(target)
+            if there is None or there[1] == here[1] or there[0] < here[0]:
+                continue                         # (an unnamed target is reported as a module)
+            why = "upward" if there[0] > here[0] else "sideways"
+            bad.append((module, target, why))
+    return bad
+
+
+def test_packages_import_downward_only():
+    bad = upward_edges(import_graph())
+    if bad:
+        pytest.fail("imports against the layers (docs/design.md, Layout):\n" + "\n".join(
+            f"  {m} {why}" if t is None else f"  {m} -> {t} ({why})" for m, t, why in bad))
+
+
+def test_the_layer_checker_finds_upward_and_sideways_edges():
+    layers = {"low": 0, "mid": 1, "side": 1, "top": 2}
+
+    def unit(m):
+        pkg = m.split(".")[0]
+        return (layers[pkg], pkg) if pkg in layers else None
+
+    graph = {"low.a": ["low.b"], "low.b": ["mid.x"],          # up
+             "mid.x": ["low.a", "mid.y", "side.z"],          # down, own package, sideways
+             "mid.y": [], "side.z": [], "top.t": ["mid.x", "side.z"], "odd.q": []}
+    assert upward_edges(graph, unit) == [("low.b", "mid.x", "upward"),
+                                         ("mid.x", "side.z", "sideways"),
+                                         ("odd.q", None, "is in no layer")]
+    assert upward_edges({"low.a": ["low.b"], "top.t": ["low.a"]}, unit) == []
+
+
+def test_every_fastattn_module_is_in_a_layer():
+    """The real modules map where docs/design.md puts them (what the layer test relies on)."""
+    assert _unit("fastattn") == (len(LAYERS) - 1, "__init__")
+    assert _unit("fastattn.__main__")[0] == len(LAYERS) - 1
+    assert _unit("fastattn._ops") == _unit("fastattn._kernels") == (0, "<private>")
+    assert _unit("fastattn.generation.continuous")[0] < _unit("fastattn.models.seq2seq")[0]
+    assert _unit("fastattn.text.cli")[0] < _unit("fastattn.benchmark._cli")[0]
+    assert _unit("fastattn.dask")[0] == _unit("fastattn.serve._app")[0]
+    assert _unit("fastattn.dask")[1] != _unit("fastattn.serve._app")[1]
+
+
+def _lines(path):
+    with open(path, encoding="utf-8") as f:
+        return sum(1 for _ in f)
+
+
+def long_modules(limit=MAX_LINES):
+    """(path under the repository, lines) of every module over `limit` lines."""
+    out = []
+    for path, _ in sorted(_modules().values()):
+        n = _lines(path)
+        if n > limit:
+            out.append((os.path.relpath(path, os.path.dirname(ROOT)), n))
+    return out
+
+
+def test_no_module_over_800_lines():
+    long = long_modules()
+    if long:
+        pytest.fail(f"modules over {MAX_LINES} lines: " +
+                    ", ".join(f"{p} ({n})" for p, n in long))
+
+
+def test_the_line_count_sees_the_largest_module():
+    largest = max(_lines(p) for p, _ in _modules().values())
+    found = long_modules(largest - 1)
+    assert found and all(n == largest for _, n in found)
+    assert long_modules(largest) == []

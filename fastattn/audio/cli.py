@@ -7,8 +7,7 @@ it and renamed when its transcript is complete, so a failed run leaves no partia
 import os
 import sys
 
-from ..benchmark._cli import positive_int
-from ..text.cli import CommandError, _Output
+from .._cli import CommandError, Output, positive_int
 from .formats import FORMATS, write_transcript
 
 __all__ = ["add_arguments", "run"]
@@ -101,7 +100,7 @@ def run(args):
         options["vad_model"] = args.vad_model
     tr = Transcriber(args.model, quantize=args.quantize, n_threads=args.threads)
     for src, dst, fmt in targets:
-        out = _Output(dst)
+        out = Output(dst)
         try:
             stream = tr.stream(src, **options)
             segments = []

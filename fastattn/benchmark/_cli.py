@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 
+from .._cli import positive_int
 from . import _measure
 from ._measure import PeakMemory, Shape, _bench_case, _plan, measure_peak
 from ._report import environment, format_environment, plot, print_report, progress_bar
@@ -40,16 +41,6 @@ def parse_shapes(text):
     if not shapes:
         raise argparse.ArgumentTypeError("--shapes needs at least one BxHxLxSxE shape")
     return shapes
-
-
-def positive_int(text):
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return n
 
 
 def parse_systems(text):

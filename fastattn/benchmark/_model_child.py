@@ -123,24 +123,28 @@ def _need(module, what):
 def _runner(system, model, path, threads, workdir):
     """(version, run(work) -> output ndarray)."""
     if system in ("fastattn", "fastattn-int8"):
-        import fastattn
+        # by absolute name (this file runs by path), from the modules themselves: the
+        # package's __init__ is a layer above benchmark/
+        from fastattn._threads import set_num_threads
+        from fastattn._version import __version__
+        from fastattn.models import EncoderModel, Seq2SeqTransformer
         quantize = "int8" if system == "fastattn-int8" else None
         if model == "marian":
-            m = load_fastattn(fastattn.Seq2SeqTransformer, path, quantize)
+            m = load_fastattn(Seq2SeqTransformer, path, quantize)
 
             def run(ids, beams):
                 return m.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
                                   num_beams=beams, n_threads=threads)
         else:
-            m = load_fastattn(fastattn.EncoderModel, path, quantize)
-            fastattn.set_num_threads(threads)
+            m = load_fastattn(EncoderModel, path, quantize)
+            set_num_threads(threads)
 
             def run(ids, _):
                 return m(ids)
         from fastattn._kernels import _qgemm, _simd
         cap = f", FASTATTN_ISA={_simd.isa_cap()}" if _simd.isa_cap() else ""
         kernels = _qgemm.variant() if quantize else _simd.isa()
-        return f"{fastattn.__version__} (kernels {kernels}{cap})", run
+        return f"{__version__} (kernels {kernels}{cap})", run
     if system == "transformers":
         torch = _need("torch", "PyTorch")
         transformers = _need("transformers", "transformers")

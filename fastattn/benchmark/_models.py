@@ -64,8 +64,8 @@ def build(folder, model, tiny=False):
 
 def _spawn(system, model, path, threads, repeats, workdir, timeout):
     env = dict(os.environ)
-    import fastattn
-    root = os.path.dirname(os.path.dirname(os.path.abspath(fastattn.__file__)))
+    # the folder holding the fastattn package (this file is fastattn/benchmark/_models.py)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if system.startswith("ctranslate2"):
         why = _convert_ct2(path, model, workdir)

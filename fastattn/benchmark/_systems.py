@@ -41,11 +41,11 @@ class FastAttn:
         return None
 
     def version(self):
-        import fastattn
-        return fastattn.__version__
+        from .._version import __version__
+        return __version__
 
     def prepare(self, q, k, v, causal):
-        from fastattn import scaled_dot_product_attention as sdpa
+        from ..functional import scaled_dot_product_attention as sdpa
         last = [None]
         threads = self.threads
 

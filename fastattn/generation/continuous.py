@@ -9,17 +9,14 @@ keeps a running set of rows instead (what a server's scheduler wants, vLLM's and
 which leave; rows added between two steps join the next one.
 
 Each row gets what ``generate`` gives its source alone, token for token and bit for bit (the
-promise fastattn makes for any batch composition, here across time as well):
-
-- a row's self-attention keys and values sit at positions 0 .. n - 1 of its own cache row, and
-  a step attends over the batch's longest row with the positions past each row's own length
-  masked: right padding, which the attention kernel computes exactly as the row alone (the
-  masked keys add exact zeros, the tile boundaries stay where they are);
-- its cross-attention keys and values are its source's, padded on the right to the batch's
-  longest source and masked the same way;
-- its positions are its own (the embedding takes one position per row), its processors see its
-  own history (rows are grouped by length, so ``min_new_tokens``, ``forced_bos_token_id`` and the
-  like apply per row), and every GEMM and norm computes a row on its own.
+promise fastattn makes for any batch composition, here across time as well). The model keeps
+the rows' cache, each row at its own length and positions, behind :class:`RowState` (what
+``model.start_rows()`` returns; Seq2SeqTransformer's, in fastattn/models/_seq2seq_rows.py, says
+why a row computes there what it computes alone). Here are the settings, each row's tokens and
+length limit, and the choice of its next token: its processors see its own history (rows are
+grouped by length, so ``min_new_tokens``, ``forced_bos_token_id`` and the like apply per row).
+As the search, this module reaches the model only through interfaces and imports nothing from
+fastattn.models.
 
 Scope: greedy decoding (``num_beams=1``, no sampling) of a :class:`Seq2SeqTransformer` with
 absolute positions (Marian, BART, mBART, M2M100 / NLLB, Pegasus); T5's relative position bias,
@@ -27,48 +24,43 @@ beam search and sampling are refused with a ValueError (``generate`` serves them
 """
 import numpy as np
 
-from .._threads import _effective_n_threads
-from .._validation import check_token_ids
+from .._validation import check_token_ids, pad_batch
 from .config import resolve_settings
 from .processors import apply, build_processors, history
 
-__all__ = ["ContinuousGreedy"]
+__all__ = ["ContinuousGreedy", "RowState"]
 
 _F32 = np.dtype(np.float32)
 
 
-class _RowView:
-    """Layer i's part of the batch, what a decoder layer reads from a cache during a step."""
+class RowState:
+    """Decoder rows that join and leave one running batch between steps, each at its own
+    length: what continuous batching needs of a model besides the decoder interface
+    (:class:`fastattn.generation.Decoder`). ``model.start_rows(n_threads=None)`` returns one,
+    empty (Seq2SeqTransformer implements it; a model it cannot serve raises ValueError there).
 
-    __slots__ = ("_b", "_i")
+    Attributes: ``n`` (running rows).
 
-    def __init__(self, batch, i):
-        self._b, self._i = batch, i
+    Methods
+    -------
+    add(ids, mask) : the sources (B, S), as ``check_sources`` returns them, encoded; B rows
+        join after the running ones, nothing fed yet.
+    step(tokens) : tokens (n,) int64, each row's next token -> logits (n, vocab) in the model
+        dtype; each row is fed at its own next position.
+    remove(rows) -> order : these rows (indices) leave; returns the running rows' former
+        indices in their new order, int64 (n,) (for the caller's own per-row arrays).
+    """
 
-    def append(self, k_new, v_new):
-        """k_new, v_new (n, 1, H, Dh): each row's key / value at its own next position ->
-        every row's keys and values so far, (n, H, L, Dh) with L the longest row's length."""
-        b, i = self._b, self._i
-        n = b.n
-        r, t = b._rows[:n], b.lens[:n]
-        K, V = b.self_k[i], b.self_v[i]
-        K[r, :, t] = k_new[:, 0]
-        V[r, :, t] = v_new[:, 0]
-        return K[:n, :, :b._L], V[:n, :, :b._L]
+    n: int
 
-    @property
-    def cross(self):
-        b = self._b
-        return b.cross_k[self._i][:b.n, :, :b.S], b.cross_v[self._i][:b.n, :, :b.S]
+    def add(self, ids, mask):  # pragma: no cover - interface
+        raise NotImplementedError
 
-    @property
-    def memory_mask(self):
-        b = self._b
-        return b.mmask[:b.n, :, :, :b.S]
+    def step(self, tokens):  # pragma: no cover - interface
+        raise NotImplementedError
 
-    @property
-    def n_src(self):
-        return self._b.n
+    def remove(self, rows):  # pragma: no cover - interface
+        raise NotImplementedError
 
 
 class ContinuousGreedy:
@@ -88,19 +80,18 @@ class ContinuousGreedy:
     ``add(sources, max_new_tokens=None)`` -> handles (``max_new_tokens`` overrides the
     settings' for these rows: rows of different lengths limits share the batch);
     ``step()`` -> [(handle, tokens)] of the rows that finished; ``drop(handles)`` removes rows
-    (a client gone); ``n`` rows are running. Each finished row's tokens (start token first, EOS
+    (a client gone); ``check(max_new_tokens)`` raises what ``add`` would for that limit;
+    ``n`` rows are running. Each finished row's tokens (start token first, EOS
     last unless ``max_new_tokens`` stopped it) are what ``model.generate(source[None],
     **settings)[0]`` gives (with its max_new_tokens), without its padding.
     """
 
     def __init__(self, model, *, n_threads=None, **settings):
-        from ..models.seq2seq import Seq2SeqTransformer
-        if not isinstance(model, Seq2SeqTransformer):
-            raise TypeError(f"ContinuousGreedy decodes a Seq2SeqTransformer, got "
-                            f"{type(model).__name__}")
-        if model.decoder.position_bias is not None:
-            raise ValueError("continuous batching needs absolute positions; this model (T5) "
-                             "has a relative position bias: use generate")
+        start_rows = getattr(model, "start_rows", None)
+        if not callable(start_rows):
+            raise TypeError(f"ContinuousGreedy decodes a Seq2SeqTransformer (a model with "
+                            f"start_rows), got {type(model).__name__}")
+        rows = start_rows(n_threads=n_threads)          # T5: a ValueError
         for key in ("num_return_sequences", "decoder_input_ids", "streamer", "return_scores",
                     "seed"):
             if settings.get(key) not in (None, 1, False) or (key == "num_return_sequences" and
@@ -111,20 +102,19 @@ class ContinuousGreedy:
         self._kinds, self._kind_of = [], {}     # (settings, processors) per max_new_tokens
         self.p = self._resolve(None)[0]
         self.max_len = model.max_decoder_positions       # the widest a row can grow
-        c = model._config
-        self._fairseq = c["positions"] == "fairseq"
-        self._offset = c.get("position_offset", 0)
-        self._pad = c["pad_token_id"]
-        layer = model.decoder.layers[0].self_attn
-        self._H, self._Dh = c["decoder_attention_heads"], layer.head_dim
-        self._n_layers = c["decoder_layers"]
-        self._dt = model._dtype
-        self.n = 0                       # running rows: indices [0, n) of every buffer
-        self.S = 0                       # the longest running source
-        self._L = 0                      # the longest row's length during a step
+        self._rows = rows
         self._next_handle = 0
-        self.self_mask = None            # the self-attention's key mask during a step
-        self._alloc(0, 0, 0)
+        self._alloc(0)
+
+    @property
+    def n(self):
+        """Running rows: indices [0, n) of every per-row array, the model's rows' too."""
+        return self._rows.n
+
+    def check(self, max_new_tokens=None):
+        """A ValueError / TypeError when rows with this max_new_tokens (None: the settings')
+        cannot join, before any is added."""
+        self._resolve(max_new_tokens)
 
     def _resolve(self, max_new_tokens):
         """(settings, processors, kind index) of rows with this max_new_tokens (None: the
@@ -146,70 +136,26 @@ class ContinuousGreedy:
         self._kind_of[max_new_tokens] = len(self._kinds) - 1
         return p, procs, len(self._kinds) - 1
 
-    # -- buffers -------------------------------------------------------------------------------
+    # -- per-row arrays ------------------------------------------------------------------------
 
-    def _alloc(self, R, L, S):
-        H, Dh, dt, nl = self._H, self._Dh, self._dt, self._n_layers
-        self.self_k = [np.zeros((R, H, L, Dh), dt) for _ in range(nl)]
-        self.self_v = [np.zeros((R, H, L, Dh), dt) for _ in range(nl)]
-        self.cross_k = [np.zeros((R, H, S, Dh), dt) for _ in range(nl)]
-        self.cross_v = [np.zeros((R, H, S, Dh), dt) for _ in range(nl)]
-        self.mmask = np.zeros((R, 1, 1, S), bool)
+    _PER_ROW = ("seqs", "limit", "kind", "cur", "handles")
+
+    def _alloc(self, R):
         self.seqs = np.full((R, self.max_len), self.p["pad_token_id"], np.int64)
         self.limit = np.zeros(R, np.int64)      # the row's max_length
         self.kind = np.zeros(R, np.int64)       # its settings (self._kinds)
-        self.lens = np.zeros(R, np.int64)       # positions fed (the cache length of each row)
         self.cur = np.zeros(R, np.int64)        # tokens in the row's sequence
         self.handles = np.zeros(R, np.int64)
-        self._rows = np.arange(R)
 
-    def _grow(self, rows, S, L):
-        """Room for `rows` rows, sources of S positions and rows of L positions: each dimension
-        that is short doubles (at least), and only the buffers it indexes are copied."""
-        R0, L0, S0 = self.mmask.shape[0], self.self_k[0].shape[2], self.mmask.shape[3]
-        if rows <= R0 and S <= S0 and L <= L0:
+    def _grow(self, rows):
+        """Room for `rows` rows (at least double)."""
+        R0 = self.cur.shape[0]
+        if rows <= R0:
             return
-        R1 = R0 if rows <= R0 else max(rows, 2 * R0, 4)
-        L1 = L0 if L <= L0 else min(self.max_len, max(L, 2 * L0, 16))
-        S1 = S0 if S <= S0 else min(self.max_len, max(S, 2 * S0, 16))   # (sources: as many)
-        n = self.n
-
-        def resized(a, shape):
-            b = np.zeros(shape, a.dtype)
-            if a.ndim == 1:
-                b[:n] = a[:n]
-            elif a.ndim == 2:
-                b[:n, :a.shape[1]] = a[:n]
-            else:
-                b[:n, :, :a.shape[2]] = a[:n]
-            return b
-
-        H, Dh = self._H, self._Dh
-        if R1 != R0 or L1 != L0:
-            self.self_k = [resized(a, (R1, H, L1, Dh)) for a in self.self_k]
-            self.self_v = [resized(a, (R1, H, L1, Dh)) for a in self.self_v]
-        if R1 != R0 or S1 != S0:
-            self.cross_k = [resized(a, (R1, H, S1, Dh)) for a in self.cross_k]
-            self.cross_v = [resized(a, (R1, H, S1, Dh)) for a in self.cross_v]
-            m = np.zeros((R1, 1, 1, S1), bool)
-            m[:n, :, :, :S0] = self.mmask[:n]
-            self.mmask = m
-        if R1 != R0:
-            seqs = np.full((R1, self.max_len), self.p["pad_token_id"], np.int64)
-            seqs[:n] = self.seqs[:n]
-            self.seqs = seqs
-            for name in ("lens", "cur", "handles", "limit", "kind"):
-                setattr(self, name, resized(getattr(self, name), (R1,)))
-            self._rows = np.arange(R1)
-
-    # -- the decoder-cache interface (TransformerDecoder._forward) -----------------------------
-
-    def layer(self, i):
-        return _RowView(self, i)
-
-    @property
-    def length(self):
-        return self._L - 1
+        n, old = self.n, [getattr(self, a) for a in self._PER_ROW]
+        self._alloc(max(rows, 2 * R0, 4))
+        for name, a in zip(self._PER_ROW, old):
+            getattr(self, name)[:n] = a[:n]
 
     # -- rows ------------------------------------------------------------------------------------
 
@@ -219,7 +165,6 @@ class ContinuousGreedy:
         settings'). Returns their handles (ints). A source the model cannot take (too long,
         an id out of the vocabulary) or a bad max_new_tokens is a ValueError naming it, and
         nothing is added."""
-        from ..text.batching import pad_batch
         if not sources:
             return []
         p, _, kind = self._resolve(max_new_tokens)
@@ -232,36 +177,18 @@ class ContinuousGreedy:
             rows.append(a[0].tolist())
         ids, mask = pad_batch(rows, self.model.pad_id)
         ids, mask = self.model.check_sources(ids, mask)
-        B, S = mask.shape
-        nthr = _effective_n_threads(self.n_threads)
-        memory = self.model._encode(ids, mask, nthr)
-        n = self.n
-        self._grow(n + B, S, 1)
-        for i, layer in enumerate(self.model.decoder.layers):
-            k, v = layer.multihead_attn._cross_kv(memory, B, S, nthr)
-            self.cross_k[i][n:n + B, :, :S] = k
-            self.cross_v[i][n:n + B, :, :S] = v
-            self.cross_k[i][n:n + B, :, S:] = 0
-            self.cross_v[i][n:n + B, :, S:] = 0
-        self.mmask[n:n + B] = False
-        self.mmask[n:n + B, 0, 0, :S] = mask
+        B, n = len(rows), self.n
+        self._grow(n + B)
+        self._rows.add(ids, mask)
         self.seqs[n:n + B] = self.p["pad_token_id"]
         self.seqs[n:n + B, 0] = self.p["decoder_start_token_id"]
-        self.lens[n:n + B] = 0
         self.cur[n:n + B] = 1
         self.limit[n:n + B] = p["max_length"]
         self.kind[n:n + B] = kind
         handles = list(range(self._next_handle, self._next_handle + B))
         self._next_handle += B
         self.handles[n:n + B] = handles
-        self.n = n + B
-        self.S = self._longest_source()
         return handles
-
-    def _longest_source(self):
-        """The running rows' longest source: its last real position + 1 (0 when none run)."""
-        has = self.mmask[:self.n, 0, 0].any(axis=0)
-        return int(np.flatnonzero(has)[-1]) + 1 if has.any() else 0
 
     def drop(self, handles):
         """Remove the rows of these handles (unknown ones are ignored)."""
@@ -269,21 +196,12 @@ class ContinuousGreedy:
         self._remove(np.flatnonzero(gone))
 
     def _remove(self, idx):
-        """Remove rows idx: the last rows move into the holes (a row's computation does not
-        depend on where it sits)."""
-        for i in sorted((int(j) for j in idx), reverse=True):
-            last = self.n - 1
-            if i != last:
-                t, S = int(self.lens[last]), self.S
-                for buf in self.self_k + self.self_v:
-                    buf[i, :, :t] = buf[last, :, :t]
-                for buf in self.cross_k + self.cross_v:
-                    buf[i, :, :S] = buf[last, :, :S]
-                self.mmask[i] = self.mmask[last]
-                for a in (self.seqs, self.lens, self.cur, self.handles, self.limit, self.kind):
-                    a[i] = a[last]
-            self.n = last
-        self.S = self._longest_source()
+        """Remove rows idx; the model's rows say where the others now sit."""
+        order = self._rows.remove(idx)
+        moved = np.flatnonzero(order != np.arange(order.size))
+        for name in self._PER_ROW:
+            a = getattr(self, name)
+            a[moved] = a[order[moved]]
 
     # -- a step -----------------------------------------------------------------------------------
 
@@ -293,32 +211,11 @@ class ContinuousGreedy:
         n = self.n
         if n == 0:
             return []
-        m = self.model
-        nthr = _effective_n_threads(self.n_threads)
-        self._L = int(self.lens[:n].max()) + 1
-        self._grow(n, 0, self._L)
-        r = self._rows[:n]
-        lens = self.lens[:n]
-        tok = self.seqs[r, lens][:, None]                         # (n, 1): each row's last token
-        if self._fairseq:
-            pos = (1 + lens[:, None]) * (tok != self._pad) + self._pad
-        else:
-            pos = lens[:, None] + self._offset
-        x = m.decoder_embed._forward(tok, position_ids=pos)
-        if int(lens.min()) + 1 == self._L:
-            self.self_mask = None                                 # every row the same length
-        else:
-            self.self_mask = (np.arange(self._L)[None, :] <= lens[:, None])[:, None, None, :]
-        from ..models.seq2seq import _SMALL
-        ln_thr = 1 if n * m.d_model <= _SMALL else nthr
-        h = m.decoder._forward(x, None, n, 1, None, None, None, nthr, cache=self,
-                               ln_threads=ln_thr)
-        self.self_mask = None
-        self.lens[:n] += 1
-        logits = m._project(h, nthr)
+        r = np.arange(n)
+        cur = self.cur[:n]
+        logits = self._rows.step(self.seqs[r, cur - 1])         # each row's last token
         scores = logits if logits.dtype == _F32 else logits.astype(_F32)
         nxt = np.empty(n, np.int64)
-        cur = self.cur[:n]
         # the processors per group of rows with the same length and settings: each sees what
         # it sees for a row alone (min_new_tokens, forced BOS / EOS read the length)
         group = cur * len(self._kinds) + self.kind[:n]

@@ -14,7 +14,8 @@ Design:
   attention are row blocks of its ``in_proj_weight``: one GEMM for q, k, v of a self-attention,
   one for k, v of a cross-attention).
 - The rest lives beside this file: the keywords' checks in ``_seq2seq_spec.py``, the
-  parameters, state_dict and folders in and out in ``_seq2seq_weights.py`` (the base class).
+  parameters, state_dict and folders in and out in ``_seq2seq_weights.py`` (the base class),
+  the rows of continuous batching (``start_rows``) in ``_seq2seq_rows.py``.
 - Decoding keeps a :class:`fastattn.generation.KVCache`: self-attention keys / values written in
   place at the step's position of buffers sized for the longest output; cross-attention keys /
   values computed once per source. The beams of one source share that source's cross keys and
@@ -39,6 +40,7 @@ from ..nn.linear import Linear
 from ..nn.positional import counted_position_ids, fairseq_positions_table, positions_table
 from ..nn.transformer import TransformerDecoder, TransformerEncoder
 from . import _seq2seq_spec
+from ._seq2seq_rows import Seq2SeqRows
 from ._seq2seq_weights import EMPTY, Seq2SeqWeights
 
 __all__ = ["Seq2SeqTransformer", "positions_table"]
@@ -395,14 +397,19 @@ class Seq2SeqTransformer(Seq2SeqWeights):
             raise ValueError(f"the cache holds {cache.max_len} positions; cannot feed position "
                              f"{t0 + T - 1}")
         x = self.decoder_embed._forward(tokens, **self._positions(tokens, t0))  # (n*T, d)
+        x = self._decoder_stack(x, n, T, nthr, cache)
+        cache.advance(T)
+        return x
+
+    def _decoder_stack(self, x, n, T, nthr, cache):
+        """The decoder layers over embedded x (n*T, d) at the cache's next positions (the
+        caller advances the cache) -> hidden (n*T, d)."""
         # a decode step's layer norms are microseconds of work: one thread, no hand-over to a
         # second one (which cost ~1 ms per call on the busy 2-core machine). Single-thread GEMMs
         # and attentions helped there only under heavy load and lost at load ~2: not done.
         ln_thr = 1 if n * T * self.d_model <= _SMALL else nthr
-        x = self.decoder._forward(x, None, n, T, None, None, None, nthr, cache=cache,
-                                  ln_threads=ln_thr)
-        cache.advance(T)
-        return x
+        return self.decoder._forward(x, None, n, T, None, None, None, nthr, cache=cache,
+                                     ln_threads=ln_thr)
 
     def _project(self, hidden, nthr=None):
         """hidden (N, d) -> logits (N, vocab) = hidden @ W_out.T + final_logits_bias (T5's
@@ -491,6 +498,12 @@ class Seq2SeqTransformer(Seq2SeqWeights):
             memory = np.ascontiguousarray(mem.reshape(B * S, -1), dtype=self._dtype)
         cache = self._start_cache(memory, mask, int(num_beams), int(max_length), n_threads)
         return _Seq2SeqState(self, cache, int(num_beams), n_threads)
+
+    def start_rows(self, n_threads=None):
+        """Empty rows for continuous batching (:class:`fastattn.generation.continuous.RowState`:
+        sources join and leave one running decoder batch between steps); a ValueError for a
+        relative position bias (T5)."""
+        return Seq2SeqRows(self, n_threads)
 
     def score(self, input_ids, labels, attention_mask=None, *, n_threads=None):
         """Per-token log-probabilities (B, T) float64 of `labels` (B, T) given the sources

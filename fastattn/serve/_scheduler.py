@@ -299,7 +299,7 @@ class TranslationWorker(_Worker):
             # the last settings' batcher again: its buffers (grown to the load) are reused
             cb = last[1] if last is not None and last[0] == key else \
                 ContinuousGreedy(self.model.model, n_threads=nthr, **kw)
-            cb._resolve(mnt)                     # this job's length limit, checked
+            cb.check(mnt)                        # this job's length limit
         except (ValueError, TypeError):
             return None
         self._last_batcher = (key, cb)

@@ -7,10 +7,11 @@ row, attention per key index), with one exception the batches respect: sequences
 keys in place for so few query rows and packs them for more, and the two paths round
 differently. Within each group padding changes no bit of a row's result, so the results do not
 depend on the batching.
-"""
-import numpy as np
 
-from .._validation import check_positive_int
+``pad_batch`` (rows -> right-padded ids and their mask) is fastattn._validation's, below
+generation/, whose continuous batching pads with it too.
+"""
+from .._validation import check_positive_int, pad_batch
 
 __all__ = ["check_batching", "length_batches", "pad_batch"]
 
@@ -60,14 +61,3 @@ def length_batches(lengths, batch_size=32, max_batch_tokens=None):
         if batch:
             out.append(batch)
     return out
-
-
-def pad_batch(rows, pad_id):
-    """(ids (B, S) int64 right-padded with pad_id, mask (B, S) bool, True = token)."""
-    S = max(len(r) for r in rows)
-    ids = np.full((len(rows), S), pad_id, dtype=np.int64)
-    mask = np.zeros((len(rows), S), dtype=bool)
-    for b, r in enumerate(rows):
-        ids[b, :len(r)] = r
-        mask[b, :len(r)] = True
-    return ids, mask

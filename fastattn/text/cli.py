@@ -5,22 +5,15 @@ option value) are one line on stderr and exit status 2, never a traceback; ``--o
 written to a temporary file beside it and renamed at the end, so a failed run leaves no partial
 output.
 """
-import argparse
 import io
-import os
 import sys
-import tempfile
 
 import numpy as np
 
-from ..benchmark._cli import positive_int
+from .._cli import CommandError, Output, positive_int
 from ..models import registry
 
 __all__ = ["add_translate_arguments", "add_embed_arguments", "run_translate", "run_embed"]
-
-
-class CommandError(Exception):
-    """A failure to report as one line (exit status 2)."""
 
 
 def add_translate_arguments(p):
@@ -99,45 +92,6 @@ def _count_lines(path):
     return n + (last != b"\n")
 
 
-class _Output:
-    """stdout, or a temporary file beside `path` renamed to it by commit()."""
-
-    def __init__(self, path, binary=False):
-        self.path, self.tmp = path, None
-        if path is None or path == "-":
-            self.f = sys.stdout.buffer if binary else sys.stdout
-            return
-        folder = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(folder):
-            raise CommandError(f"cannot write {path}: folder {folder} does not exist")
-        try:
-            fd, self.tmp = tempfile.mkstemp(prefix=".fastattn-", suffix=".part", dir=folder)
-        except OSError as exc:
-            raise CommandError(f"cannot write {path}: {exc.strerror or exc}") from None
-        self.f = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8",
-                                                              newline="\n")
-
-    def commit(self):
-        if self.tmp is None:
-            self.f.flush()
-            return
-        self.f.close()
-        try:
-            os.replace(self.tmp, self.path)
-        except OSError as exc:
-            raise CommandError(f"cannot write {self.path}: {exc.strerror or exc}") from None
-        self.tmp = None
-
-    def discard(self):
-        if self.tmp is not None:
-            self.f.close()
-            try:
-                os.remove(self.tmp)
-            except OSError:
-                pass
-            self.tmp = None
-
-
 def _progress(args, total, unit):
     from ._progress import progress_bar
     return progress_bar(not args.quiet and args.input not in (None, "-"), total=total,
@@ -147,7 +101,7 @@ def _progress(args, total, unit):
 def run_translate(args):
     from .translator import Translator
     stream, name = _open_input(args.input)          # unreadable input: fail before loading
-    out = _Output(args.output)
+    out = Output(args.output)
     try:
         _translate(args, Translator, stream, name, out)
     finally:
@@ -186,7 +140,7 @@ def run_embed(args):
     finally:
         if name != "stdin":
             stream.close()
-    out = _Output(args.output, binary=True)
+    out = Output(args.output, binary=True)
     try:
         enc = SentenceEncoder(args.model, quantize=args.quantize, n_threads=args.threads)
         vectors = enc.encode(lines, batch_size=args.batch_size, progress=not args.quiet)
