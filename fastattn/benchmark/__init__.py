@@ -28,13 +28,13 @@ Layout:
 - _measure: the run's settings, shapes and their sizes, the plan made before allocating, peak
   memory, the GEMM peak, and the per-case loop (warm-up, interleaved samples, output check).
 - _report: the environment (also `fastattn info`), the progress bar, the tables and the --plot.
-- _cli: the argparse types and options, run_bench (options in, report out) and main.
+- _cli: the argparse types and options, and run_bench (options in, report out).
 - _models, _model_child, _checkpoints: `fastattn bench --models` (also the default run, after the
   kernel table): a base-size Marian's generation and a MiniLM-shaped encoder on random checkpoints
   written here with NumPy, against transformers, CTranslate2 and ONNX Runtime, one child process
   per system (see _models' docstring).
 """
-from ._cli import add_arguments, main, parse_shape, run_bench
+from ._cli import add_arguments, parse_shape, run_bench
 from ._measure import Shape, allowed_pairs, flop_count
 from ._report import environment, format_environment
 from ._systems import SYSTEMS, numpy_attention
@@ -42,7 +42,6 @@ from ._systems import SYSTEMS, numpy_attention
 __all__ = [
     "add_arguments",
     "run_bench",
-    "main",
     "environment",
     "format_environment",
     "SYSTEMS",

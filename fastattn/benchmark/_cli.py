@@ -1,5 +1,5 @@
-"""The command line: the argparse types and options of `fastattn bench`, run_bench (options in,
-report out) and the stand-alone entry used by bench/bench_attention.py."""
+"""The command line: the argparse types and options of `fastattn bench`, and run_bench (options
+in, report out)."""
 import argparse
 import json
 import os
@@ -220,13 +220,3 @@ def run_bench(args, error, out=None):
     _write(result, args, out)
     return result
 
-
-def main(argv=None, prog=None):
-    """Stand-alone entry (bench/bench_attention.py): the same options as `fastattn bench`."""
-    parser = argparse.ArgumentParser(
-        prog=prog, description="Benchmark fastattn against the NumPy formula, PyTorch and ONNX "
-                               "Runtime (when installed).")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    run_bench(args, parser.error)
-    return 0
