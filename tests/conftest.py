@@ -40,6 +40,17 @@ def minilm():
     return folder
 
 
+@pytest.fixture(scope="session")
+def dense_folders(tmp_path_factory, minilm):
+    """{case: folder}: sentence-transformers folders with Dense modules, saved by
+    sentence-transformers (tests/text/dense_folders.py), shared by the text, CLI and serve
+    tests."""
+    for module in ("torch", "transformers", "sentence_transformers"):
+        pytest.importorskip(module)
+    from dense_folders import write_all        # tests/text, on sys.path since `minilm`
+    return write_all(str(tmp_path_factory.mktemp("dense")), minilm)
+
+
 # --- CI: no unexpected skips ----------------------------------------------------------------------
 # With FASTATTN_CI_EXPECTED_SKIPS=<file> (ci/run_tests.sh and ci/sanitize.sh set it to
 # ci/expected_skips.txt), the run prints every skipped test with its reason and fails when a

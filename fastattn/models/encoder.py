@@ -7,8 +7,10 @@ No torch, no transformers at run time: weights come from ``model.safetensors`` t
 final norm; MPNet's position bias), then pooling. The model computes the network's arguments
 (position ids, the padding mask, ModernBERT's per-layer masks and rotary tables) and calls no
 kernel. Beside it: ``_encoder_weights.py`` (config.json through the family of its model_type,
-the checkpoint's tensors through its name map), ``_sentence_transformers.py`` (modules.json,
-Pooling, Dense, pooling itself).
+the checkpoint's tensors through its name map), ``_sentence_transformers.py`` (modules.json and
+each module's config, pooling, Dense). :meth:`EncoderModel.embed` is the one path from the last
+hidden state to a sentence vector: ``fastattn.SentenceEncoder``, ``fastattn embed`` and the
+server's ``/v1/embeddings`` all go through it.
 """
 import os
 
@@ -28,7 +30,7 @@ from ..nn.transformer import TransformerEncoder, TransformerEncoderLayer
 from ._encoder_weights import load_config, load_weights
 from ._sentence_transformers import (POOLING_MODES, check_pooling, l2_normalize, pool,
                                      pooling_from_config, read_dense, read_folder,
-                                     st_max_seq_length)
+                                     transformer_config)
 
 __all__ = ["EncoderModel", "POOLING_MODES", "pool"]
 
@@ -48,8 +50,13 @@ class EncoderModel:
     config : fastattn.models.bert.EncoderConfig
     dtype : numpy.dtype (float32 or float64)
     hidden_size : int
-    pooling : tuple of str, the modes of :data:`POOLING_MODES` embed uses by default
-    normalize : bool, whether embed L2-normalises by default
+    pooling : tuple of str, the modes of :data:`POOLING_MODES` embed uses by default, in their
+        order of concatenation
+    dense : list of the folder's sentence-transformers Dense modules, applied in order
+    normalize : bool, whether embed L2-normalises by default (a Normalize module)
+    truncate_dim : int or None, the folder's truncate_dim (config_sentence_transformers.json):
+        embed keeps the first truncate_dim values of each vector
+    embedding_dim : int, the size of embed's vectors (the last module's)
     max_seq_length : int or None, a sentence-transformers folder's truncation length
         (sentence_bert_config.json): truncate token ids to it, as sentence-transformers does;
         the model itself accepts up to ``config.max_tokens``
@@ -64,7 +71,8 @@ class EncoderModel:
         self.pooling = check_pooling(pooling)
         self.normalize = bool(normalize)
         self.max_seq_length = None
-        self.dense = []          # sentence-transformers Dense modules: (Linear, activation)
+        self.dense = []          # sentence-transformers Dense modules
+        self.truncate_dim = None
         self._quantize = None
         init = _Init.empty(self.dtype)
         c = config
@@ -117,14 +125,20 @@ class EncoderModel:
         return out
 
     @property
+    def embedding_dim(self):
+        width = self.dense[-1].out_features if self.dense else \
+            self.hidden_size * len(self.pooling)
+        return width if self.truncate_dim is None else min(width, self.truncate_dim)
+
+    @property
     def quantize(self):
         """'int8' when the linear layers compute with int8 weights, else None."""
         return self._quantize
 
     def _saved_params(self):
         out = dict(self._arrays())
-        for i, (lin, _) in enumerate(self.dense):
-            out.update((f"dense.{i}.{n}", a) for n, a, _, _ in lin._named_params())
+        for i, d in enumerate(self.dense):
+            out.update(d.named_arrays(f"dense.{i}."))
         return out
 
     def save_pretrained(self, path, *, progress=None):
@@ -197,7 +211,8 @@ class EncoderModel:
         path : str or os.PathLike
             A folder with config.json and model.safetensors (or a sharded
             model.safetensors.index.json), or a sentence-transformers folder whose
-            modules.json points at them (Transformer, Pooling, optional Normalize).
+            modules.json points at them (Transformer, Pooling, optional Dense and Dropout
+            modules, optional Normalize; config_sentence_transformers.json's truncate_dim).
         dtype : numpy.float32 or numpy.float64
             Compute dtype; the weights are converted once, at load.
         quantize : None or 'int8'
@@ -218,10 +233,11 @@ class EncoderModel:
         except TypeError as exc:
             raise ValueError(str(exc)) from None
         check_quantize(quantize, dt)
-        model_dir, pooling_cfg, normalize, dense = read_folder(path)
+        folder = read_folder(path)
+        model_dir = folder.model_dir
         family, config = load_config(model_dir)
-        pooling = pooling_cfg if isinstance(pooling_cfg, tuple) else \
-            pooling_from_config(os.path.join(pooling_cfg, "config.json"), config.hidden_size)
+        pooling = folder.pooling if isinstance(folder.pooling, tuple) else \
+            pooling_from_config(os.path.join(folder.pooling, "config.json"), config.hidden_size)
         saved = None
         if _saved.is_saved_folder(model_dir):    # written by save_pretrained: mapped
             meta = _saved.read_meta(model_dir, cls.__name__)
@@ -231,7 +247,8 @@ class EncoderModel:
             saved = _saved.read_folder(model_dir)
             if quantize is None and meta.get("quantize") is not None:
                 quantize = meta["quantize"]
-        model = cls(config, dt, pooling, normalize)
+        model = cls(config, dt, pooling, folder.normalize)
+        model.pooling = pooling                  # the folder's order of concatenation
         if saved is None:                        # read layer by layer, each converted at once
             def layer_done(i):
                 if quantize is not None:
@@ -243,24 +260,27 @@ class EncoderModel:
         else:
             model._assign_saved(saved, model_dir)
         width = config.hidden_size * len(pooling)
-        for i, folder in enumerate(dense):       # sentence-transformers Dense modules
-            lin, act = read_dense(folder, width, dt, saved, f"dense.{i}.")
-            model.dense.append((lin, act))
-            width = lin.out_features
+        for i, dense_dir in enumerate(folder.dense):     # sentence-transformers Dense modules
+            model.dense.append(read_dense(dense_dir, width, dt, saved, f"dense.{i}."))
+            width = model.dense[-1].out_features
         model._source, model._model_dir = os.fspath(path), model_dir
+        dense_linears = [lin for d in model.dense for lin in d.linears()]
         if quantize is not None:
             model._quantize = quantize
-            for module in [model.embeddings] + model.layers + [lin for lin, _ in model.dense]:
+            for module in [model.embeddings] + model.layers + dense_linears:
                 module.quantize_(quantize)
         else:                                    # each linear weight held once, packed
-            for module in model.layers + [lin for lin, _ in model.dense]:
+            for module in model.layers + dense_linears:
                 module.compact_()
         release_free_memory()                    # the float arrays just freed
         for layer in model.layers:
             layer._prepack()
-        for lin, _ in model.dense:
-            lin._prepack()
-        model.max_seq_length = st_max_seq_length(os.fspath(path), model_dir, config)
+        for d in model.dense:
+            d.prepack()
+        model.truncate_dim = folder.truncate_dim
+        if folder.st_folder:
+            model.max_seq_length = transformer_config(model_dir,
+                                                      config.max_tokens)["max_seq_length"]
         return model
 
     # -- inputs --------------------------------------------------------------------------------
@@ -392,7 +412,9 @@ class EncoderModel:
 
     def embed(self, input_ids, attention_mask=None, token_type_ids=None, *, pooling=None,
               normalize=None):
-        """Sentence vectors: the last hidden state pooled over each sequence's tokens.
+        """Sentence vectors: the last hidden state pooled over each sequence's tokens, then the
+        folder's Dense modules, Normalize module and truncate_dim, as sentence-transformers'
+        ``encode`` runs them.
 
         Parameters
         ----------
@@ -401,32 +423,43 @@ class EncoderModel:
             Modes from :data:`POOLING_MODES` — "cls" (first position), "max" (element-wise max
             over tokens), "mean", "mean_sqrt_len" (sum / sqrt(token count)). Several modes are
             concatenated in that order, as sentence-transformers does. Default: the folder's.
+            With Dense modules, the modes must give the width the first one takes.
         normalize : bool, optional
-            L2-normalise each vector (zero vectors stay zero). Default: the folder's.
+            Default (None): the folder's modules (a Normalize module normalises before
+            truncate_dim, as in sentence-transformers). True: each returned vector is
+            L2-normalised (after truncate_dim; sentence-transformers'
+            ``normalize_embeddings=True``). False: no normalisation (a Normalize module is
+            skipped). Zero vectors stay zero.
 
         Returns
         -------
-        ndarray, shape (B, hidden_size * number of modes), in the model's dtype. A sequence
-        with no token (mask all 0) gives a zero vector.
+        ndarray, shape (B, embedding_dim), in the model's dtype (with `pooling`: the width it
+        gives, or the last Dense module's). A sequence with no token (mask all 0) gives a zero
+        vector, or the Dense modules' value of one.
+
+        Each row's vector is bitwise the same whatever else is in the batch.
         """
         modes = self.pooling if pooling is None else check_pooling(pooling)
-        norm = self.normalize if normalize is None else _check_flag(normalize, "normalize")
+        norm = None if normalize is None else _check_flag(normalize, "normalize")
+        width = self.hidden_size * len(modes)
+        if self.dense and width != self.dense[0].in_features:
+            raise ValueError(f"pooling={pooling!r} gives {width} values per sentence; the "
+                             f"folder's first Dense module takes {self.dense[0].in_features}")
         ids, mask, tt = self._check_ids(input_ids, attention_mask, token_type_ids)
-        check_plan(self._plan(*ids.shape) + ids.shape[0] * self.hidden_size * len(modes) * 8,
+        check_plan(self._plan(*ids.shape) + ids.shape[0] * width * 8,
                    f"embed(input_ids {ids.shape})")
         # pooling reads real tokens only, so the dense layers may skip padding (packed);
         # "cls" reads position 0, which must then be a real token
         packed = "cls" not in modes or mask is None or bool(mask[:, 0].all())
         hidden = self._forward(ids, mask, tt, packed=packed)
-        if not self.dense:
-            return pool(hidden, mask, modes, norm)
         x = pool(hidden, mask, modes, False)
-        for lin, act in self.dense:           # act(x W^T + b) of each Dense module, in order
-            x = lin._forward(x)
-            if act is not None:
-                x = act(x)
+        for dense in self.dense:              # each row alone through the GEMM
+            x = dense(x)
+        if norm is None and self.normalize:   # the Normalize module, where it stands
+            x = l2_normalize(x)
+        if self.truncate_dim is not None and self.truncate_dim < x.shape[1]:
+            x = np.ascontiguousarray(x[:, :self.truncate_dim])
         return l2_normalize(x) if norm else x
-
 
 def _check_flag(value, name):
     if not isinstance(value, (bool, np.bool_)):

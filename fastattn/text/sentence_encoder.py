@@ -5,23 +5,22 @@
     vectors = enc.encode(["A man is eating food.", "A man rides a horse."])   # (2, 384) float32
 
 Semantics: sentence-transformers' ``SentenceTransformer(path).encode(sentences)``: the folder's
-tokenizer (``tokenizer.json`` through ``tokenizers``, or a BERT ``vocab.txt``), truncation to
-the folder's ``max_seq_length`` (sentence_bert_config.json; else the tokenizer's
-``model_max_length``; never past the model's position table), lower-cased first when
-sentence_bert_config.json says ``do_lower_case``, then the folder's pooling and normalisation
-(the modes of :meth:`fastattn.EncoderModel.embed`, over each sentence's own tokens). No torch, transformers or sentence-transformers at run
-time.
+default prompt (config_sentence_transformers.json) before each sentence, the folder's tokenizer
+(``tokenizer.json`` through ``tokenizers``, or a BERT ``vocab.txt``), truncation to the folder's
+``max_seq_length`` (sentence_bert_config.json; else the tokenizer's ``model_max_length``; never
+past the model's position table), lower-cased first when sentence_bert_config.json says
+``do_lower_case``, then :meth:`fastattn.EncoderModel.embed`: the folder's pooling (over each
+sentence's own tokens), Dense modules, normalisation and truncate_dim. No torch, transformers or
+sentence-transformers at run time.
 
 Batching: sentences are sorted by length and cut into batches of ``batch_size``; the vectors
 come back in input order and are bitwise identical whatever ``batch_size`` is (fastattn computes
 each row the same way whatever else is in its batch; see :mod:`fastattn.text.batching`).
 """
-import os
-
 import numpy as np
 
 from ..models import EncoderModel
-from ..models._sentence_transformers import pool, read_folder, st_config
+from ..models._sentence_transformers import read_folder, transformer_config
 from .._quant import check_quantize
 from ._common import check_folder, check_threads, model_family
 from ._progress import progress_bar
@@ -37,9 +36,10 @@ class SentenceEncoder:
     Parameters
     ----------
     path : str or os.PathLike
-        A sentence-transformers folder (modules.json: Transformer, Pooling, optional Dense,
-        optional Normalize) or a plain encoder folder of a family EncoderModel reads (BERT,
-        RoBERTa, DistilBERT, MPNet, ModernBERT ...: mean pooling, normalised).
+        A sentence-transformers folder (modules.json: Transformer, Pooling, optional Dense and
+        Dropout modules, optional Normalize) or a plain encoder folder of a family EncoderModel
+        reads (BERT, RoBERTa, DistilBERT, MPNet, ModernBERT ...: mean pooling, not normalised,
+        as sentence-transformers).
     quantize : None or "int8"
         "int8": the linear layers compute with int8 weights (``EncoderModel.from_pretrained``'s
         quantize).
@@ -52,13 +52,16 @@ class SentenceEncoder:
     model : fastattn.EncoderModel
     tokenizer : fastattn.text.JsonTokenizer
     max_seq_length : int, the truncation length in tokens (special tokens included)
-    dim : int, the embedding size
+    dim : int, the embedding size (the last module's: a Dense module's out_features, the
+        folder's truncate_dim)
     normalize : bool, whether encode L2-normalises by default
+    prompt : str or None, the folder's default prompt, put before each sentence
     """
 
     def __init__(self, path, *, quantize=None, n_threads=None):
         path = check_folder(path)
-        tdir = read_folder(path)[0]           # the Transformer module's folder
+        folder = read_folder(path)
+        tdir = folder.model_dir               # the Transformer module's folder
         model_family(tdir, "encoder")
         check_quantize(quantize)
         self.n_threads = check_threads(n_threads)
@@ -69,11 +72,9 @@ class SentenceEncoder:
             raise ValueError(f"{tdir}: a {self.tokenizer.family} tokenizer cannot feed an "
                              f"encoder")
         self.quantize = quantize
-        cfg, cfg_path = st_config(path, tdir)
-        lower = cfg.get("do_lower_case", False)
-        if not isinstance(lower, bool):
-            raise ValueError(f"{cfg_path}: do_lower_case={lower!r} must be true or false")
-        self.do_lower_case = lower
+        self.do_lower_case = folder.st_folder and transformer_config(
+            tdir, self.model.config.max_tokens)["do_lower_case"]
+        self.prompt = folder.prompt
         limit = self.model.max_seq_length or self.tokenizer.model_max_length
         top = self.model.config.max_tokens
         self.max_seq_length = top if limit is None else min(limit, top)
@@ -82,21 +83,26 @@ class SentenceEncoder:
             raise ValueError(f"{tdir}: the tokenizer has "
                              f"{self.tokenizer._tk.get_vocab_size(with_added_tokens=True)} ids, "
                              f"more than the model's vocab_size {vocab}")
-        self.dim = self.model.hidden_size * len(self.model.pooling)
+        self.dim = self.model.embedding_dim
         # sentence-transformers normalises only where a Normalize module says so: a plain
-        # model folder (no modules.json) gets mean pooling without it
-        self.normalize = self.model.normalize if os.path.isfile(
-            os.path.join(path, "modules.json")) else False
+        # model folder (no modules.json) gets mean pooling without it (EncoderModel's default
+        # for such a folder normalises: encode passes False)
+        self.normalize = self.model.normalize and folder.st_folder
+        self._folder_norm = None if folder.st_folder else False
 
     def __repr__(self):
         return f"SentenceEncoder({self.path!r}, model={self.model!r})"
 
     def tokenize(self, sentences):
-        """(ids, type_ids): lists of token id lists, truncated to max_seq_length."""
-        texts = [s.lower() for s in sentences] if self.do_lower_case else sentences
+        """(ids, type_ids): lists of token id lists (the folder's prompt first), truncated to
+        max_seq_length."""
+        texts = sentences if self.prompt is None else [self.prompt + s for s in sentences]
+        if self.do_lower_case:
+            texts = [s.lower() for s in texts]
         return self.tokenizer.encode(texts, max_length=self.max_seq_length, types=True)
 
-    def encode(self, sentences, *, batch_size=32, normalize=None, progress=False):
+    def encode(self, sentences, *, batch_size=32, normalize=None, progress=None,
+               normalize_embeddings=None, show_progress_bar=None):
         """Embeddings of sentences.
 
         Parameters
@@ -106,12 +112,18 @@ class SentenceEncoder:
             Sentences per forward pass (after sorting by length); the result does not depend
             on it, bit for bit.
         normalize : bool, optional
-            L2-normalise each vector. Default: the folder's, as sentence-transformers (a
-            Normalize module in modules.json; a plain model folder is not normalised).
-            ``normalize=False`` turns a folder's Normalize module off (sentence-transformers'
-            ``normalize_embeddings=False`` leaves the module on).
-        progress : bool
-            A progress bar (sentences) on stderr.
+            Default: the folder's modules, as sentence-transformers (a Normalize module in
+            modules.json, before the folder's truncate_dim; a plain model folder is not
+            normalised). True: each vector L2-normalised. False: none (a folder's Normalize
+            module is turned off).
+        normalize_embeddings : bool, optional
+            sentence-transformers' name: True is ``normalize=True``; False keeps the folder's
+            modules (its Normalize module stays on, as in sentence-transformers), unless
+            ``normalize=False`` is given too. Giving both names with different truth values is
+            a TypeError.
+        progress, show_progress_bar : bool, optional
+            A progress bar (sentences) on stderr (default none); the second is
+            sentence-transformers' name (both given: they must agree).
 
         Returns
         -------
@@ -120,9 +132,14 @@ class SentenceEncoder:
         single = isinstance(sentences, str)
         texts = [sentences] if single else check_texts(sentences, "sentences")
         batch_size, _ = check_batching(batch_size, None)
-        if normalize is not None and not isinstance(normalize, (bool, np.bool_)):
-            raise TypeError(f"normalize must be True, False or None, got {normalize!r}")
-        norm = self.normalize if normalize is None else bool(normalize)
+        for value, name in ((normalize, "normalize"),
+                            (normalize_embeddings, "normalize_embeddings")):
+            if value is not None and not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"{name} must be True, False or None, got {value!r}")
+        norm = _alias(normalize, normalize_embeddings, "normalize", "normalize_embeddings")
+        if normalize is None and not normalize_embeddings:
+            norm = None                       # normalize_embeddings=False: the folder's
+        progress = bool(_alias(progress, show_progress_bar, "progress", "show_progress_bar"))
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         ids, types = self.tokenize(texts)
@@ -138,11 +155,14 @@ class SentenceEncoder:
                   normalize=None, on_batch=None):
         """Embeddings of sentences already tokenized (what :meth:`tokenize` gives: lists of
         ids, special tokens included, at most ``max_seq_length`` each; ``types``: token type
-        ids, default zeros). The rows are sorted by length and batched by ``batch_size`` and /
+        ids, default zeros), through :meth:`fastattn.EncoderModel.embed` (``normalize`` as
+        :meth:`encode`'s). The rows are sorted by length and batched by ``batch_size`` and /
         or ``max_batch_tokens`` padded tokens; the result (N, dim) float32 is bitwise the same
         whatever the batching. ``on_batch(n)`` is called after each forward pass."""
         batch_size, max_batch_tokens = check_batching(batch_size, max_batch_tokens)
-        norm = self.normalize if normalize is None else bool(normalize)
+        if normalize is not None and not isinstance(normalize, (bool, np.bool_)):
+            raise TypeError(f"normalize must be True, False or None, got {normalize!r}")
+        norm = self._folder_norm if normalize is None else bool(normalize)
         out = np.zeros((len(ids), self.dim), dtype=np.float32)
         if not len(ids):
             return out
@@ -154,16 +174,20 @@ class SentenceEncoder:
                 tt = None
                 if types is not None and any(any(types[i]) for i in idx):
                     tt, _ = pad_batch([types[i] for i in idx], 0)
-                # the last hidden state is row-invariant; pooling then runs on each row's
-                # own tokens, so that no reduction's length depends on the padding (a
-                # (1, S) @ (S, H) product's summation order does, with S)
-                hidden = self.model(batch, mask, tt)
-                for r, i in enumerate(idx):
-                    rows = np.ascontiguousarray(hidden[r:r + 1, :len(ids[i])])
-                    out[i] = pool(rows, None, self.model.pooling, norm)[0]
+                # every row's vector is the same bits whatever else is in its batch
+                out[idx] = self.model.embed(batch, mask, tt, normalize=norm)
                 if on_batch is not None:
                     on_batch(len(idx))
         finally:
             if limits is not None:
                 limits.restore_original_limits()
         return out
+
+
+def _alias(ours, theirs, our_name, their_name):
+    """An option given under fastattn's name or sentence-transformers' (None: not given): its
+    value; both given with different truth values: TypeError naming both."""
+    if ours is not None and theirs is not None and bool(ours) != bool(theirs):
+        raise TypeError(f"{our_name}={ours!r} and {their_name}={theirs!r} disagree: give one "
+                        "of them")
+    return theirs if ours is None else ours

@@ -124,6 +124,26 @@ def test_embed_round_trip(minilm, tmp_path):
     assert np.array_equal(got, SentenceEncoder(minilm).encode(lines))
 
 
+@pytest.mark.parametrize("case", ["stacked", "residual", "truncated", "prompt"])
+def test_embed_dense_folders(dense_folders, tmp_path, case):
+    """sentence-transformers folders with Dense modules (tests/text/dense_folders.py; compared
+    with SentenceTransformer.encode in tests/text/test_sentence_encoder_dense.py): the command
+    gives SentenceEncoder's bits, the last module's width."""
+    from dense_folders import SENTENCES
+
+    from fastattn import SentenceEncoder
+    src = tmp_path / "s.txt"
+    src.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    out = tmp_path / "e.npy"
+    r = run("embed", dense_folders[case], "--input", src, "--output", out, "--batch-size", 3,
+            "--quiet")
+    assert r.returncode == 0, r.stderr.decode()
+    enc = SentenceEncoder(dense_folders[case])
+    got = np.load(out)
+    assert got.shape == (len(SENTENCES), enc.dim) and enc.dim != enc.model.hidden_size
+    assert np.array_equal(got, enc.encode(SENTENCES))
+
+
 @pytest.mark.parametrize("case", ["missing_folder", "not_a_model", "wrong_type", "no_input",
                                   "not_utf8", "bad_output_folder", "int4", "bad_lang",
                                   "bad_batch"])

@@ -334,8 +334,8 @@ def test_embed_left_padding_and_holes(enc, modes):
 def test_more_damaged_folders_name_the_file(tmp_path, bert_dir, enc):
     """Damage a hostile-input review found reported without the file or field."""
     d = copy_folder(bert_dir, tmp_path / "st")
-    write_st_folder(d, extra_flags={"pooling_mode": ["mean"]})
-    with pytest.raises(ValueError, match=r"pooling_mode=\['mean'\].*1_Pooling"):
+    write_st_folder(d, extra_flags={"pooling_mode": ["mean", 3]})
+    with pytest.raises(ValueError, match=r"pooling_mode=\['mean', 3\].*1_Pooling"):
         EncoderModel.from_pretrained(d)
     d = copy_folder(bert_dir, tmp_path / "st2")
     write_st_folder(d)

@@ -113,6 +113,29 @@ def test_minilm_openai(start_server, minilm):
             np.testing.assert_array_equal(got, enc.encode([t])[0])
 
 
+def test_embeddings_dense_folders(start_server, dense_folders):
+    """sentence-transformers folders with Dense modules (tests/text/dense_folders.py; compared
+    with SentenceTransformer.encode in tests/text/test_sentence_encoder_dense.py): each
+    request's vectors are SentenceEncoder's bits, of the last module's width."""
+    from dense_folders import SENTENCES
+    srv = start_server(dense_folders, "--max-batch-tokens", "256")
+    texts = [t for t in SENTENCES if t]
+    for name, folder in dense_folders.items():
+        enc = fastattn.SentenceEncoder(folder)
+        want = enc.encode(texts)
+        r = httpx.post(srv.url + "/v1/embeddings", headers=srv.headers, timeout=60,
+                       json={"model": name, "input": texts, "dimensions": enc.dim})
+        assert r.status_code == 200, r.text
+        got = np.float32([d["embedding"] for d in r.json()["data"]])
+        assert got.shape == (len(texts), enc.dim) and enc.dim != enc.model.hidden_size
+        np.testing.assert_array_equal(got, want)
+        ids, _ = enc.tokenize(texts[:2])              # token ids: the same path
+        r = httpx.post(srv.url + "/v1/embeddings", headers=srv.headers, timeout=60,
+                       json={"model": name, "input": ids})
+        np.testing.assert_array_equal(np.float32([d["embedding"] for d in r.json()["data"]]),
+                                      want[:2])
+
+
 def test_translate(server, translator):
     texts = mixed_sentences(2, 4)
     post = lambda body: httpx.post(server.url + "/translate", headers=server.headers,  # noqa
