@@ -702,12 +702,11 @@ int qg_variant_ok(int variant, unsigned features)
 int qg_variant_for(int level, unsigned features)
 {
     int order[QG_N_VARIANTS] = {QG_AVX512_VNNI, QG_AVX512, QG_AVX2_VNNI, QG_AVX2, QG_SCALAR};
+    if (level == FA_ISA_AVX2_WIDE) level = FA_ISA_AVX2;   /* an AVX2 kernel set: the AVX2 variants */
     for (int i = 0; i < QG_N_VARIANTS; i++) {
         int v = order[i];
         int need = v >= QG_AVX512 ? FA_ISA_AVX512 : v >= QG_AVX2 ? FA_ISA_AVX2 : FA_ISA_SCALAR;
-        /* the AVX2 kernel sets (avx2, avx2-wide) take the AVX2 variants */
-        int ok = level == FA_ISA_AVX2_WIDE ? need <= FA_ISA_AVX2 : need <= level;
-        if (ok && qg_variant_ok(v, features)) return v;
+        if (need <= level && qg_variant_ok(v, features)) return v;
     }
     return QG_SCALAR;
 }
