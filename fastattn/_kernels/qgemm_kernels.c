@@ -502,10 +502,7 @@ qg_imk_avx2vnni(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, p
             acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], a, w1);
         }
     }
-    for (int r = 0; r < mr; r++) {
-        _mm256_storeu_si256((__m256i *)(tile + r * 16), acc[r][0]);
-        _mm256_storeu_si256((__m256i *)(tile + r * 16 + 8), acc[r][1]);
-    }
+    qg_imk_avx2_store(mr, acc, tile);
 }
 #define QG_MR 6
 #define QG_NP 1
@@ -624,9 +621,9 @@ QG_TARGET_AVX512_VNNI static FA_ALWAYS_INLINE void
 qg_imk_avx512vnni(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, ptrdiff_t ps,
                  int32_t *tile, int ahead)
 {
-    __m512i acc[6][4];
+    __m512i acc[6][QG_NPANEL512];
     for (int r = 0; r < mr; r++)
-        for (int j = 0; j < 4; j++) acc[r][j] = _mm512_setzero_si512();
+        for (int p = 0; p < QG_NPANEL512; p++) acc[r][p] = _mm512_setzero_si512();
     ptrdiff_t k = 0;
 #define QG_STEP(k)                                                                         \
     do {                                                                                   \
@@ -644,9 +641,7 @@ qg_imk_avx512vnni(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w,
         }
     for (; k < kp; k += 4) QG_STEP(k);
 #undef QG_STEP
-    for (int r = 0; r < mr; r++)
-        for (int p = 0; p < 4; p++)
-            _mm512_storeu_si512((void *)(tile + r * 64 + p * 16), acc[r][p]);
+    qg_imk_avx512_store(mr, acc, tile);
 }
 #define QG_MR 6
 #define QG_NP 4
