@@ -3,7 +3,8 @@
 Environment switches (printed in the build log):
   FASTATTN_NO_OPENMP=1       build without OpenMP (serial kernels)
   FASTATTN_FAIL_NO_OPENMP=1  fail instead of warning when OpenMP does not work (CI, wheels)
-  FASTATTN_DEBUG=1           -O0 -g, Cython bounds checks on (ci/sanitize.sh: with -O1)
+  FASTATTN_DEBUG=1           -O0 -g, Cython bounds checks on (ci/sanitize.sh: with -O1), and
+                             the test-only kernel set avx2-wide (simd.h's FA_HAVE_AVX2_WIDE)
   FASTATTN_DEBUG_OPT=-O1     the optimisation level of a FASTATTN_DEBUG build (default -O0)
   FASTATTN_SANITIZE=...      extra flags for compile and link, e.g. "-fsanitize=address,undefined"
 No -march=native and no -ffast-math, ever: the wheel runs on any x86-64 (the AVX2 / AVX-512

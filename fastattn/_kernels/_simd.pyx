@@ -3,8 +3,9 @@
 #
 #   Every kernel family (attention, GEMM and activations, LayerNorm and the embedding, beam
 #   search's rows) has a build per kernel set: plain C ('scalar'), generic vectors at the
-#   baseline ISA ('baseline', SSE2 on x86-64), AVX2 + FMA ('avx2'), AVX-512F ('avx512') and, for
-#   the tests on machines without AVX-512, the AVX-512 shapes compiled for AVX2 ('avx2-wide').
+#   baseline ISA ('baseline', SSE2 on x86-64), AVX2 + FMA ('avx2'), AVX-512F ('avx512') and, in
+#   FASTATTN_DEBUG builds only (HAVE_AVX2_WIDE), for the tests on machines without AVX-512, the
+#   AVX-512 shapes compiled for AVX2 ('avx2-wide').
 #   One C variable (dispatch.c, compiled into this extension only) says which set runs; the
 #   other extensions read it through isa_now() (_simd.pxd) at each call. At import it is the
 #   best set available; set_isa() forces another (a testing aid). Beam search has no 'scalar'
@@ -21,6 +22,7 @@ import os
 
 cdef extern from "simd.h" nogil:
     int FA_ISA_SCALAR, FA_ISA_BASE, FA_ISA_AVX2, FA_ISA_AVX512, FA_ISA_AVX2_WIDE
+    int FA_HAVE_AVX2_WIDE
     unsigned FA_CPU_BASE, FA_CPU_AVX2, FA_CPU_FMA, FA_CPU_AVX512F, FA_CPU_AVX512BW
     unsigned FA_CPU_AVX512VL, FA_CPU_AVX512_VNNI, FA_CPU_AVX_VNNI, FA_CPU_AMX_TILE
     unsigned FA_CPU_AMX_INT8, FA_CPU_F16C
@@ -34,6 +36,9 @@ cdef extern from "simd.h" nogil:
 
 ISA_NAMES = {FA_ISA_SCALAR: "scalar", FA_ISA_BASE: "baseline", FA_ISA_AVX2: "avx2",
              FA_ISA_AVX512: "avx512", FA_ISA_AVX2_WIDE: "avx2-wide"}
+# whether this build has the test-only 'avx2-wide' set (FASTATTN_DEBUG builds on x86; elsewhere
+# set_isa('avx2-wide') is clamped like a set the CPU lacks)
+HAVE_AVX2_WIDE = bool(FA_HAVE_AVX2_WIDE)
 # the CPU features, by the names Linux's /proc/cpuinfo gives them ('base': the baseline vectors)
 FEATURE_NAMES = {FA_CPU_BASE: "base", FA_CPU_AVX2: "avx2", FA_CPU_FMA: "fma",
                  FA_CPU_AVX512F: "avx512f", FA_CPU_AVX512BW: "avx512bw",
@@ -124,8 +129,9 @@ def cpu_features(capped=False):
 def set_isa(name):
     """Select the kernel set of every kernel family by name (testing aid: clamped to what the
     CPU supports under the FASTATTN_ISA cap; 'avx2-wide' is the AVX-512 shapes compiled for
-    AVX2). Returns the name selected. Weights packed under another set are repacked by their
-    owner on next use. Not thread-safe against running kernels."""
+    AVX2, built only by FASTATTN_DEBUG builds: HAVE_AVX2_WIDE). Returns the name selected.
+    Weights packed under another set are repacked by their owner on next use. Not thread-safe
+    against running kernels."""
     levels = {v: k for k, v in ISA_NAMES.items()}
     if name not in levels:
         raise ValueError(f"isa must be one of {sorted(levels)}, got {name!r}")

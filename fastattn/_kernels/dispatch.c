@@ -88,7 +88,7 @@ int fa_cpu_level(void) { return fa_level_of(fa_isa_features()); }
 int fa_select_level(int level)
 {
     int best = fa_cpu_level();
-    if (level == FA_ISA_AVX2_WIDE && best >= FA_ISA_AVX2) return level;
+    if (FA_HAVE_AVX2_WIDE && level == FA_ISA_AVX2_WIDE && best >= FA_ISA_AVX2) return level;
     if (level < 0 || level > best || level == FA_ISA_AVX2_WIDE) level = best;
     return level;
 }

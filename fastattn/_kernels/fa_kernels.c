@@ -70,9 +70,10 @@
 #define FA_TARGET FA_TARGET_AVX2
 #include "fa_tile.h"
 
-/* ---- test-only: the AVX-512 shapes (16 floats / 8 doubles a vector, 6 x 4 blocks) compiled for
- * AVX2, so that the exact template instance the AVX-512 build uses is exercised by the test suite
- * on machines without AVX-512. Never selected automatically. */
+#if FA_HAVE_AVX2_WIDE
+/* ---- test-only (FASTATTN_DEBUG builds): the AVX-512 shapes (16 floats / 8 doubles a vector,
+ * 6 x 4 blocks) compiled for AVX2, so that the template instance the AVX-512 build uses is
+ * exercised by the test suite on machines without AVX-512. Never selected automatically. */
 #define FA_NAME(x) x##_f32_avx2wide
 #define FA_IS_DOUBLE 0
 #define FA_VW 16
@@ -88,6 +89,7 @@
 #define FA_NV 4
 #define FA_TARGET FA_TARGET_AVX2
 #include "fa_tile.h"
+#endif
 
 /* ---- AVX-512F: 32 zmm registers; a 6 x 4-vector block keeps 24 accumulators live */
 #define FA_NAME(x) x##_f32_avx512
@@ -120,7 +122,8 @@
 
 FA_TABLE(fa_scalar, scalar)
 FA_IF_VECTORS(FA_TABLE(fa_base, base))
-FA_IF_X86(FA_TABLE(fa_avx2, avx2) FA_TABLE(fa_avx2wide, avx2wide) FA_TABLE(fa_avx512, avx512))
+FA_IF_X86(FA_TABLE(fa_avx2, avx2) FA_TABLE(fa_avx512, avx512))
+FA_IF_AVX2_WIDE(FA_TABLE(fa_avx2wide, avx2wide))
 
 const fa_kernels *fa_kernels_for(int level)
 {

@@ -24,7 +24,7 @@
  *              (the first row block's waits on the panels) from 14.6% of the forward's to
  *              10.7-11.6%. Off for AVX2: the same code with nothing to fetch measured 4-7%
  *              slower there (the loop split alone).
- *   avx2-wide  tests only: the AVX-512 shapes compiled for AVX2
+ *   avx2-wide  tests only (FASTATTN_DEBUG builds): the AVX-512 shapes compiled for AVX2
  */
 #include <float.h>
 #include <math.h>
@@ -112,7 +112,9 @@
 #define FA_ANY(m) _mm256_movemask_ps((__m256)(m))
 #include "gemm_tile.h"
 
-/* ---- test-only: the AVX-512 shapes compiled for AVX2 (never selected automatically) */
+#if FA_HAVE_AVX2_WIDE
+/* ---- test-only (FASTATTN_DEBUG builds): the AVX-512 shapes compiled for AVX2 (never selected
+ * automatically) */
 #define FA_NAME(x) gm_##x##_f32_avx2wide
 #define FA_IS_DOUBLE 0
 #define FA_VW 16
@@ -131,6 +133,7 @@
 #define GM_KC 128
 #define FA_TARGET FA_TARGET_AVX2
 #include "gemm_tile.h"
+#endif
 
 /* ---- AVX-512F */
 #define FA_NAME(x) gm_##x##_f32_avx512
@@ -203,7 +206,9 @@ void gm_setup(void)
 #endif
 #if FA_X86
     GM_FILL(gm_tables[FA_ISA_AVX2], avx2);
+#if FA_HAVE_AVX2_WIDE
     GM_FILL(gm_tables[FA_ISA_AVX2_WIDE], avx2wide);
+#endif
     GM_FILL(gm_tables[FA_ISA_AVX512], avx512);
     gm_tables[FA_ISA_AVX2].f32h.pack = gm_pack_f32h_avx2;
     gm_tables[FA_ISA_AVX2].f32h.item = gm_item_f32h_avx2;

@@ -1,6 +1,6 @@
 /* qgemm_kernels.c -- the int8 linear layer's micro-kernels, one per variant, each instantiating
- * qgemm_tile.h (row quantisation, work item) over gemm_tile.h's epilogue and LayerNorm rows at
- * 16 float lanes (the same float code on every variant: qgemm_kernels.h says why).
+ * qgemm_tile.h (the work item) over gemm_tile.h's epilogue and LayerNorm rows at 16 float lanes
+ * (the same float code on every variant: qgemm_kernels.h says why), and the row quantisation.
  *
  * Register blocks (rows x columns) and the integer step of each variant, per k-quad:
  *   scalar        6 x 64   plain C, the reference
@@ -10,7 +10,8 @@
  *   avx2-vnni     6 x 16   two vpdpbusd (ymm) a row
  *   avx512        6 x 64   avx2's scheme on zmm, the sign applied as a mask (no vpsignb)
  *   avx512-vnni   6 x 64   four vpdpbusd (zmm) a row, 24 accumulators
- * Every x86 variant quantises rows with qg_quant_x86 (eight lanes, the scalar arithmetic).
+ * Rows are quantised by qg_quant_scalar (compiled once, for the baseline ISA) on the scalar
+ * variant and by qg_quant_x86 (AVX2, eight lanes, the same arithmetic) on every x86 variant.
  * The first row block of an item prefetches its panels ahead (it brings them from memory).
  */
 #include <float.h>
@@ -30,6 +31,83 @@ static inline int32_t qg_quad(const uint8_t *p)
     int32_t v;
     memcpy(&v, p, 4);
     return v;
+}
+
+/* ------------------------------------------------------------------ row quantisation
+ * x (K floats) -> xq (kp bytes) over the row's own range widened to hold zero,
+ * [a, b] = [min(lo, 0), max(hi, 0)], with an integer zero point, so that 0 is one of the 256
+ * levels (exactly: a sparse row, a ReLU or GELU output, loses nothing on its zeros):
+ *   inv = 255 / (b - a), z = round(-a * inv) in [0, 255],
+ *   u = min(max(round(x * inv) + z, 0), 255), ties to even (the 1.5 * 2^23 shift: exact for
+ *   |v| < 2^22), 0 in [K, kp); *sx = (b - a) / 255, *zx = -(z * sx)
+ * so x ~ sx u + zx = sx (u - z). A constant row: u = 0, sx = 0, zx = the constant (exact). A
+ * row holding inf or NaN: sx = zx = NaN (its outputs are NaN). Written once, in the three
+ * helpers below: qg_quant_scalar runs them over the whole row; qg_quant_x86 finds the range
+ * and rounds eight lanes at a time with the same operations and leaves the rest to them. */
+
+/* elements [k, K) of x into the range so far (*lo, *hi; *bad: an inf or NaN seen). A min /
+ * max is exact in any order, and inf and NaN are flagged apart. */
+static FA_ALWAYS_INLINE void qg_range(const float *x, ptrdiff_t k, ptrdiff_t K, float *lo,
+                                      float *hi, int *bad)
+{
+    float l = *lo, h = *hi;
+    int b = *bad;
+    for (; k < K; k++) {
+        float v = x[k];
+        b |= !(fabsf(v) <= FLT_MAX);                 /* inf or NaN */
+        l = v < l ? v : l;
+        h = v > h ? v : h;
+    }
+    *lo = l;
+    *hi = h;
+    *bad = b;
+}
+
+/* From the row's range: xq zeroed, the scale *sx and zero point *zx. 0: the row is done (inf or
+ * NaN, or constant); else 1, with the rounding's *inv and *z. */
+static FA_ALWAYS_INLINE int qg_scale(float lo, float hi, int bad, uint8_t *xq, ptrdiff_t kp,
+                                     float *inv, float *z, float *sx, float *zx)
+{
+    lo += 0.0f;                                      /* -0 -> +0: the same bits whatever the */
+    hi += 0.0f;                                      /* order the range was found in */
+    memset(xq, 0, (size_t)kp);
+    if (bad || !(hi - lo <= FLT_MAX)) {              /* (hi - lo overflowing: NaN rows too) */
+        *sx = *zx = NAN;
+        return 0;
+    }
+    if (hi == lo) {
+        *sx = 0.0f;
+        *zx = lo;
+        return 0;
+    }
+    const float a = lo < 0.0f ? lo : 0.0f, b = hi > 0.0f ? hi : 0.0f;
+    *inv = 255.0f / (b - a);
+    *z = (-a * *inv + 12582912.0f) - 12582912.0f;
+    *sx = (b - a) / 255.0f;
+    *zx = -(*z * *sx);
+    return 1;
+}
+
+/* elements [k, K) of x rounded into xq */
+static FA_ALWAYS_INLINE void qg_round(const float *x, ptrdiff_t k, ptrdiff_t K, float inv, float z,
+                                      uint8_t *xq)
+{
+    for (; k < K; k++) {
+        float v = x[k] * inv;
+        v = ((v + 12582912.0f) - 12582912.0f) + z;
+        v = v > 255.0f ? 255.0f : (v < 0.0f ? 0.0f : v);
+        xq[k] = (uint8_t)(int)v;
+    }
+}
+
+static void qg_quant_scalar(const float *x, ptrdiff_t K, uint8_t *xq, ptrdiff_t kp, float *sx,
+                            float *zx)
+{
+    float lo = K ? x[0] : 0.0f, hi = lo, inv, z;
+    int bad = 0;
+    qg_range(x, 0, K, &lo, &hi, &bad);
+    if (qg_scale(lo, hi, bad, xq, kp, &inv, &z, sx, zx))
+        qg_round(x, 0, K, inv, z, xq);
 }
 
 /* the float lanes of every variant's epilogue: GNU vectors of 16 floats where the compiler has
@@ -92,14 +170,14 @@ __attribute__((target("avx512f"))) static inline int qg_any16_avx512(const void 
 #define QG_TARGET_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma")))
 
 /* ------------------------------------------------------------------ row quantisation (x86)
- * qgemm_tile.h's qquant, eight lanes at a time, for every x86 variant: the range is a min / max
- * (exact in any order; inf and NaN flagged apart, as the scalar loop does), and each element
- * goes through the same roundings (multiply, the 1.5 * 2^23 shift, the zero point's add) and clamp,
- * so the bytes, scale and zero point are the scalar variant's bit for bit. */
+ * qg_quant_scalar eight lanes at a time, for every x86 variant: the range as lane-wise min /
+ * max (inf and NaN flagged apart), each element through the same roundings (multiply, the
+ * 1.5 * 2^23 shift, the zero point's add) and clamp, the rest by the scalar helpers, so the
+ * bytes, scale and zero point are the scalar quantiser's bit for bit. */
 QG_TARGET_AVX2 static void qg_quant_x86(const float *x, ptrdiff_t K, uint8_t *xq, ptrdiff_t kp,
                                         float *sx, float *zx)
 {
-    float lo = K ? x[0] : 0.0f, hi = lo;
+    float lo = K ? x[0] : 0.0f, hi = lo, inv, z;
     int bad = 0;
     ptrdiff_t k = 0;
     if (K >= 8) {
@@ -122,27 +200,9 @@ QG_TARGET_AVX2 static void qg_quant_x86(const float *x, ptrdiff_t K, uint8_t *xq
             hi = h8[i] > hi ? h8[i] : hi;
         }
     }
-    for (; k < K; k++) {
-        float v = x[k];
-        bad |= !(fabsf(v) <= FLT_MAX);
-        lo = v < lo ? v : lo;
-        hi = v > hi ? v : hi;
-    }
-    lo += 0.0f;
-    hi += 0.0f;
-    memset(xq, 0, (size_t)kp);
-    if (bad || !(hi - lo <= FLT_MAX)) {
-        *sx = *zx = NAN;
+    qg_range(x, k, K, &lo, &hi, &bad);
+    if (!qg_scale(lo, hi, bad, xq, kp, &inv, &z, sx, zx))
         return;
-    }
-    if (hi == lo) {
-        *sx = 0.0f;
-        *zx = lo;
-        return;
-    }
-    const float a = lo < 0.0f ? lo : 0.0f, b = hi > 0.0f ? hi : 0.0f;
-    const float inv = 255.0f / (b - a);
-    const float z = (-a * inv + 12582912.0f) - 12582912.0f;
     const __m256 vz = _mm256_set1_ps(z), vi = _mm256_set1_ps(inv);
     const __m256 shift = _mm256_set1_ps(12582912.0f), top = _mm256_set1_ps(255.0f);
     const __m256 zero = _mm256_setzero_ps();
@@ -161,14 +221,7 @@ QG_TARGET_AVX2 static void qg_quant_x86(const float *x, ptrdiff_t K, uint8_t *xq
                                        _mm256_extracti128_si256(w16, 1));
         _mm_storeu_si128((__m128i *)(xq + k), b16);
     }
-    for (; k < K; k++) {
-        float v = x[k] * inv;
-        v = ((v + 12582912.0f) - 12582912.0f) + z;
-        v = v > 255.0f ? 255.0f : (v < 0.0f ? 0.0f : v);
-        xq[k] = (uint8_t)(int)v;
-    }
-    *sx = (b - a) / 255.0f;
-    *zx = -(z * *sx);
+    qg_round(x, k, K, inv, z, xq);
 }
 
 /* ------------------------------------------------------------------ AVX2 (vpmaddubsw)
@@ -449,10 +502,7 @@ qg_imk_avx2vnni(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, p
             acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], a, w1);
         }
     }
-    for (int r = 0; r < mr; r++) {
-        _mm256_storeu_si256((__m256i *)(tile + r * 16), acc[r][0]);
-        _mm256_storeu_si256((__m256i *)(tile + r * 16 + 8), acc[r][1]);
-    }
+    qg_imk_avx2_store(mr, acc, tile);
 }
 #define QG_MR 6
 #define QG_NP 1
@@ -571,9 +621,9 @@ QG_TARGET_AVX512_VNNI static FA_ALWAYS_INLINE void
 qg_imk_avx512vnni(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, ptrdiff_t ps,
                  int32_t *tile, int ahead)
 {
-    __m512i acc[6][4];
+    __m512i acc[6][QG_NPANEL512];
     for (int r = 0; r < mr; r++)
-        for (int j = 0; j < 4; j++) acc[r][j] = _mm512_setzero_si512();
+        for (int p = 0; p < QG_NPANEL512; p++) acc[r][p] = _mm512_setzero_si512();
     ptrdiff_t k = 0;
 #define QG_STEP(k)                                                                         \
     do {                                                                                   \
@@ -591,9 +641,7 @@ qg_imk_avx512vnni(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w,
         }
     for (; k < kp; k += 4) QG_STEP(k);
 #undef QG_STEP
-    for (int r = 0; r < mr; r++)
-        for (int p = 0; p < 4; p++)
-            _mm512_storeu_si512((void *)(tile + r * 64 + p * 16), acc[r][p]);
+    qg_imk_avx512_store(mr, acc, tile);
 }
 #define QG_MR 6
 #define QG_NP 4
@@ -604,26 +652,25 @@ qg_imk_avx512vnni(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w,
 /* ------------------------------------------------------------------ tables, selection */
 static qg_kernels qg_tables[QG_N_VARIANTS];
 
-#define QG_FILL(v, sfx, MR)                     \
+#define QG_FILL(v, sfx, MR, QUANT)              \
     do {                                        \
         qg_tables[v].mr = MR;                   \
-        qg_tables[v].quant = qg_qquant_##sfx;   \
+        qg_tables[v].quant = QUANT;             \
         qg_tables[v].item = qg_qitem_##sfx;     \
         qg_tables[v].ln = qg_ln_row_##sfx;      \
     } while (0)
 
 void qg_setup(void)
 {
-    for (int v = 0; v < QG_N_VARIANTS; v++) QG_FILL(v, scalar, 6);
+    for (int v = 0; v < QG_N_VARIANTS; v++) QG_FILL(v, scalar, 6, qg_quant_scalar);
 #if FA_X86
-    QG_FILL(QG_AVX2, avx2, 4);
-    QG_FILL(QG_AVX2_VNNI, avx2vnni, 6);
+    QG_FILL(QG_AVX2, avx2, 4, qg_quant_x86);
+    QG_FILL(QG_AVX2_VNNI, avx2vnni, 6, qg_quant_x86);
     /* LayerNorm's sums at 16 lanes, as every variant (see the AVX2 instances) */
     qg_tables[QG_AVX2].ln = QG_LN_AVX2;
     qg_tables[QG_AVX2_VNNI].ln = QG_LN_AVX2;
-    QG_FILL(QG_AVX512, avx512, 6);
-    QG_FILL(QG_AVX512_VNNI, avx512vnni, 6);
-    for (int v = QG_AVX2; v <= QG_AVX512_VNNI; v++) qg_tables[v].quant = qg_quant_x86;
+    QG_FILL(QG_AVX512, avx512, 6, qg_quant_x86);
+    QG_FILL(QG_AVX512_VNNI, avx512vnni, 6, qg_quant_x86);
 #endif
 }
 
@@ -650,12 +697,11 @@ int qg_variant_ok(int variant, unsigned features)
 int qg_variant_for(int level, unsigned features)
 {
     int order[QG_N_VARIANTS] = {QG_AVX512_VNNI, QG_AVX512, QG_AVX2_VNNI, QG_AVX2, QG_SCALAR};
+    if (level == FA_ISA_AVX2_WIDE) level = FA_ISA_AVX2;   /* an AVX2 kernel set: the AVX2 variants */
     for (int i = 0; i < QG_N_VARIANTS; i++) {
         int v = order[i];
         int need = v >= QG_AVX512 ? FA_ISA_AVX512 : v >= QG_AVX2 ? FA_ISA_AVX2 : FA_ISA_SCALAR;
-        /* the AVX2 kernel sets (avx2, avx2-wide) take the AVX2 variants */
-        int ok = level == FA_ISA_AVX2_WIDE ? need <= FA_ISA_AVX2 : need <= level;
-        if (ok && qg_variant_ok(v, features)) return v;
+        if (need <= level && qg_variant_ok(v, features)) return v;
     }
     return QG_SCALAR;
 }

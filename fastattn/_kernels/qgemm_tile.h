@@ -1,6 +1,7 @@
-/* qgemm_tile.h -- the int8 linear layer's per-variant code around a micro-kernel: the row
- * quantisation and the work item (register blocks, dequantisation, epilogue). Layout, scheme
- * and the reproducibility argument: qgemm_kernels.h.
+/* qgemm_tile.h -- the int8 linear layer's per-variant code around a micro-kernel: the work
+ * item (register blocks, dequantisation, epilogue). The row quantisation is not per variant
+ * (qgemm_kernels.c: one scalar and one AVX2 quantiser). Layout, scheme and the
+ * reproducibility argument: qgemm_kernels.h.
  *
  * The includer has opened a simd.h instance at 16 float lanes (FA_VW 16) and included
  * gemm_tile.h in it with GM_KEEP_INSTANCE (for epilogue_row and ln_row), and defines
@@ -19,60 +20,12 @@
  *              QG_MK's (which still runs when the allocation fails)
  * This header ends the instance. */
 
-#include <float.h>
-#include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 #define QG_TW (QG_NP * 16)
 #ifndef QG_TBIAS
 #define QG_TBIAS 0
 #endif
-
-/* x (K floats) -> xq (kp bytes) over the row's own range widened to hold zero,
- * [a, b] = [min(lo, 0), max(hi, 0)], with an integer zero point, so that 0 is one of the 256
- * levels (exactly: a sparse row, a ReLU or GELU output, loses nothing on its zeros):
- *   inv = 255 / (b - a), z = round(-a * inv) in [0, 255],
- *   u = min(max(round(x * inv) + z, 0), 255), ties to even (the 1.5 * 2^23 shift: exact for
- *   |v| < 2^22), 0 in [K, kp); *sx = (b - a) / 255, *zx = -(z * sx)
- * so x ~ sx u + zx = sx (u - z). A constant row: u = 0, sx = 0, zx = the constant (exact). A
- * row holding inf or NaN: sx = zx = NaN (its outputs are NaN). The same arithmetic on every
- * variant (the x86 variants: qg_quant_x86, the same arithmetic eight lanes at a time). */
-FA_TARGET static void FA_NAME(qquant)(const float *x, ptrdiff_t K, uint8_t *xq, ptrdiff_t kp,
-                                      float *sx, float *zx)
-{
-    float lo = K ? x[0] : 0.0f, hi = lo;
-    int bad = 0;
-    for (ptrdiff_t k = 0; k < K; k++) {
-        float v = x[k];
-        bad |= !(fabsf(v) <= FLT_MAX);               /* inf or NaN */
-        lo = v < lo ? v : lo;
-        hi = v > hi ? v : hi;
-    }
-    lo += 0.0f;                                      /* -0 -> +0: the same bits whatever the */
-    hi += 0.0f;                                      /* order the range was found in */
-    memset(xq, 0, (size_t)kp);
-    if (bad || !(hi - lo <= FLT_MAX)) {              /* (hi - lo overflowing: NaN rows too) */
-        *sx = *zx = NAN;
-        return;
-    }
-    if (hi == lo) {
-        *sx = 0.0f;
-        *zx = lo;
-        return;
-    }
-    const float a = lo < 0.0f ? lo : 0.0f, b = hi > 0.0f ? hi : 0.0f;
-    const float inv = 255.0f / (b - a);
-    const float z = (-a * inv + 12582912.0f) - 12582912.0f;
-    for (ptrdiff_t k = 0; k < K; k++) {
-        float v = x[k] * inv;
-        v = ((v + 12582912.0f) - 12582912.0f) + z;
-        v = v > 255.0f ? 255.0f : (v < 0.0f ? 0.0f : v);
-        xq[k] = (uint8_t)(int)v;
-    }
-    *sx = (b - a) / 255.0f;
-    *zx = -(z * *sx);
-}
 
 /* bias, activation, residual over n elements of one row (bias, res offset alike): four vectors
  * at a time through act_n (GELU's interval tests shared by the four), the rest through

@@ -92,6 +92,14 @@ enum {
     FA_ISA_AVX512 = 3,   /* AVX-512F */
     FA_ISA_AVX2_WIDE = 4 /* tests only: the AVX-512 kernel shapes compiled for AVX2 */
 };
+/* avx2-wide is built into FASTATTN_DEBUG builds only (ci/sanitize.sh's; not the wheel): the
+ * AVX-512 build's template shapes run on an AVX2-only machine, where nothing else runs them. A
+ * request for it elsewhere is clamped as one for a kernel set the CPU lacks. */
+#if FA_X86 && defined(FASTATTN_DEBUG)
+#define FA_HAVE_AVX2_WIDE 1
+#else
+#define FA_HAVE_AVX2_WIDE 0
+#endif
 
 /* The CPU's features, detected in one place (dispatch.c: CPUID, and XGETBV for what the OS
  * saves: an AVX extension counts only with the ymm state enabled, an AVX-512 one with the zmm
@@ -124,7 +132,8 @@ int fa_level_of(unsigned features);
 /* The best of FA_ISA_SCALAR .. FA_ISA_AVX512 available: fa_level_of(fa_isa_features()). */
 int fa_cpu_level(void);
 /* The kernel set a request for `level` gets: the level itself when available (the test-only
- * FA_ISA_AVX2_WIDE needs AVX2), else the best (a negative level asks for the best). */
+ * FA_ISA_AVX2_WIDE needs AVX2 and FA_HAVE_AVX2_WIDE), else the best (a negative level asks for
+ * the best). */
 int fa_select_level(int level);
 
 /* The one ISA state: the kernel set (FA_ISA_*) that attention, GEMM, LayerNorm and search all
@@ -140,8 +149,8 @@ int fa_isa_now(void);
 int fa_isa_select(int level);
 
 /* A family's kernel table for `level`, given its tables per kernel set (those the build lacks
- * are never named: FA_X86 / FA_GNU_VECTORS leave their cases out). A family without a set
- * names the one it runs instead (search has no scalar and no avx2-wide build). */
+ * are never named: FA_X86 / FA_GNU_VECTORS / FA_HAVE_AVX2_WIDE leave their cases out). A family
+ * without a set names the one it runs instead (search has no scalar and no avx2-wide build). */
 #if FA_X86
 #define FA_IF_X86(...) __VA_ARGS__
 #else
@@ -152,10 +161,15 @@ int fa_isa_select(int level);
 #else
 #define FA_IF_VECTORS(...)
 #endif
+#if FA_HAVE_AVX2_WIDE
+#define FA_IF_AVX2_WIDE(...) __VA_ARGS__
+#else
+#define FA_IF_AVX2_WIDE(...)
+#endif
 #define FA_KERNELS_FOR(level, scalar, base, avx2, avx2wide, avx512)                        \
     switch (level) {                                                                       \
-    FA_IF_X86(case FA_ISA_AVX2_WIDE: return &(avx2wide);                                   \
-              case FA_ISA_AVX512: return &(avx512);                                        \
+    FA_IF_AVX2_WIDE(case FA_ISA_AVX2_WIDE: return &(avx2wide);)                            \
+    FA_IF_X86(case FA_ISA_AVX512: return &(avx512);                                        \
               case FA_ISA_AVX2: return &(avx2);)                                           \
     FA_IF_VECTORS(case FA_ISA_BASE: return &(base);)                                       \
     default: return &(scalar);                                                             \

@@ -480,40 +480,31 @@ def test_key_padding_mask_trims_keys_exactly(rng, dtype, S):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("isa", ["scalar", "baseline", "avx2", "avx2-wide", "avx512"])
 def test_every_isa_agrees(rng, dtype, isa):
     """Each micro-kernel set the CPU supports matches the reference ("avx2-wide" is the AVX-512
-    build's exact kernel shapes compiled for AVX2, so they are tested without AVX-512 too)."""
-    if isa == "avx512" and _simd.cpu_isa() != "avx512":
-        pytest.skip("CPU has no AVX-512")
-    if isa in ("avx2", "avx2-wide") and _simd.cpu_isa() not in ("avx2", "avx512"):
-        pytest.skip("CPU has no AVX2")
-    before = _simd.isa()
-    try:
-        assert _simd.set_isa(isa) == isa
-        for L in (70, 5, 133):
-            q, k, v = _qkv(rng, (1, 2, L, 300, 24, 40), dtype)
-            mask = rng.random((L, 300)) > 0.3
-            _check(q, k, v, dtype, is_causal=True)
-            _check(q, k, v, dtype, attn_mask=mask)
-            _check(q, k, v, dtype, attn_mask=np.where(mask, 0.5, -np.inf).astype(dtype))
-            v[0, 1, 17, 3] = np.nan            # masked-out NaN value: the skip-zero P @ V path
-            m2 = mask.copy()
-            m2[:, 17] = False
-            _check(q, k, v, dtype, attn_mask=m2)
-        # value widths that end on every panel width (the last value panel may be 1 to NV
-        # vectors wide), with and without the skip-zero path
-        for Ev in (8, 16, 24, 32, 48, 64, 80, 112):
-            q, k, v = _qkv(rng, (1, 2, 40, 70, 32, Ev), dtype)
-            _check(q, k, v, dtype)
-            v[0, 0, 5, Ev - 1] = np.inf
-            mask = np.ones((40, 70), bool)
-            mask[:, 5] = False
-            _check(q, k, v, dtype, attn_mask=mask)
-        x = rng.standard_normal((5, 37)).astype(dtype)
-        np.testing.assert_allclose(fastattn.softmax(x), sp_softmax(x, axis=-1), rtol=RTOL[dtype] * 10, atol=ATOL[dtype])
-    finally:
-        _simd.set_isa(before)
+    build's kernel shapes compiled for AVX2, so they are tested without AVX-512 too: in
+    FASTATTN_DEBUG builds)."""
+    for L in (70, 5, 133):
+        q, k, v = _qkv(rng, (1, 2, L, 300, 24, 40), dtype)
+        mask = rng.random((L, 300)) > 0.3
+        _check(q, k, v, dtype, is_causal=True)
+        _check(q, k, v, dtype, attn_mask=mask)
+        _check(q, k, v, dtype, attn_mask=np.where(mask, 0.5, -np.inf).astype(dtype))
+        v[0, 1, 17, 3] = np.nan            # masked-out NaN value: the skip-zero P @ V path
+        m2 = mask.copy()
+        m2[:, 17] = False
+        _check(q, k, v, dtype, attn_mask=m2)
+    # value widths that end on every panel width (the last value panel may be 1 to NV
+    # vectors wide), with and without the skip-zero path
+    for Ev in (8, 16, 24, 32, 48, 64, 80, 112):
+        q, k, v = _qkv(rng, (1, 2, 40, 70, 32, Ev), dtype)
+        _check(q, k, v, dtype)
+        v[0, 0, 5, Ev - 1] = np.inf
+        mask = np.ones((40, 70), bool)
+        mask[:, 5] = False
+        _check(q, k, v, dtype, attn_mask=mask)
+    x = rng.standard_normal((5, 37)).astype(dtype)
+    np.testing.assert_allclose(fastattn.softmax(x), sp_softmax(x, axis=-1), rtol=RTOL[dtype] * 10, atol=ATOL[dtype])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -539,60 +530,50 @@ def test_padding_changes_no_bit_of_a_row(dtype, E, L, S, S_pad):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("isa", ["scalar", "baseline", "avx2", "avx2-wide", "avx512"])
 def test_decode_rows_have_their_own_bits(dtype, isa):
     """The in-place (decode) path computes query rows in groups sharing each key and value load
     (beam search's rows of one source): every row must still get exactly the bits it gets alone,
     for any number of rows, head sizes with vector tails, key counts around the 4-key step, and
     masked-out keys (p == 0, here over a NaN value) skipped per row."""
-    if isa == "avx512" and _simd.cpu_isa() != "avx512":
-        pytest.skip("CPU has no AVX-512")
-    if isa in ("avx2", "avx2-wide") and _simd.cpu_isa() not in ("avx2", "avx512"):
-        pytest.skip("CPU has no AVX2")
     rng = np.random.default_rng(7)
-    before = _simd.isa()
-    try:
-        assert _simd.set_isa(isa) == isa
-        for E, Ev, S in ((5, 7, 9), (16, 16, 33), (40, 72, 130), (64, 64, 127)):
-            for L in (2, 3, 4, 5, 6, 7, 8, 11, 13, 16):
-                q = rng.standard_normal((2, 3, L, E)).astype(dtype)
-                k = rng.standard_normal((2, 3, S, E)).astype(dtype)
-                v = rng.standard_normal((2, 3, S, Ev)).astype(dtype)
-                v[1, 2, S // 2, Ev - 1] = np.nan
-                mask = rng.random((2, 3, L, S)) > 0.2
-                mask[1, 2, :, S // 2] = False
-                mask[0, 0, L - 1] = False                 # a row that allows no key
-                out = sdpa(q, k, v, mask)
-                assert np.isfinite(out).all()
-                ref = sdpa_ref(q, k, np.nan_to_num(v), attn_mask=mask)[0]
-                assert_close(out, ref, dtype)
+    for E, Ev, S in ((5, 7, 9), (16, 16, 33), (40, 72, 130), (64, 64, 127)):
+        for L in (2, 3, 4, 5, 6, 7, 8, 11, 13, 16):
+            q = rng.standard_normal((2, 3, L, E)).astype(dtype)
+            k = rng.standard_normal((2, 3, S, E)).astype(dtype)
+            v = rng.standard_normal((2, 3, S, Ev)).astype(dtype)
+            v[1, 2, S // 2, Ev - 1] = np.nan
+            mask = rng.random((2, 3, L, S)) > 0.2
+            mask[1, 2, :, S // 2] = False
+            mask[0, 0, L - 1] = False                 # a row that allows no key
+            out = sdpa(q, k, v, mask)
+            assert np.isfinite(out).all()
+            ref = sdpa_ref(q, k, np.nan_to_num(v), attn_mask=mask)[0]
+            assert_close(out, ref, dtype)
+            for r in range(L):
+                alone = sdpa(q[:, :, r:r + 1], k, v, mask[:, :, r:r + 1])
+                np.testing.assert_array_equal(out[:, :, r:r + 1], alone)
+            # no mask (the row maximum comes from the dot-product pass itself), and a key
+            # padding mask shared by the rows (Whisper's and the translators' cross-attention)
+            vf = np.nan_to_num(v)
+            for m in (None, np.ones((2, 1, 1, S), bool)):
+                out = sdpa(q, k, vf, m)
+                assert_close(out, sdpa_ref(q, k, vf, attn_mask=m)[0], dtype)
                 for r in range(L):
-                    alone = sdpa(q[:, :, r:r + 1], k, v, mask[:, :, r:r + 1])
-                    np.testing.assert_array_equal(out[:, :, r:r + 1], alone)
-                # no mask (the row maximum comes from the dot-product pass itself), and a key
-                # padding mask shared by the rows (Whisper's and the translators' cross-attention)
-                vf = np.nan_to_num(v)
-                for m in (None, np.ones((2, 1, 1, S), bool)):
-                    out = sdpa(q, k, vf, m)
-                    assert_close(out, sdpa_ref(q, k, vf, attn_mask=m)[0], dtype)
-                    for r in range(L):
-                        np.testing.assert_array_equal(out[:, :, r:r + 1],
-                                                      sdpa(q[:, :, r:r + 1], k, vf, m))
-                # three more keys, masked out per row: every key before them moves between the
-                # 4-key blocks' shared reduction and the one-key tail, with the same bits
-                k3 = np.concatenate([k, rng.standard_normal((2, 3, 3, E)).astype(dtype)], axis=2)
-                v3 = np.concatenate([vf, rng.standard_normal((2, 3, 3, Ev)).astype(dtype)],
-                                    axis=2)
-                m3 = np.ones((2, 3, L, S + 3), bool)
-                m3[..., S:] = False
-                np.testing.assert_array_equal(sdpa(q, k3, v3, m3), sdpa(q, k, vf, m3[..., :S]))
-        # a NaN score without a mask makes its row NaN, as it does alone
-        q = rng.standard_normal((1, 2, 5, 64)).astype(dtype)
-        k = rng.standard_normal((1, 2, 40, 64)).astype(dtype)
-        v = rng.standard_normal((1, 2, 40, 64)).astype(dtype)
-        k[0, 1, 21, 3] = np.nan
-        out = sdpa(q, k, v)
-        assert np.isnan(out[0, 1]).all() and np.isfinite(out[0, 0]).all()
-        np.testing.assert_array_equal(out[:, :, 2:3], sdpa(q[:, :, 2:3], k, v))
-    finally:
-        _simd.set_isa(before)
+                    np.testing.assert_array_equal(out[:, :, r:r + 1],
+                                                  sdpa(q[:, :, r:r + 1], k, vf, m))
+            # three more keys, masked out per row: every key before them moves between the
+            # 4-key blocks' shared reduction and the one-key tail, with the same bits
+            k3 = np.concatenate([k, rng.standard_normal((2, 3, 3, E)).astype(dtype)], axis=2)
+            v3 = np.concatenate([vf, rng.standard_normal((2, 3, 3, Ev)).astype(dtype)],
+                                axis=2)
+            m3 = np.ones((2, 3, L, S + 3), bool)
+            m3[..., S:] = False
+            np.testing.assert_array_equal(sdpa(q, k3, v3, m3), sdpa(q, k, vf, m3[..., :S]))
+    # a NaN score without a mask makes its row NaN, as it does alone
+    q = rng.standard_normal((1, 2, 5, 64)).astype(dtype)
+    k = rng.standard_normal((1, 2, 40, 64)).astype(dtype)
+    v = rng.standard_normal((1, 2, 40, 64)).astype(dtype)
+    k[0, 1, 21, 3] = np.nan
+    out = sdpa(q, k, v)
+    assert np.isnan(out[0, 1]).all() and np.isfinite(out[0, 0]).all()
+    np.testing.assert_array_equal(out[:, :, 2:3], sdpa(q[:, :, 2:3], k, v))

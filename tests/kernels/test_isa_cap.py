@@ -33,6 +33,14 @@ def int8_variant(cap):
             "avx512-vnni": ("avx512-vnni" if vnni512 else "avx512") if bw else best256}[cap]
 
 
+def int8_variants(features):
+    """The int8 variants a CPU with these features (by name) runs, lowest first."""
+    avx2 = {"avx2", "fma"} <= features
+    avx512 = {"avx2", "fma", "avx512f", "avx512bw"} <= features
+    return ["scalar"] + ["avx2"] * avx2 + ["avx2-vnni"] * (avx2 and "avx_vnni" in features) + \
+        ["avx512"] * avx512 + ["avx512-vnni"] * (avx512 and "avx512_vnni" in features)
+
+
 def env_with(value):
     env = dict(os.environ)
     env.pop("FASTATTN_ISA", None)
@@ -125,7 +133,10 @@ def test_no_value_is_the_cpu_best(runs):
     assert picks["cap"] is None
     assert picks["isa"] == _simd.cpu_isa(capped=False)
     assert picks["int8"] == int8_variant(RUNNABLE[-1])
-    assert picks["refused"] == []
+    # every variant the CPU has, and only those (AVX-512 VNNI without AVX-VNNI, as on Zen 4,
+    # refuses avx2-vnni)
+    assert picks["variants"] == int8_variants(CPU)
+    assert sorted(picks["refused"]) == sorted(set(_qgemm.VARIANTS) - set(picks["variants"]))
 
 
 def test_int8_linear_same_bits_under_every_value(runs):
@@ -174,11 +185,7 @@ def test_one_detector_agrees_with_the_kernel():
 
 
 def test_int8_variants_read_the_capped_features():
-    f = set(_simd.cpu_features(capped=True))
-    avx2, avx512 = {"avx2", "fma"} <= f, {"avx2", "fma", "avx512f", "avx512bw"} <= f
-    want = ["scalar"] + ["avx2"] * avx2 + ["avx2-vnni"] * (avx2 and "avx_vnni" in f) + \
-        ["avx512"] * avx512 + ["avx512-vnni"] * (avx512 and "avx512_vnni" in f)
-    assert _qgemm.cpu_variants() == want
+    assert _qgemm.cpu_variants() == int8_variants(set(_simd.cpu_features(capped=True)))
 
 
 # --- refused values -----------------------------------------------------------------------------
