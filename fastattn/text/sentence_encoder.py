@@ -40,7 +40,7 @@ class SentenceEncoder:
         A sentence-transformers folder (modules.json: Transformer, Pooling, optional Dense,
         optional Normalize) or a plain encoder folder of a family EncoderModel reads (BERT,
         RoBERTa, DistilBERT, MPNet, ModernBERT ...: mean pooling, normalised).
-    quantize : None or "int8"
+    quantize : None, "int8" or "bfloat16"
         "int8": the linear layers compute with int8 weights (``EncoderModel.from_pretrained``'s
         quantize).
     n_threads : int, optional
