@@ -100,9 +100,11 @@ static void bg_mk_scalar(const uint16_t *x, ptrdiff_t kp, int mr, const uint16_t
 }
 
 #if FA_X86
-/* MXCSR while a fallback micro-kernel runs: flush to zero (vdpbf16ps's), round to nearest,
- * every exception masked; the caller's value is put back before the epilogue */
-#define BG_CSR_FTZ (0x8000u | 0x1f80u)
+/* MXCSR while a fallback micro-kernel runs: flush to zero and denormals read as zero
+ * (vdpbf16ps's FTZ and DAZ; no operand is subnormal here, so DAZ only makes the instruction's
+ * match complete), round to nearest, every exception masked; the caller's value is put back
+ * before the epilogue */
+#define BG_CSR_FTZ (0x8000u | 0x0040u | 0x1f80u)
 #define BG_TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define BG_TARGET_AVX512 __attribute__((target("avx512f,avx2,fma")))
 

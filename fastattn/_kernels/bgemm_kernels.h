@@ -12,13 +12,14 @@
  * where the product of two bfloat16 values is exact (no rounding, whatever its exponent) and
  * F rounds the exact sum to nearest even at float32's 24 bits with an unbounded exponent, then
  * gives a signed zero where that is below 2^-126 (flush to zero, tininess after rounding). That
- * is VDPBF16PS's arithmetic, measured on AMD Zen 4 (docs/bfloat16.md: 80 million random lanes
- * and the cases around 2^-126): denormal inputs read as zero (there are none: the rounding
- * flushes them), the odd element's product first. Every variant does exactly this:
+ * is VDPBF16PS's arithmetic, measured on AMD Zen 4 (bench/vdpbf16ps_semantics.c, docs/
+ * bfloat16.md: 80 million random lanes and the cases around 2^-126): denormal inputs read as
+ * zero (there are none: the rounding flushes them), the odd element's product first. Every
+ * variant does exactly this:
  *   avx512-bf16   vdpbf16ps on zmm
  *   avx512, avx2  two vfmadd (fused: the product exact, one rounding) per pair, odd first,
- *                 with MXCSR's flush-to-zero set around the micro-kernel (x86 flushes after
- *                 rounding, as vdpbf16ps does)
+ *                 with MXCSR's flush-to-zero (and DAZ) set around the micro-kernel (x86
+ *                 flushes after rounding, as vdpbf16ps does)
  *   scalar        plain C in double: the product exact, the sum rounded to 53 bits then to 24
  *                 (exact: 53 >= 2 * 24 + 2), the flush by comparison
  * so the sums are the same bits on every variant, and the float epilogue (bias, activation,
