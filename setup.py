@@ -127,9 +127,9 @@ class BuildExt(build_ext):
         for ext in self.extensions:
             ext.extra_compile_args = list(cflags)
             if not msvc and ext.name.endswith(("._search", "._qgemm")):
-                # the search kernels and the int8 GEMM promise the same bits from every ISA
-                # build: nothing fused (AVX-512F and FMA targets would otherwise contract
-                # a * b + c)
+                # the search kernels and the int8 / bfloat16 GEMMs promise the same bits from
+                # every ISA build: nothing fused (AVX-512F and FMA targets would otherwise
+                # contract a * b + c)
                 ext.extra_compile_args.append("-ffp-contract=off")
             ext.extra_link_args = lflags
         super().build_extensions()
@@ -170,8 +170,10 @@ def _extensions():
         # the linear layers: packed-weight GEMM with fused epilogues, activations, LayerNorm
         kernels("_gemm", ["gemm_kernels.c"], ["gemm_tile.h", "gemm_kernels.h", "_gemm.pxd"]),
         # the int8 linear layers: row quantisation, integer micro-kernels, the float epilogue
-        kernels("_qgemm", ["qgemm_kernels.c"], ["gemm_tile.h", "gemm_kernels.h", "qgemm_tile.h",
-                                                "qgemm_kernels.h"]),
+        # and the bfloat16 ones (their epilogue and LayerNorm are the int8 layers')
+        kernels("_qgemm", ["qgemm_kernels.c", "bgemm_kernels.c"],
+                ["gemm_tile.h", "gemm_kernels.h", "qgemm_tile.h", "qgemm_kernels.h",
+                 "bgemm_kernels.h"]),
         # the encoders' embedding layer: gather, sums and the GEMM module's LayerNorm rows
         kernels("_embedding", [], ["gemm_kernels.h", "_gemm.pxd"]),
         # beam search's row kernels: log-softmax of the logits, top-k over a source's beams

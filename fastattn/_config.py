@@ -29,6 +29,11 @@ def _cpu_int8():
                      for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
 
 
+def _cpu_bf16():
+    """The CPU's bfloat16 dot-product extension, as detected (whatever FASTATTN_ISA allows)."""
+    return f"avx512_bf16 {'yes' if 'avx512_bf16' in _simd.cpu_features() else 'no'}"
+
+
 def config():
     """The build and run-time configuration as a dict (what show_config prints)."""
     from ._version import __version__
@@ -49,16 +54,19 @@ def config():
         "cpus": _cpu_count(),
         "simd": _simd.isa(),                    # the float kernel set in use
         "int8_kernels": _qgemm.variant(),       # the int8 GEMM's variant in use
+        "bf16_kernels": _qgemm.bf16_variant(),  # the bfloat16 GEMM's
         "isa_cap": f"{_simd.isa_cap()} (FASTATTN_ISA)" if _simd.isa_cap() else "none",
         "cpu_simd": _simd.cpu_isa(capped=False),
         "cpu_int8": _cpu_int8(),
+        "cpu_bf16": _cpu_bf16(),
         "blas": _blas_info(),
     }
 
 
 def show_config(file=None):
-    """Print version, compiler, flags, OpenMP on/off, threads, the kernel sets (float and int8),
-    the FASTATTN_ISA cap, the CPU's SIMD and int8 extensions and NumPy's BLAS."""
+    """Print version, compiler, flags, OpenMP on/off, threads, the kernel sets (float, int8 and
+    bfloat16), the FASTATTN_ISA cap, the CPU's SIMD, int8 and bfloat16 extensions and NumPy's
+    BLAS."""
     cfg = config()
     width = max(len(k) for k in cfg)
     print("fastattn configuration", file=file)

@@ -27,7 +27,7 @@ import numpy as np
 from ._kernels import _gemm as _g
 from ._kernels import _qgemm as _qg
 from ._kernels import _simd
-from ._quant import Int8Weight, check_quantize
+from ._quant import Bf16Weight, Int8Weight, check_quantize, weight_kind
 from ._threads import _effective_n_threads
 from ._validation import as_array, check_eps, check_out, kernel_ready, result_dtype
 
@@ -372,6 +372,19 @@ class _QPacked:
         _qg.gemm_int8(x, q.panels, q.scale, q.comp, q.N, bias, act, res, y, nthr, norm)
 
 
+class _BPacked(_QPacked):
+    """A Bf16Weight in the _Packed interface (its layout is the same for every kernel set)."""
+
+    __slots__ = ()
+
+    def gemm(self, x, bias, act, res, y, nthr, norm=None):
+        _qg.gemm_bf16(x, self.q.panels, self.q.N, bias, act, res, y, nthr, norm)
+
+
+# the quantized weight classes and their _Packed interfaces
+_QUANTIZED = {Int8Weight: ("int8", _QPacked), Bf16Weight: ("bfloat16", _BPacked)}
+
+
 def _linear_packed(x, packed, bias, act, residual, n_threads, out, x_name="x"):
     """Shared body of linear() and PackedLinear.__call__: x already an array, dtype checked."""
     N, K = packed.N, packed.K
@@ -415,7 +428,8 @@ def _linear_packed(x, packed, bias, act, residual, n_threads, out, x_name="x"):
     return y
 
 
-def linear(x, weight, bias=None, activation=None, residual=None, *, n_threads=None, out=None):
+def linear(x, weight, bias=None, activation=None, residual=None, *, n_threads=None, out=None,
+           quantize=None):
     """``act(x @ weight.T + bias) + residual``, torch's ``Linear`` convention, no BLAS.
 
     Parameters
@@ -434,6 +448,9 @@ def linear(x, weight, bias=None, activation=None, residual=None, *, n_threads=No
         Default ``fastattn.get_num_threads()``. The result does not depend on it.
     out : ndarray, shape (..., N), optional
         C-contiguous, the compute dtype; may be the residual array itself.
+    quantize : {None, 'int8', 'bfloat16'}, optional
+        Compute with the weight (and x) in reduced precision, as ``PackedLinear(...,
+        quantize=...)`` does; float32 only.
 
     Returns
     -------
@@ -446,6 +463,8 @@ def linear(x, weight, bias=None, activation=None, residual=None, *, n_threads=No
     >>> ops.linear(x, w, activation="relu")[0]
     array([1.5, 1.5, 1.5, 1.5], dtype=float32)
     """
+    if check_quantize(quantize) is not None:
+        return PackedLinear(weight, bias, activation, quantize)(x, residual, n_threads, out=out)
     x = as_array(x, "x")
     weight = as_array(weight, "weight")
     bias = None if bias is None else as_array(bias, "bias")
@@ -468,15 +487,17 @@ class PackedLinear:
     Parameters
     ----------
     weight : array_like, shape (N, K), float32 or float64 (integers become float64), or an
-        ``Int8Weight`` (a weight quantized already)
+        ``Int8Weight`` / ``Bf16Weight`` (a weight quantized already)
     bias : array_like, shape (N,), optional
     activation : {None, 'relu', 'gelu', 'gelu_tanh', 'silu'}, optional
-    quantize : {None, 'int8'}, optional
+    quantize : {None, 'int8', 'bfloat16'}, optional
         'int8': the weight is quantized to int8 with one scale per output channel, each row of
         x to 8 bits over its own range at every call (a scale and a zero point), the products
         summed exactly in int32 and the result dequantized in float32 before the bias,
-        activation and residual. Float32 only.
-        The result is the same bits on every CPU, for any thread count and batch.
+        activation and residual. 'bfloat16': the weight is rounded to bfloat16 (half the
+        bytes), each row of x too at every call, the products (exact) accumulated in float32 in
+        a fixed order (docs/bfloat16.md). Float32 only.
+        Either way the result is the same bits on every CPU, for any thread count and batch.
 
     Examples
     --------
@@ -489,7 +510,8 @@ class PackedLinear:
     def __init__(self, weight, bias=None, activation=None, quantize=None):
         self._act = _activation_code(activation)
         self._activation = activation
-        self._quantize = "int8" if isinstance(weight, Int8Weight) else check_quantize(quantize)
+        given = _QUANTIZED.get(type(weight))
+        self._quantize = given[0] if given else check_quantize(quantize)
         self._bias = None
         if isinstance(weight, _Packed) and self._quantize is None:
             self._packed = weight       # a model's parameter, packed already (maybe no array)
@@ -505,8 +527,8 @@ class PackedLinear:
 
     @weight.setter
     def weight(self, value):
-        if self._quantize == "int8":
-            self._set_int8_weight(value)
+        if self._quantize:
+            self._set_quantized_weight(value)
             return
         w = as_array(value, "weight")
         dtype = _common_dtype([("weight", w)])
@@ -523,29 +545,38 @@ class PackedLinear:
                                  f"{self._bias.shape}; set bias=None first to change N")
         self._packed = _Packed(kernel_ready(w, dtype))
 
-    def _set_int8_weight(self, value):
-        if isinstance(value, Int8Weight):
+    def _set_quantized_weight(self, value):
+        kind = weight_kind(self._quantize)
+        if isinstance(value, kind):
             q = value
         else:
+            if isinstance(value, tuple(_QUANTIZED)):
+                raise TypeError(f"a {self._quantize} layer's weight cannot be a "
+                                f"{type(value).__name__}")
             w = as_array(value, "weight")
             if w.dtype.kind == "f" and w.dtype != np.float32:
-                raise ValueError(f"quantize='int8' computes in float32: weight has dtype "
-                                 f"{w.dtype}, convert it first")
-            q = Int8Weight.from_float(w)
+                raise ValueError(f"quantize={self._quantize!r} computes in float32: weight has "
+                                 f"dtype {w.dtype}, convert it first")
+            q = kind.from_float(w)
         if self._bias is not None and self._bias.shape != (q.N,):
             raise ValueError(f"weight.shape={q.shape} does not match the bias's "
                              f"{self._bias.shape}; set bias=None first to change N")
-        self._packed = _QPacked(q)
+        self._packed = _QUANTIZED[kind][1](q)
 
     @property
     def quantize(self):
-        """'int8' for an int8 layer, else None."""
+        """'int8' or 'bfloat16' for a quantized layer, else None."""
         return self._quantize
 
     @property
     def int8_weight(self):
-        """The Int8Weight of an int8 layer (None for a float one)."""
-        return self._packed.q if self._quantize else None
+        """The Int8Weight of an int8 layer (None for any other)."""
+        return self._packed.q if self._quantize == "int8" else None
+
+    @property
+    def bf16_weight(self):
+        """The Bf16Weight of a bfloat16 layer (None for any other)."""
+        return self._packed.q if self._quantize == "bfloat16" else None
 
     @property
     def bias(self):
@@ -559,7 +590,8 @@ class PackedLinear:
         b = as_array(value, "bias")
         if self._quantize:
             if b.dtype.kind == "f" and b.dtype != np.float32:
-                raise TypeError(f"bias has dtype {b.dtype}; an int8 layer computes in float32")
+                raise TypeError(f"bias has dtype {b.dtype}; a {self._quantize} layer computes "
+                                f"in float32")
             if b.shape != (self._packed.N,):
                 raise ValueError(f"bias must have shape (N,) = ({self._packed.N},), got "
                                  f"bias.shape={b.shape}")
@@ -616,13 +648,13 @@ class PackedLinear:
                     (gamma, beta, check_eps(eps)))
             return y
         if self._quantize:
-            # the int8 layers' LayerNorm is their own (the same bits on every CPU): convert the
-            # operands and take the fused path
+            # the int8 / bfloat16 layers' LayerNorm is their own (the same bits on every CPU):
+            # convert the operands and take the fused path
             def ready(a, shape, name):
                 a = as_array(a, name)
                 if a.dtype.kind == "f" and a.dtype != np.float32:
-                    raise TypeError(f"{name} has dtype {a.dtype}; an int8 layer computes in "
-                                    f"float32")
+                    raise TypeError(f"{name} has dtype {a.dtype}; a {self._quantize} layer "
+                                    f"computes in float32")
                 a = np.ascontiguousarray(a, dtype=np.float32)
                 if shape is not None and a.shape != shape:
                     raise ValueError(f"{name} must have shape {shape}, got {a.shape}")
@@ -662,8 +694,8 @@ class PackedLinear:
         if self._quantize:
             _common_dtype([("x", x), ("residual", residual)])
             if x.dtype == np.float64 or (residual is not None and residual.dtype == np.float64):
-                raise TypeError("an int8 layer computes in float32: x and residual must be "
-                                "float32 (convert them first)")
+                raise TypeError(f"a {self._quantize} layer computes in float32: x and residual "
+                                f"must be float32 (convert them first)")
         else:
             _common_dtype([("weight", np.empty((0, 0), self._packed.dtype)), ("x", x),
                            ("residual", residual)])

@@ -1,10 +1,12 @@
-"""int8 weights: per-output-channel quantisation and the packed layout of the int8 GEMM.
+"""Reduced-precision weights: int8 (per-output-channel quantisation) and bfloat16, each in the
+packed layout of its GEMM.
 
-A weight W (N, K) becomes ``Wq = round(W / s)`` in [-127, 127] with one scale per row,
+int8: a weight W (N, K) becomes ``Wq = round(W / s)`` in [-127, 127] with one scale per row,
 ``s[n] = max_k |W[n, k]| / 127`` (symmetric, no zero point), packed into 16-column panels of k-quads
-(``fastattn/_kernels/qgemm_kernels.h``). The layout does not depend on the CPU: a packed weight
-saved on one machine runs on any other. Everything here is NumPy and gives the same bytes on
-every machine.
+(``fastattn/_kernels/qgemm_kernels.h``). bfloat16: each value rounded to nearest even
+(:func:`to_bfloat16`), packed into 16-column panels of k-pairs (``bgemm_kernels.h``). The layouts
+do not depend on the CPU: a packed weight made on one machine runs on any other. Everything here
+is NumPy and gives the same bytes on every machine.
 """
 import os
 
@@ -13,27 +15,32 @@ import numpy as np
 from ._kernels import _qgemm as _qg
 from ._threads import _effective_n_threads
 
-__all__ = ["Int8Weight", "Int8Rows", "QUANTIZE_MODES", "check_quantize"]
+__all__ = ["Int8Weight", "Int8Rows", "Bf16Weight", "QUANTIZE_MODES", "check_quantize",
+           "to_bfloat16", "from_bfloat16", "weight_kind"]
 
-QUANTIZE_MODES = (None, "int8")
+QUANTIZE_MODES = (None, "int8", "bfloat16")
 _PANEL = _qg.PANEL            # columns per panel
 _GROUP = _qg.NGROUP           # N is padded to a multiple of this
 MAX_K = _qg.MAX_K
 
 
 def check_quantize(quantize, dtype=None, name="quantize"):
-    """quantize itself (None or 'int8'); ValueError for anything else, or for 'int8' with a
-    dtype other than float32 (the int8 layers compute in float32)."""
+    """quantize itself (None, 'int8' or 'bfloat16'); ValueError for anything else, or for a
+    mode with a dtype other than float32 (the int8 and bfloat16 layers compute in float32)."""
     if quantize is not None and not isinstance(quantize, str):
-        raise TypeError(f"{name} must be None or 'int8', got {type(quantize).__name__} "
-                        f"{quantize!r}")
+        raise TypeError(f"{name} must be None, 'int8' or 'bfloat16', got "
+                        f"{type(quantize).__name__} {quantize!r}")
     if quantize not in QUANTIZE_MODES:
-        raise ValueError(f"{name} must be None or 'int8', got {quantize!r} (fastattn quantizes "
-                         f"weights to int8 only)")
-    if quantize == "int8" and dtype is not None and np.dtype(dtype) != np.float32:
-        raise ValueError(f"{name}='int8' computes in float32: it cannot be combined with "
+        raise ValueError(f"{name} must be None, 'int8' or 'bfloat16', got {quantize!r}")
+    if quantize is not None and dtype is not None and np.dtype(dtype) != np.float32:
+        raise ValueError(f"{name}={quantize!r} computes in float32: it cannot be combined with "
                          f"dtype={np.dtype(dtype).name}")
     return quantize
+
+
+def weight_kind(quantize):
+    """The class a linear weight of this mode is held as (Int8Weight, Bf16Weight)."""
+    return {"int8": Int8Weight, "bfloat16": Bf16Weight}[quantize]
 
 
 def _ceil(a, b):
@@ -280,3 +287,129 @@ class Int8Rows:
 
     def __repr__(self):
         return f"Int8Rows(shape={self.shape})"
+
+
+# ---------------------------------------------------------------- bfloat16
+
+_BF16_CHUNK = 1 << 20         # values converted at a time (bounded temporaries)
+
+
+def to_bfloat16(a):
+    """float32 values -> bfloat16 bit patterns (uint16, a's shape): rounded to nearest even,
+    zeros and subnormals to a zero of their sign (the GEMM reads subnormal inputs as zero), NaN
+    to a quiet NaN of its sign, values beyond bfloat16's largest to inf. The integer arithmetic
+    of the kernels' row rounding (bgemm_kernels.c: bg_round_row), bit for bit."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+    out = np.empty(u.shape, np.uint16)
+    flat, dst = u.reshape(-1), out.reshape(-1)
+    for i in range(0, flat.size, _BF16_CHUNK):
+        v = flat[i:i + _BF16_CHUNK]
+        mag = v & np.uint32(0x7FFFFFFF)
+        r = (v + np.uint32(0x7FFF) + ((v >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+        r = np.where(mag < np.uint32(0x00800000), (v >> np.uint32(16)) & np.uint32(0x8000), r)
+        r = np.where(mag > np.uint32(0x7F800000), (v >> np.uint32(16)) | np.uint32(0x0040), r)
+        dst[i:i + _BF16_CHUNK] = r
+    return out
+
+
+def from_bfloat16(bits):
+    """bfloat16 bit patterns (uint16) -> their float32 values (exact)."""
+    return (np.asarray(bits, np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+class Bf16Weight:
+    """A weight (N, K) rounded to bfloat16 and packed for the bfloat16 GEMM.
+
+    ``panels`` (Npad * Kp,) uint16 (bfloat16 bit patterns: Npad = N rounded up to 64, Kp = K
+    rounded up to 2), N and K. Build with :meth:`from_float`, or from arrays with
+    :meth:`from_arrays`.
+    """
+
+    __slots__ = ("panels", "N", "K")
+
+    def __init__(self, panels, N, K):
+        self.panels, self.N, self.K = panels, N, K
+
+    @classmethod
+    def from_float(cls, weight, name="weight"):
+        """Round a float (N, K) weight to bfloat16 (:func:`to_bfloat16`). ValueError where a
+        finite value lies beyond bfloat16's range (it would become inf)."""
+        w = np.asarray(weight)
+        if w.ndim != 2:
+            raise ValueError(f"{name} must be 2-D (out_features N, in_features K), got shape "
+                             f"{w.shape}")
+        if w.dtype.kind not in "fiu":
+            raise TypeError(f"{name} must be a real array, got dtype {w.dtype}")
+        N, K = w.shape
+        npad, kp = _ceil(max(N, 1), _GROUP), _ceil(K, 2)
+        panels = _aligned_bytes(2 * npad * kp).view(np.uint16)
+        tiles = panels.reshape(npad // _PANEL, kp // 2, _PANEL, 2)
+        step = _row_block(kp, _GROUP)
+        for a in range(0, npad, step):
+            b = min(npad, a + step)
+            block = np.zeros((b - a, kp), np.uint16)
+            if a < N:
+                src = w[a:min(N, b)].astype(np.float32, copy=False)
+                bits = to_bfloat16(src)
+                inf = (bits & np.uint16(0x7FFF)) == np.uint16(0x7F80)
+                if inf.any() and np.isfinite(src[inf]).any():
+                    raise ValueError(f"{name} holds values beyond bfloat16's range "
+                                     f"(|w| > 3.39e38): they would become inf")
+                block[:min(N, b) - a, :K] = bits
+            tiles[a // _PANEL:b // _PANEL] = block.reshape(
+                (b - a) // _PANEL, _PANEL, kp // 2, 2).transpose(0, 2, 1, 3)
+        return cls(panels, N, K)
+
+    @classmethod
+    def from_arrays(cls, panels, N, K, name="weight"):
+        """Rebuild from the panels array, checking its size."""
+        N, K = int(N), int(K)
+        size = _ceil(max(N, 1), _GROUP) * _ceil(K, 2)
+        if panels.dtype != np.uint16 or panels.ndim != 1 or panels.size != size:
+            raise ValueError(f"{name}: panels must be a 1-D uint16 array of {size} elements for a "
+                             f"bfloat16 weight of shape ({N}, {K}), got {panels.dtype} "
+                             f"{panels.shape}")
+        return cls(panels, N, K)
+
+    @property
+    def shape(self):
+        return (self.N, self.K)
+
+    @property
+    def dtype(self):
+        """The dtype the layer computes in (float32)."""
+        return np.dtype(np.float32)
+
+    @property
+    def nbytes(self):
+        return self.panels.nbytes
+
+    def bfloat16(self):
+        """The rounded weight (N, K) as bfloat16 bit patterns (uint16), unpacked."""
+        kp = _ceil(self.K, 2)
+        npad = self.panels.size // kp if kp else _ceil(max(self.N, 1), _GROUP)
+        if not kp:
+            return np.zeros((self.N, 0), np.uint16)
+        full = self.panels.reshape(npad // _PANEL, kp // 2, _PANEL, 2).transpose(0, 2, 1, 3)
+        return np.ascontiguousarray(full.reshape(npad, kp)[:self.N, :self.K])
+
+    def dequantize(self):
+        """The weight the layer computes with, (N, K) float32 (exact bfloat16 values)."""
+        return from_bfloat16(self.bfloat16())
+
+    def rows(self, a, b):
+        """Rows [a, b) as a Bf16Weight: a view of the panels when a is a multiple of 16 and the
+        kernel's reads (whole 64-column groups from a) stay inside these panels, else a copy."""
+        if (a, b) == (0, self.N):
+            return self
+        n = b - a
+        kp = _ceil(self.K, 2)
+        npad = _ceil(max(n, 1), _GROUP)
+        if a % _PANEL == 0 and kp and (a + npad) * kp <= self.panels.size:
+            p0 = a // _PANEL * kp * _PANEL
+            # the view's padding columns are the next rows' (computed by the kernel, dropped)
+            return Bf16Weight(self.panels[p0:p0 + npad * kp], n, self.K)
+        return Bf16Weight.from_float(self.dequantize()[a:b])
+
+    def __repr__(self):
+        return f"Bf16Weight(shape=({self.N}, {self.K}))"

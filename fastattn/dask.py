@@ -41,6 +41,7 @@ import uuid
 
 import numpy as np
 
+from ._quant import check_quantize
 from ._validation import check_folder, check_positive_int, check_token_ids
 
 __all__ = ["generate", "encode", "translate", "embed", "transcribe"]
@@ -324,6 +325,5 @@ def transcribe(audio, path, *, quantize=None, **options):
     for key in options:
         if key not in _DEFAULTS:
             raise TypeError(f"transcribe() got an unexpected keyword argument {key!r}")
-    if quantize not in (None, "int8"):
-        raise ValueError(f"quantize must be None or 'int8', got {quantize!r}")
+    check_quantize(quantize)
     return _map_text(audio, path, "transcribe", options, {}, quantize)

@@ -1,6 +1,6 @@
 # cython: language_level=3
 # Design:
-#   The int8 linear layer: y = act(dequant(q(x) @ Wq.T) + bias) + res, optionally followed by a
+#   The int8 linear layer (and below, the bfloat16 one: gemm_bf16): y = act(dequant(q(x) @ Wq.T) + bias) + res, optionally followed by a
 #   LayerNorm of each row (the fused post-norm), on one OpenMP team. Scheme, packed layout and
 #   why the bits do not depend on the CPU: qgemm_kernels.h. Weights are quantised and packed
 #   in Python (fastattn/_quant.py: NumPy, the same on every machine); this module quantises the
@@ -18,7 +18,7 @@
 # (N,), res (M, N), y (M, N) float32 as in the float GEMM; y does not overlap anything else.
 
 from cython.parallel cimport parallel, prange
-from libc.stdint cimport int8_t, int32_t, uint8_t
+from libc.stdint cimport int8_t, int32_t, uint8_t, uint16_t
 from libc.stdlib cimport free, malloc
 cimport numpy as cnp
 
@@ -182,6 +182,144 @@ def gemm_int8(cnp.ndarray x, cnp.ndarray wp, cnp.ndarray sw, cnp.ndarray comp, P
     finally:
         free(xq)
         free(sx)
+
+
+# ---------------------------------------------------------------- the bfloat16 GEMM
+# y = act(bf16(x) @ Wb.T + bias) + res, then LayerNorm(y) when asked: bgemm_kernels.h (the
+# arithmetic every variant shares, the layout). The same parallel structure as gemm_int8: each
+# row of x rounded to bfloat16 into a workspace (M x Kp values, malloc'd at its exact size),
+# the work items, the rows normalised. An element's value depends on its row and column only.
+
+cdef extern from "bgemm_kernels.h" nogil:
+    int BG_SCALAR, BG_AVX2, BG_AVX512, BG_AVX512_BF16, BG_N_VARIANTS
+    int BG_PANEL, BG_NGROUP
+    ctypedef struct bg_kernels:
+        void (*ln)(const float *x, const float *res, Py_ssize_t n, const float *gamma,
+                   const float *beta, double eps, float *y) noexcept nogil
+    void bg_setup()
+    const bg_kernels *bg_kernels_for(int variant)
+    int bg_variant_ok(int variant, unsigned features)
+    int bg_variant_for(int level, unsigned features)
+    void bg_round_row(const float *x, Py_ssize_t K, uint16_t *xb, Py_ssize_t kp)
+    void bg_item(const bg_kernels *k, const uint16_t *xb, Py_ssize_t kp, Py_ssize_t m,
+                 const uint16_t *wp, Py_ssize_t n0, Py_ssize_t nc, const float *bias, int act,
+                 const float *res, Py_ssize_t res_rs, float *y, Py_ssize_t y_rs)
+
+bg_setup()
+
+BF16_VARIANTS = {"scalar": BG_SCALAR, "avx2": BG_AVX2, "avx512": BG_AVX512,
+                 "avx512-bf16": BG_AVX512_BF16}
+_BF16_NAMES = {v: k for k, v in BF16_VARIANTS.items()}
+BF16_PANEL = BG_PANEL
+BF16_NGROUP = BG_NGROUP
+
+cdef int _bf16_forced = -1  # a variant forced by set_bf16_variant (testing aid), else -1
+
+
+cdef inline int _bf16_variant_now() noexcept nogil:
+    return _bf16_forced if _bf16_forced >= 0 else bg_variant_for(isa_now(), isa_features())
+
+
+def bf16_variant():
+    """Name of the bfloat16 kernel variant in use: set_bf16_variant's, else the best one for
+    the kernel set of fastattn's ISA state and the CPU's features under the FASTATTN_ISA cap
+    ('avx512-bf16', 'avx512', 'avx2', 'scalar'). Every variant gives the same bits."""
+    return _BF16_NAMES[_bf16_variant_now()]
+
+
+def bf16_cpu_variants():
+    """The bfloat16 variants this CPU can run (under the FASTATTN_ISA cap)."""
+    return [name for name, v in BF16_VARIANTS.items() if bg_variant_ok(v, isa_features())]
+
+
+def set_bf16_variant(name):
+    """Force a bfloat16 kernel variant (testing aid; None: back to automatic). Returns the name
+    in use. ValueError for an unknown name or one this CPU cannot run (under the cap)."""
+    global _bf16_forced
+    if name is None:
+        _bf16_forced = -1
+        return bf16_variant()
+    if name not in BF16_VARIANTS:
+        raise ValueError(f"bfloat16 kernel variant must be one of {sorted(BF16_VARIANTS)} or "
+                         f"None, got {name!r}")
+    if not bg_variant_ok(BF16_VARIANTS[name], isa_features()):
+        raise ValueError(f"this CPU cannot run the bfloat16 kernel variant {name!r} "
+                         f"(it can: {bf16_cpu_variants()}{_cap_note()})")
+    _bf16_forced = BF16_VARIANTS[name]
+    return name
+
+
+def gemm_bf16(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act, object res,
+              cnp.ndarray y, int n_threads, object norm=None):
+    """y = act(bf16(x) @ Wb.T + bias) + res, then LayerNorm(y) when norm = (gamma, beta, eps)
+    is given. x (M, K) float32; wp: fastattn._quant.Bf16Weight's panels for (N, K) (uint16);
+    M, N >= 1."""
+    # IN   x     (M, K)             float32, row stride x_rs
+    # IN   wp    (Npad * Kp,)       bfloat16 panels (uint16)
+    # IN   bias  (N,) or None; res (M, N) or None, row stride res_rs
+    # OUT  y     (M, N)             row stride y_rs
+    # WORK xb    (M, Kp) bfloat16 (+1 value: K = 0), malloc'd at its exact size
+    cdef Py_ssize_t M = cnp.PyArray_DIMS(x)[0], K = cnp.PyArray_DIMS(x)[1]
+    cdef Py_ssize_t kp = _cdiv(K, 2) * 2
+    cdef Py_ssize_t x_rs = cnp.PyArray_STRIDES(x)[0] // 4
+    cdef Py_ssize_t y_rs = cnp.PyArray_STRIDES(y)[0] // 4
+    cdef Py_ssize_t res_rs = 0
+    cdef const float *bp = NULL
+    cdef const float *rp = NULL
+    cdef const float *gp = NULL
+    cdef const float *betap = NULL
+    cdef double eps = 0.0
+    cdef bint has_norm = norm is not None
+    if bias is not None:
+        bp = <const float *> cnp.PyArray_DATA(<cnp.ndarray> bias)
+    if res is not None:
+        rp = <const float *> cnp.PyArray_DATA(<cnp.ndarray> res)
+        res_rs = cnp.PyArray_STRIDES(<cnp.ndarray> res)[0] // 4
+    if has_norm:
+        gamma, beta, eps = norm
+        gp = <const float *> cnp.PyArray_DATA(<cnp.ndarray> gamma) if gamma is not None else NULL
+        betap = <const float *> cnp.PyArray_DATA(<cnp.ndarray> beta) if beta is not None else NULL
+    cdef const float *xp = <const float *> cnp.PyArray_DATA(x)
+    cdef const uint16_t *wpp = <const uint16_t *> cnp.PyArray_DATA(wp)
+    cdef float *yp = <float *> cnp.PyArray_DATA(y)
+    cdef const bg_kernels *kern = bg_kernels_for(_bf16_variant_now())
+    cdef Py_ssize_t nc = _col_block(M, N)
+    cdef Py_ssize_t n_nb = _cdiv(N, nc)
+    cdef Py_ssize_t n_mb = _cdiv(M, _MC)
+    cdef Py_ssize_t n_items = n_mb * n_nb
+    cdef Py_ssize_t r, l, i0, n0
+    cdef uint16_t *xb = <uint16_t *> malloc(<size_t>(M * kp + 1) * sizeof(uint16_t))
+    if xb == NULL:
+        raise MemoryError(f"fastattn: cannot allocate the bfloat16 GEMM's {M} x {kp} activation "
+                          f"workspace")
+    cdef fa_team_t team = fa_team_open(n_threads, n_items if n_items > M else M)
+    try:
+        with nogil, parallel(num_threads=team.n):
+            fa_team_place(&team)
+            for r in prange(M, schedule='static'):
+                bg_round_row(xp + r * x_rs, K, xb + r * kp, kp)
+            if M > _MC:
+                # column blocks outer: an item's weights are reused by the next row block's
+                # item while they are in L2 / L3
+                for l in prange(n_items, schedule='dynamic'):
+                    i0 = (l % n_mb) * _MC
+                    n0 = (l // n_mb) * nc
+                    bg_item(kern, xb + i0 * kp, kp, _MC if M - i0 > _MC else M - i0, wpp, n0,
+                            nc if N - n0 > nc else N - n0, bp, act,
+                            (rp + i0 * res_rs) if rp != NULL else NULL, res_rs,
+                            yp + i0 * y_rs, y_rs)
+            else:
+                # one row block (a decode step): each thread streams a contiguous slice of the
+                # weights
+                for l in prange(n_items, schedule='static'):
+                    n0 = l * nc
+                    bg_item(kern, xb, kp, M, wpp, n0, nc if N - n0 > nc else N - n0, bp, act,
+                            rp, res_rs, yp, y_rs)
+            if has_norm:
+                for r in prange(M, schedule='static'):
+                    kern.ln(yp + r * y_rs, NULL, N, gp, betap, eps, yp + r * y_rs)
+    finally:
+        free(xb)
 
 
 # ---------------------------------------------------------------- weight quantisation (loading)

@@ -25,7 +25,7 @@ cdef extern from "simd.h" nogil:
     int FA_HAVE_AVX2_WIDE
     unsigned FA_CPU_BASE, FA_CPU_AVX2, FA_CPU_FMA, FA_CPU_AVX512F, FA_CPU_AVX512BW
     unsigned FA_CPU_AVX512VL, FA_CPU_AVX512_VNNI, FA_CPU_AVX_VNNI, FA_CPU_AMX_TILE
-    unsigned FA_CPU_AMX_INT8, FA_CPU_F16C
+    unsigned FA_CPU_AMX_INT8, FA_CPU_F16C, FA_CPU_AVX512_BF16
     unsigned fa_cpu_features()
     unsigned fa_isa_features()
     int fa_isa_cap(unsigned allowed)
@@ -44,14 +44,17 @@ FEATURE_NAMES = {FA_CPU_BASE: "base", FA_CPU_AVX2: "avx2", FA_CPU_FMA: "fma",
                  FA_CPU_AVX512F: "avx512f", FA_CPU_AVX512BW: "avx512bw",
                  FA_CPU_AVX512VL: "avx512vl", FA_CPU_AVX512_VNNI: "avx512_vnni",
                  FA_CPU_AVX_VNNI: "avx_vnni", FA_CPU_AMX_TILE: "amx_tile",
-                 FA_CPU_AMX_INT8: "amx_int8", FA_CPU_F16C: "f16c"}
+                 FA_CPU_AMX_INT8: "amx_int8", FA_CPU_F16C: "f16c",
+                 FA_CPU_AVX512_BF16: "avx512_bf16"}
 
 # FASTATTN_ISA's values, lowest first, and the features each lets the kernels use: kernel set
 # scalar / baseline / avx2 / avx512, the int8 GEMM's VNNI variants only under the -vnni values
+# and up, the bfloat16 GEMM's vdpbf16ps variant only under avx512-bf16
 _AVX2 = FA_CPU_BASE | FA_CPU_AVX2 | FA_CPU_FMA | FA_CPU_F16C
 _AVX512 = _AVX2 | FA_CPU_AVX512F | FA_CPU_AVX512BW | FA_CPU_AVX512VL
 CAPS = {"scalar": 0, "sse2": FA_CPU_BASE, "avx2": _AVX2, "avx2-vnni": _AVX2 | FA_CPU_AVX_VNNI,
-        "avx512": _AVX512, "avx512-vnni": 0xFFFFFFFF}
+        "avx512": _AVX512, "avx512-vnni": 0xFFFFFFFF & ~FA_CPU_AVX512_BF16,
+        "avx512-bf16": 0xFFFFFFFF}
 
 
 def caps_for(features):
@@ -113,15 +116,15 @@ def cpu_isa(capped=True):
 
 def isa_cap():
     """The FASTATTN_ISA value in force ('scalar', 'sse2', 'avx2', 'avx2-vnni', 'avx512',
-    'avx512-vnni'), or None: no cap."""
+    'avx512-vnni', 'avx512-bf16'), or None: no cap."""
     return _cap_name
 
 
 def cpu_features(capped=False):
     """The CPU's features as detected (CPUID, and XGETBV for what the OS enables), by name:
     'base' (the baseline vectors: SSE2 on x86-64), 'avx2', 'fma', 'avx512f', 'avx512bw',
-    'avx512vl', 'avx512_vnni', 'avx_vnni', 'amx_tile', 'amx_int8', 'f16c'. capped=True: only those the
-    FASTATTN_ISA cap lets the kernels use."""
+    'avx512vl', 'avx512_vnni', 'avx_vnni', 'amx_tile', 'amx_int8', 'f16c', 'avx512_bf16'.
+    capped=True: only those the FASTATTN_ISA cap lets the kernels use."""
     f = fa_isa_features() if capped else fa_cpu_features()
     return [name for bit, name in FEATURE_NAMES.items() if f & bit]
 

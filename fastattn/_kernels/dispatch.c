@@ -49,6 +49,7 @@ static unsigned fa_detect(void)
     if (sub >= 1) {
         __cpuid_count(7, 1, a, b, c, d);
         if (a & (1u << 4)) f |= FA_CPU_AVX_VNNI;
+        if (zmm && (a & (1u << 5))) f |= FA_CPU_AVX512_BF16;
     }
     return f;
 }

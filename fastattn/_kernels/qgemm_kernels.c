@@ -658,6 +658,7 @@ static qg_kernels qg_tables[QG_N_VARIANTS];
         qg_tables[v].quant = QUANT;             \
         qg_tables[v].item = qg_qitem_##sfx;     \
         qg_tables[v].ln = qg_ln_row_##sfx;      \
+        qg_tables[v].epi = qg_qepilogue_##sfx;  \
     } while (0)
 
 void qg_setup(void)

@@ -56,6 +56,9 @@ typedef struct {
     /* one row of LayerNorm (gemm_tile.h's ln_row at 16 lanes) */
     void (*ln)(const float *x, const float *res, ptrdiff_t n, const float *gamma,
                const float *beta, double eps, float *y);
+    /* y[j] = act(y[j] + bias[j]) + res[j], j < n (bias, res optional): the epilogue item runs
+     * on a row's sums (qgemm_tile.h's qepilogue; the bfloat16 GEMM's too, bgemm_kernels.c) */
+    void (*epi)(float *y, ptrdiff_t n, const float *bias, int act, const float *res);
 } qg_kernels;
 
 void qg_setup(void);

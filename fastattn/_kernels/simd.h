@@ -116,7 +116,8 @@ enum {
     FA_CPU_AVX_VNNI = 1 << 7,      /* vpdpbusd on ymm (VEX encoding) */
     FA_CPU_AMX_TILE = 1 << 8,      /* reported only: no kernel uses AMX */
     FA_CPU_AMX_INT8 = 1 << 9,
-    FA_CPU_F16C = 1 << 10          /* vcvtph2ps on xmm / ymm: the GEMM's binary16 panels */
+    FA_CPU_F16C = 1 << 10,         /* vcvtph2ps on xmm / ymm: the GEMM's binary16 panels */
+    FA_CPU_AVX512_BF16 = 1 << 11   /* vdpbf16ps on zmm: the bfloat16 GEMM (bgemm_kernels.h) */
 };
 /* what the CPU (and OS, and compiler) offer: detected once */
 unsigned fa_cpu_features(void);

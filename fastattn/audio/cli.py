@@ -43,7 +43,7 @@ def add_arguments(p):
     p.add_argument("--vad", action="store_true", help="skip the stretches without speech")
     p.add_argument("--vad-model", choices=("silero", "webrtc"), default="silero",
                    help="the voice-activity detector (default silero)")
-    p.add_argument("--quantize", choices=("int8",), help="int8 weights")
+    p.add_argument("--quantize", choices=("int8", "bfloat16"), help="int8 or bfloat16 weights")
     p.add_argument("--threads", type=positive_int, metavar="N", help="threads (default: all)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 

@@ -211,7 +211,7 @@ class Transcriber:
         A Hugging Face Whisper folder (openai/whisper-tiny ... large-v3, distil-whisper,
         fine-tunes; ``tokenizer.json`` read for the text) or a fastattn saved folder, or a
         loaded :class:`~fastattn.WhisperModel` (then give ``tokenizer``).
-    quantize : None or "int8"
+    quantize : None, "int8" or "bfloat16"
     n_threads : int, optional
     tokenizer : a fastattn tokenizer, optional (default: the folder's ``tokenizer.json``)
     """

@@ -29,7 +29,7 @@ import shutil
 import numpy as np
 
 from .._ops import _Packed
-from .._quant import Int8Rows, Int8Weight
+from .._quant import Bf16Weight, Int8Rows, Int8Weight
 
 __all__ = ["FORMAT_VERSION", "MODEL_FILE", "WEIGHTS_FILE", "is_saved_folder", "write_folder",
            "read_folder", "read_meta", "assign"]
@@ -62,6 +62,16 @@ def _copy_source(src, dst):
             shutil.copy2(os.path.join(root, f), os.path.join(out, f))
 
 
+def _refuse_bf16(params):
+    """A bfloat16 model is not written (ValueError, before anything is): its folder would hold
+    nothing the float32 one does not, and rounding at load takes well under a second a layer."""
+    names = [n for n, a in params.items() if isinstance(a, Bf16Weight)]
+    if names:
+        raise ValueError(f"a bfloat16 model cannot be saved ({len(names)} bfloat16 weights, "
+                         f"{names[0]!r} first): save the float32 model and load it with "
+                         f"quantize='bfloat16'")
+
+
 def write_folder(path, params, meta, source=None, model_dir=None, progress=None):
     """Write `params` (fastattn.nn name -> float ndarray or Int8Weight) and `meta` (JSON) to the
     folder `path` (made if missing); `source`: a folder whose non-weight files are copied first;
@@ -71,6 +81,7 @@ def write_folder(path, params, meta, source=None, model_dir=None, progress=None)
     from its panels just before it is written, then let go), to a temporary name renamed into
     place at the end; ``progress(done_bytes, total_bytes)`` is called as it goes."""
     path = os.fspath(path)
+    _refuse_bf16(params)
     if source is not None and os.path.abspath(source) != os.path.abspath(path):
         _copy_source(source, path)
     target = os.path.join(path, model_dir) if model_dir else path

@@ -273,6 +273,8 @@ class Seq2SeqWeights:
                              f"(load it with dtype={saved_dt}, or save it in that dtype)")
         if quantize is None and saved_q is not None:
             quantize = saved_q                  # an int8 folder loads as int8
+        if quantize != saved_q and saved_q is not None:
+            raise ValueError(f"quantize={quantize!r}: {where} holds a {saved_q} model")
         try:
             model = cls(**meta["config"], generation_config=meta.get("generation_config"),
                         dtype=saved_dt, _state_dict=EMPTY)

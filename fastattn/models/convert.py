@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from .._quant import check_quantize
 from ..io import saved as _saved
 from ..io.huggingface import checkpoint_files, read_json, read_progress
 from . import registry
@@ -59,6 +60,9 @@ def convert(src, out, quantize="int8", *, dtype=np.float32, force=False, progres
     for float). ``progress(stage, done, total)`` is called as bytes are read ('read') and
     written ('write'). Returns the model class's name. `out` must not exist unless `force`."""
     src, out = os.fspath(src), os.fspath(out)
+    if check_quantize(quantize, dtype) == "bfloat16":
+        raise ValueError("quantize='bfloat16': a bfloat16 model cannot be saved (load the float32 "
+                         "folder with quantize='bfloat16')")
     cls = model_class(src)
     if os.path.abspath(src) == os.path.abspath(out):
         raise ValueError(f"the output folder {out} is the input folder")

@@ -215,7 +215,7 @@ class EncoderModel:
             modules, optional Normalize; config_sentence_transformers.json's truncate_dim).
         dtype : numpy.float32 or numpy.float64
             Compute dtype; the weights are converted once, at load.
-        quantize : None or 'int8'
+        quantize : None, 'int8' or 'bfloat16'
             'int8': the linear layers (attention projections, FFN, Dense modules) compute with
             int8 weights (one scale per output channel) and int8 activations quantized per
             row; embeddings, norms and attention stay float32. float32 only.

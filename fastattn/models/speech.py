@@ -103,7 +103,7 @@ class WhisperModel(Seq2SeqTransformer):
     seed : int
         Random initialisation (the encoder's position table: Whisper's sinusoids).
     dtype : float32 or float64
-    quantize : None or 'int8'
+    quantize : None, 'int8' or 'bfloat16'
         int8 linear layers (the convolutions' GEMMs and the output projection too).
 
     Examples

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .._ops import PackedLinear, _Packed
-from .._quant import Int8Rows, Int8Weight, check_quantize
+from .._quant import Bf16Weight, Int8Rows, Int8Weight, check_quantize, weight_kind
 from .._validation import check_seed, to_numpy
 from ..io.safetensors import read_module, save_module
 from ..io.torch_state_dict import as_numpy_state_dict, state_dict_dtype
@@ -86,26 +86,32 @@ class _Module:
 
     @property
     def quantize(self):
-        """'int8' when the linear layers' weights are int8 (:meth:`quantize_`), else None."""
+        """'int8' or 'bfloat16' when the linear layers' weights are (:meth:`quantize_`), else
+        None."""
         return self.__dict__.get("_quantize")
 
     def quantize_(self, quantize="int8", _memo=None):
-        """Quantize every linear layer of this module and its children to int8, in place (one
-        scale per output channel; the float weights are released), and the token embedding
-        tables to int8 rows. Norms, positions and attention stay float32. A float array shared
-        by several parameters (a tied embedding) becomes one int8 object per kind, shared the
-        same way (`_memo`: id -> int8 object, across calls). Returns self."""
+        """Quantize every linear layer of this module and its children, in place (the float
+        weights are released): 'int8', one scale per output channel, and the token embedding
+        tables to int8 rows; 'bfloat16', the weights rounded to bfloat16 (the embedding tables
+        stay float32). Norms, positions and attention stay float32. A float array shared by
+        several parameters (a tied embedding) becomes one object per kind, shared the same way
+        (`_memo`: id -> that object, across calls). Returns self."""
         check_quantize(quantize, self.dtype)
         if quantize is None:
             if self.quantize is not None:
-                raise ValueError("quantize=None: an int8 module cannot be turned back into a "
-                                 "float one (load the float weights again)")
+                raise ValueError(f"quantize=None: a {self.quantize} module cannot be turned "
+                                 f"back into a float one (load the float weights again)")
             return self
+        if self.quantize not in (None, quantize):
+            raise ValueError(f"quantize={quantize!r}: this module's weights are "
+                             f"{self.quantize} already (load the float weights again)")
         memo = {} if _memo is None else _memo
+        kinds = ((weight_kind(quantize), "_LINEAR_PARAMS"),) + (
+            ((Int8Rows, "_EMBED_PARAMS"),) if quantize == "int8" else ())
         for module in self._modules():
-            for names, kind in ((module._LINEAR_PARAMS, Int8Weight),
-                                (module._EMBED_PARAMS, Int8Rows)):
-                for name in names:
+            for kind, names in kinds:
+                for name in getattr(module, names):
                     arr = module._params.get(name)
                     if isinstance(arr, _Packed):          # a compacted float weight
                         arr = arr.weight
@@ -139,7 +145,7 @@ class _Module:
 
     def state_dict(self):
         """A new dict of PyTorch parameter names -> copies of the arrays (the model's dtype;
-        an int8 layer's weight dequantized: the values it computes with)."""
+        an int8 or bfloat16 layer's weight dequantized: the values it computes with)."""
         return {name: arr.copy() if isinstance(arr, np.ndarray) else arr.dequantize()
                 for name, arr, _, _ in self._named_params()}
 
@@ -179,10 +185,11 @@ class _Module:
             _, owner, key = expected[name]
             owner._params[key] = np.array(arr, dtype=dtype, order="C", copy=True)
             if owner.quantize is not None and key in owner._LINEAR_PARAMS:
-                owner._params[key] = Int8Weight.from_float(owner._params[key], name)
+                owner._params[key] = weight_kind(owner.quantize).from_float(
+                    owner._params[key], name)
             elif owner.__dict__.get("_compact") and key in owner._LINEAR_PARAMS:
                 owner._params[key] = _Packed.alone(owner._params[key])
-            elif owner.quantize is not None and key in owner._EMBED_PARAMS:
+            elif owner.quantize == "int8" and key in owner._EMBED_PARAMS:
                 owner._params[key] = Int8Rows.from_float(owner._params[key], name)
         self._drop_packed()
         return self
@@ -217,7 +224,7 @@ class _Module:
         hit = cache.get(key)
         if hit is None or hit[0] is not w or hit[1] is not b:
             bias_rows = rows if bias_rows is None else bias_rows
-            if isinstance(w, (Int8Weight, _Packed)):
+            if isinstance(w, (Int8Weight, Bf16Weight, _Packed)):
                 w_rows = w if rows is None else w.rows(rows[0], rows[1])
             else:
                 w_rows = w if rows is None else w[rows[0]:rows[1]]

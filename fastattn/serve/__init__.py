@@ -26,7 +26,8 @@ def add_arguments(p):
                         "name")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
-    p.add_argument("--quantize", choices=["int8"], default=None, help="int8 weights")
+    p.add_argument("--quantize", choices=["int8", "bfloat16"], default=None,
+                   help="int8 or bfloat16 weights")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="OpenMP threads per model's forward passes (default: fastattn's)")
     p.add_argument("--max-batch-tokens", type=int, default=8192, metavar="N",

@@ -31,7 +31,7 @@ def add_translate_arguments(p):
                    help="lines per batch, after sorting by length (default 32)")
     p.add_argument("--max-batch-tokens", type=positive_int, metavar="N",
                    help="also cap a batch at N padded source tokens")
-    p.add_argument("--quantize", choices=("int8",), help="int8 linear layers (per-channel int8 weights, int8 activations)")
+    p.add_argument("--quantize", choices=("int8", "bfloat16"), help="int8 linear layers (per-channel int8 weights, int8 activations) or bfloat16 ones")
     p.add_argument("--src-lang", metavar="L",
                    help="source language code (mBART en_XX, M2M100 en, NLLB eng_Latn; default: "
                         "the folder's)")
@@ -52,7 +52,7 @@ def add_embed_arguments(p):
                    help="the (lines, dim) float32 embeddings, NumPy .npy")
     p.add_argument("--batch-size", type=positive_int, default=32, metavar="N",
                    help="sentences per batch, after sorting by length (default 32)")
-    p.add_argument("--quantize", choices=("int8",), help="int8 linear layers (per-channel int8 weights, int8 activations)")
+    p.add_argument("--quantize", choices=("int8", "bfloat16"), help="int8 linear layers (per-channel int8 weights, int8 activations) or bfloat16 ones")
     p.add_argument("--threads", type=positive_int, metavar="N", help="threads (default: all usable)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p

@@ -40,7 +40,7 @@ class SentenceEncoder:
         Dropout modules, optional Normalize) or a plain encoder folder of a family EncoderModel
         reads (BERT, RoBERTa, DistilBERT, MPNet, ModernBERT ...: mean pooling, not normalised,
         as sentence-transformers).
-    quantize : None or "int8"
+    quantize : None, "int8" or "bfloat16"
         "int8": the linear layers compute with int8 weights (``EncoderModel.from_pretrained``'s
         quantize).
     n_threads : int, optional

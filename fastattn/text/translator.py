@@ -72,7 +72,7 @@ class Translator:
         Default source: the folder's tokenizer_config.json ``src_lang``, else transformers'
         default for the family; default target: none (the checkpoint's
         ``forced_bos_token_id``, if any, decides).
-    quantize : None or "int8"
+    quantize : None, "int8" or "bfloat16"
         "int8": the linear layers compute with int8 weights (``Seq2SeqTransformer.
         from_pretrained``'s quantize; float32 only).
     dtype : numpy.float32 or numpy.float64

@@ -111,6 +111,20 @@ def test_int8_round_trips(marian, minilm, tmp_path):
     assert not np.array_equal(got, SentenceEncoder(minilm).encode(lines))
 
 
+def test_bf16_embed_round_trip(minilm, tmp_path):
+    """--quantize bfloat16: what SentenceEncoder(quantize='bfloat16') returns."""
+    from fastattn import SentenceEncoder
+    lines = _lines(6)
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    r = run("embed", minilm, "--input", src, "--output", tmp_path / "e.npy", "--quantize",
+            "bfloat16", "--quiet")
+    assert r.returncode == 0, r.stderr.decode()
+    got = np.load(tmp_path / "e.npy")
+    assert np.array_equal(got, SentenceEncoder(minilm, quantize="bfloat16").encode(lines))
+    assert not np.array_equal(got, SentenceEncoder(minilm).encode(lines))
+
+
 def test_embed_round_trip(minilm, tmp_path):
     from fastattn import SentenceEncoder
     lines = ["A man is eating food.", "", "Ünïcödé café", "x " * 400]

@@ -165,7 +165,7 @@ def test_transcribe_equals_single_process(client, tmp_path_factory):
         else:
             items.append(audio)
     kw = dict(num_beams=2, temperature=(0.0, 1.0), compression_ratio_threshold=1.8, best_of=2)
-    for quantize in (None, "int8"):
+    for quantize in (None, "int8", "bfloat16"):
         bag = db.from_sequence(items, npartitions=3)
         got = fastattn.dask.transcribe(bag, path, quantize=quantize, **kw).compute()
         tr = Transcriber(path, quantize=quantize, n_threads=2)

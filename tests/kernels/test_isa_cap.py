@@ -1,6 +1,7 @@
 """FASTATTN_ISA, the cap on every kernel family (fastattn/_kernels/_simd.pyx, dispatch.c): read
-once at import, it gives the expected float kernel set and int8 variant; the int8 layers give the
-same bits under every value, the float kernel sets agree within the float tolerances; an unknown
+once at import, it gives the expected float kernel set and int8 and bfloat16 variants; the int8
+and bfloat16 layers give the same bits under every value, the float kernel sets agree within the
+float tolerances; an unknown
 value, or one the CPU cannot run, fails the import with one line (and `fastattn info` exits with
 that line, no traceback). Each value runs in a fresh process."""
 import json
@@ -16,21 +17,30 @@ from reference import sdpa_ref
 from tolerances import BLOCK_TOL, assert_close
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CAPS = ["scalar", "sse2", "avx2", "avx2-vnni", "avx512", "avx512-vnni"]
+CAPS = ["scalar", "sse2", "avx2", "avx2-vnni", "avx512", "avx512-vnni", "avx512-bf16"]
 RUNNABLE = _simd.valid_caps()
 CPU = set(_simd.cpu_features())             # as detected, whatever FASTATTN_ISA says
 # the float kernel set each value gives (the CPU has it, or the value is refused)
 FLOAT_SET = {"scalar": "scalar", "sse2": "baseline", "avx2": "avx2", "avx2-vnni": "avx2",
-             "avx512": "avx512", "avx512-vnni": "avx512"}
+             "avx512": "avx512", "avx512-vnni": "avx512", "avx512-bf16": "avx512"}
 
 
 def int8_variant(cap):
     """The int8 variant a value gives on this CPU: the best not above the cap."""
     bw, vnni512, vnni256 = "avx512bw" in CPU, "avx512_vnni" in CPU, "avx_vnni" in CPU
     best256 = "avx2-vnni" if vnni256 else "avx2"
+    top = ("avx512-vnni" if vnni512 else "avx512") if bw else best256
     return {"scalar": "scalar", "sse2": "scalar", "avx2": "avx2", "avx2-vnni": best256,
-            "avx512": "avx512" if bw else "avx2",
-            "avx512-vnni": ("avx512-vnni" if vnni512 else "avx512") if bw else best256}[cap]
+            "avx512": "avx512" if bw else "avx2", "avx512-vnni": top, "avx512-bf16": top}[cap]
+
+
+def bf16_variant(cap):
+    """The bfloat16 variant a value gives on this CPU: vdpbf16ps only under avx512-bf16."""
+    bw = "avx512bw" in CPU
+    wide = "avx512" if bw else "avx2"
+    return {"scalar": "scalar", "sse2": "scalar", "avx2": "avx2", "avx2-vnni": "avx2",
+            "avx512": wide, "avx512-vnni": wide,
+            "avx512-bf16": "avx512-bf16" if bw and "avx512_bf16" in CPU else wide}[cap]
 
 
 def int8_variants(features):
@@ -64,13 +74,15 @@ ra = np.random.default_rng(1)
 q, k, v = (ra.standard_normal((2, 3, 17, 16)).astype(np.float32) for _ in range(3))
 arrays = {
     "linear": fastattn.PackedLinear(w, b, "gelu", quantize="int8")(x),
+    "bf16": fastattn.PackedLinear(w, b, "gelu", quantize="bfloat16")(x),
     "attention": fastattn.scaled_dot_product_attention(q, k, v),
 }
 if path != "-":                               # "-": no model (no safetensors to write one)
     arrays["model"] = fastattn.EncoderModel.from_pretrained(path, quantize="int8")(ids)
 np.savez(out, **arrays)
 picks = {"isa": _simd.isa(), "int8": _qgemm.variant(), "cap": _simd.isa_cap(),
-         "best": _simd.cpu_isa(), "variants": _qgemm.cpu_variants()}
+         "best": _simd.cpu_isa(), "variants": _qgemm.cpu_variants(),
+         "bf16": _qgemm.bf16_variant(), "bf16_variants": _qgemm.bf16_cpu_variants()}
 # the testing aids stay under the cap: set_isa clamps, set_variant refuses what is above it
 picks["set_isa_avx512"] = _simd.set_isa("avx512")
 refused = []
@@ -80,6 +92,12 @@ for name in _qgemm.VARIANTS:
     except ValueError:
         refused.append(name)
 picks["refused"] = refused
+picks["bf16_refused"] = []
+for name in _qgemm.BF16_VARIANTS:
+    try:
+        _qgemm.set_bf16_variant(name)
+    except ValueError:
+        picks["bf16_refused"].append(name)
 print(json.dumps(picks))
 """
 
@@ -126,6 +144,9 @@ def test_value_gives_its_kernel_set_and_int8_variant(runs, value):
     assert picks["set_isa_avx512"] == FLOAT_SET[value]         # clamped to the cap
     assert picks["int8"] in picks["variants"]
     assert sorted(picks["refused"]) == sorted(set(_qgemm.VARIANTS) - set(picks["variants"]))
+    assert picks["bf16"] == bf16_variant(value) and picks["bf16"] in picks["bf16_variants"]
+    assert sorted(picks["bf16_refused"]) == sorted(set(_qgemm.BF16_VARIANTS) -
+                                                   set(picks["bf16_variants"]))
 
 
 def test_no_value_is_the_cpu_best(runs):
@@ -137,18 +158,23 @@ def test_no_value_is_the_cpu_best(runs):
     # refuses avx2-vnni)
     assert picks["variants"] == int8_variants(CPU)
     assert sorted(picks["refused"]) == sorted(set(_qgemm.VARIANTS) - set(picks["variants"]))
+    assert picks["bf16"] == bf16_variant(RUNNABLE[-1])
+    assert sorted(picks["bf16_refused"]) == sorted(set(_qgemm.BF16_VARIANTS) -
+                                                   set(picks["bf16_variants"]))
 
 
-def test_int8_linear_same_bits_under_every_value(runs):
-    want = runs[None][1]["linear"]
+@pytest.mark.parametrize("layer", ["linear", "bf16"])
+def test_int8_and_bf16_linear_same_bits_under_every_value(runs, layer):
+    want = runs[None][1][layer].view(np.uint32)
     for value in RUNNABLE:
-        np.testing.assert_array_equal(runs[value][1]["linear"], want, err_msg=value)
+        np.testing.assert_array_equal(runs[value][1][layer].view(np.uint32), want, err_msg=value)
 
 
 def test_int8_model_same_bits_wherever_the_float_set_is_the_same(runs):
     """The int8 layers give the same bits on every variant; the attention and the norms between
-    them are float kernels, the same bits within one kernel set (avx2 and avx2-vnni, avx512 and
-    avx512-vnni differ in the int8 variant only) and within the float tolerance across sets."""
+    them are float kernels, the same bits within one kernel set (avx2 and avx2-vnni, avx512,
+    avx512-vnni and avx512-bf16 differ in the int8 / bfloat16 variants only) and within the float
+    tolerance across sets."""
     pytest.importorskip("safetensors")
     by_set = {}
     for value in [None] + RUNNABLE:
@@ -198,19 +224,24 @@ def _bits(*names):
 def test_message_for_a_value_above_the_cpu():
     avx2_cpu = _bits("base", "avx2", "fma")
     assert _simd.caps_for(avx2_cpu) == ["scalar", "sse2", "avx2", "avx2-vnni"]
-    for value in ("avx512", "avx512-vnni"):
+    for value in ("avx512", "avx512-vnni", "avx512-bf16"):
         with pytest.raises(ValueError) as err:
             _simd._read_cap(value, avx2_cpu)
         msg = str(err.value)
         assert msg == (f"FASTATTN_ISA='{value}' is above what this CPU can run; valid values: "
-                       "scalar, sse2, avx2, avx2-vnni, avx512, avx512-vnni (on this CPU: "
-                       "scalar, sse2, avx2, avx2-vnni)")
+                       "scalar, sse2, avx2, avx2-vnni, avx512, avx512-vnni, avx512-bf16 (on this "
+                       "CPU: scalar, sse2, avx2, avx2-vnni)")
     # avx2-vnni on an AVX2 CPU without AVX-VNNI runs, with the int8 variant avx2
     assert _simd._read_cap("avx2-vnni", avx2_cpu)[0] == "avx2-vnni"
     assert _simd.caps_for(_bits("base")) == ["scalar", "sse2"]
     assert _simd._read_cap(" AVX512_VNNI ", _bits("base", "avx2", "fma", "avx512f"))[0] == \
         "avx512-vnni"
     assert _simd._read_cap("", 0) == _simd._read_cap(None, 0) == (None, 0xFFFFFFFF)
+    # avx512-vnni is everything but vdpbf16ps; avx512-bf16 everything
+    avx512 = _bits("base", "avx2", "fma", "avx512f", "avx512bw")
+    assert _simd._read_cap("avx512-vnni", avx512)[1] & _bits("avx512_bf16") == 0
+    assert _simd._read_cap("avx512-vnni", avx512)[1] & _bits("avx512_vnni", "avx_vnni")
+    assert _simd._read_cap("avx512-bf16", avx512) == ("avx512-bf16", 0xFFFFFFFF)
 
 
 def _import_fails(value):
@@ -262,6 +293,8 @@ def test_info_shows_the_kernels_and_the_cap():
     rows = dict(ln.strip().split(" : ", 1) for ln in r.stdout.splitlines() if " : " in ln)
     rows = {k.strip(): v for k, v in rows.items()}
     assert rows["simd"] == "baseline" and rows["int8_kernels"] == "scalar"
+    assert rows["bf16_kernels"] == "scalar"
+    assert rows["cpu_bf16"] == f"avx512_bf16 {'yes' if 'avx512_bf16' in CPU else 'no'}"
     assert rows["isa_cap"] == "sse2 (FASTATTN_ISA)"
     assert rows["cpu_simd"] == _simd.cpu_isa(capped=False)
     for flag in ("avx512_vnni", "avx_vnni", "amx_int8"):

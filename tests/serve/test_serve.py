@@ -136,6 +136,19 @@ def test_embeddings_dense_folders(start_server, dense_folders):
                                       want[:2])
 
 
+def test_bf16_server(start_server, bert_folder):
+    """--quantize bfloat16: each embedding is SentenceEncoder(quantize='bfloat16')'s of the
+    input alone (and not the float32 one)."""
+    srv = start_server({"bert": bert_folder}, "--quantize", "bfloat16")
+    enc = fastattn.SentenceEncoder(bert_folder, quantize="bfloat16")
+    texts = mixed_sentences(2, 4)
+    out = embed(srv, texts)
+    for d, t in zip(out["data"], texts):
+        np.testing.assert_array_equal(np.float32(d["embedding"]), enc.encode([t])[0])
+    assert not np.array_equal(np.float32(out["data"][0]["embedding"]),
+                              fastattn.SentenceEncoder(bert_folder).encode([texts[0]])[0])
+
+
 def test_translate(server, translator):
     texts = mixed_sentences(2, 4)
     post = lambda body: httpx.post(server.url + "/translate", headers=server.headers,  # noqa

@@ -92,7 +92,7 @@ def test_bad_arguments(enc, minilm, tmp_path, marian):
         enc.encode(7)
     with pytest.raises(ValueError, match="batch_size must be a positive integer"):
         enc.encode(["a"], batch_size=0)
-    with pytest.raises(ValueError, match="quantize must be None or 'int8', got 'int4'"):
+    with pytest.raises(ValueError, match="quantize must be None, 'int8' or 'bfloat16', got 'int4'"):
         SentenceEncoder(minilm, quantize="int4")
     with pytest.raises(FileNotFoundError, match="model folder not found"):
         SentenceEncoder(str(tmp_path / "nope"))

@@ -128,7 +128,7 @@ def test_languages_on_a_model_without_them(tr):
 
 def test_bad_arguments(marian, tr, tmp_path, minilm):
     path, _ = marian
-    with pytest.raises(ValueError, match="quantize must be None or 'int8'"):
+    with pytest.raises(ValueError, match="quantize must be None, 'int8' or 'bfloat16'"):
         Translator(path, quantize="int4")
     with pytest.raises(FileNotFoundError, match="model folder not found"):
         Translator(str(tmp_path / "missing"))

@@ -204,9 +204,9 @@ def test_language_errors(family):
 
 def test_quantize_is_checked_at_the_text_layer(family):
     name, path, _, _ = family
-    with pytest.raises(ValueError, match="quantize must be None or 'int8'"):
+    with pytest.raises(ValueError, match="quantize must be None, 'int8' or 'bfloat16'"):
         Translator(path, quantize="int4")
-    with pytest.raises(TypeError, match="quantize must be None or .int8., got bool"):
+    with pytest.raises(TypeError, match="quantize must be None, .int8. or .bfloat16., got bool"):
         Translator(path, quantize=True)
     assert Translator(path, quantize=None).quantize is None
 
