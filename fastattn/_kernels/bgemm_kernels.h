@@ -12,7 +12,7 @@
  * where the product of two bfloat16 values is exact (no rounding, whatever its exponent) and
  * F rounds the exact sum to nearest even at float32's 24 bits with an unbounded exponent, then
  * gives a signed zero where that is below 2^-126 (flush to zero, tininess after rounding). That
- * is VDPBF16PS's arithmetic, measured on AMD Zen 4 (bench/vdpbf16ps_semantics.c, docs/
+ * is VDPBF16PS's arithmetic, measured on AMD Zen 4 (bench/studies/vdpbf16ps_semantics.c, docs/
  * bfloat16.md: 80 million random lanes and the cases around 2^-126): denormal inputs read as
  * zero (there are none: the rounding flushes them), the odd element's product first. Every
  * variant does exactly this:

@@ -2,7 +2,7 @@
  * docs/bfloat16.md's definition of the bfloat16 GEMM's arithmetic (fastattn/_kernels/
  * bgemm_kernels.h). Needs a CPU with AVX-512 BF16 and GCC >= 10 or Clang >= 9:
  *
- *     gcc -O2 -o /tmp/vdp bench/vdpbf16ps_semantics.c -lm && /tmp/vdp [lanes per mode]
+ *     gcc -O2 -o /tmp/vdp bench/studies/vdpbf16ps_semantics.c -lm && /tmp/vdp [lanes per mode]
  *
  * Random lanes (acc, x pair, w pair) in five modes -- operands near 1, every exponent,
  * operands near 2^-126, products near underflow, and sums built to land at 2^-126 -- go through
