@@ -35,6 +35,7 @@ AttributeError that says so.
 import contextlib
 import logging
 import os
+import sys
 
 import numpy as np
 
@@ -295,6 +296,25 @@ def _result(x):
 
 # -- the model ----------------------------------------------------------------------------------
 
+def _inputs_argument(inputs, kwargs):
+    """`inputs`, or ``sentences=`` (its name before sentence-transformers 6) popped from
+    kwargs."""
+    if "sentences" in kwargs:
+        if inputs is not None:
+            raise TypeError("give inputs or sentences, not both")
+        inputs = kwargs.pop("sentences")
+    return inputs
+
+
+def _batch_types():
+    """The types encode takes as a batch: list, tuple and, where the datasets package is in
+    use, its Column (as sentence-transformers)."""
+    types = (list, tuple)
+    datasets = sys.modules.get("datasets")
+    column = getattr(datasets, "Column", None) if datasets is not None else None
+    return types + (column,) if isinstance(column, type) else types
+
+
 class SentenceTransformer:
     """sentence-transformers' ``SentenceTransformer`` for inference, over
     :class:`fastattn.SentenceEncoder` (its ``encoder`` attribute).
@@ -480,8 +500,9 @@ class SentenceTransformer:
     # -- inputs ---------------------------------------------------------------------------------
 
     def is_singular_input(self, inputs):
-        """True for one input (a str), False for a batch (a list, a tuple, an array of str)."""
-        if isinstance(inputs, (list, tuple)):
+        """True for one input (a str), False for a batch (a list, a tuple, an array of str, a
+        datasets Column)."""
+        if isinstance(inputs, _batch_types()):
             return False
         return not (isinstance(inputs, np.ndarray) and inputs.ndim >= 1 and
                     inputs.dtype.kind in "UO")
@@ -512,8 +533,8 @@ class SentenceTransformer:
             elif self.default_prompt_name is not None:
                 prompt = self.prompts.get(self.default_prompt_name)
         elif prompt_name is not None:
-            logger.warning("Provide either a `prompt`, a `prompt_name`, or neither, but not "
-                           "both. Ignoring the `prompt_name` in favor of `prompt`.")
+            logger.warning("encode got both prompt and prompt_name: prompt_name=%r is ignored, "
+                           "prompt is used", prompt_name)
         if prompt is not None and not isinstance(prompt, str):
             raise TypeError(f"prompt must be a str or None, got {type(prompt).__name__}")
         return prompt or ""
@@ -529,14 +550,13 @@ class SentenceTransformer:
         sentence-transformers' ``encode``: float32 (N, dim) by default, (dim,) for one str;
         see the module docstring for the options. ``chunk_size`` (multi-process only) and
         ``task`` (a Router's, which fastattn's folders do not have) change nothing."""
-        if "sentences" in kwargs:                   # sentence-transformers' name before 6.0
-            if inputs is not None:
-                raise TypeError("give inputs or sentences, not both")
-            inputs = kwargs.pop("sentences")
+        inputs = _inputs_argument(inputs, kwargs)
         kwargs.pop("task", None)
         if kwargs:
-            raise ValueError(f"encode() got keyword arguments fastattn does not support: "
-                             f"{sorted(kwargs)}")
+            raise ValueError(f"encode() got keyword arguments this model does not use: "
+                             f"{sorted(kwargs)}" + ("; processing_kwargs (per-call tokenizer "
+                                                    "settings) is not supported"
+                                                    if "processing_kwargs" in kwargs else ""))
         if pool is not None:
             raise ValueError("pool= is sentence-transformers' multi-process encoding; fastattn "
                              "encodes in one process with OpenMP threads (n_threads=)")
@@ -587,17 +607,25 @@ class SentenceTransformer:
 
     def encode_query(self, inputs=None, prompt_name=None, prompt=None, **kwargs):
         """encode with the "query" prompt unless a prompt is given."""
+        inputs = _inputs_argument(inputs, kwargs)
         if prompt_name is None and prompt is None and "query" in self.prompts:
             prompt_name = "query"
-        return self.encode(inputs, prompt_name, prompt, task="query", **kwargs)
+        return self.encode(inputs=inputs, prompt_name=prompt_name, prompt=prompt, task="query",
+                           **kwargs)
 
     def encode_document(self, inputs=None, prompt_name=None, prompt=None, **kwargs):
         """encode with the first of the "document", "passage", "corpus" prompts unless a
         prompt is given."""
+        inputs = _inputs_argument(inputs, kwargs)
         if prompt_name is None and prompt is None:
             prompt_name = next((n for n in ("document", "passage", "corpus")
                                 if n in self.prompts), None)
-        return self.encode(inputs, prompt_name, prompt, task="document", **kwargs)
+        return self.encode(inputs=inputs, prompt_name=prompt_name, prompt=prompt,
+                           task="document", **kwargs)
+
+    def get_model_kwargs(self):
+        """The extra keyword arguments encode passes to the modules: none."""
+        return []
 
     # -- features -------------------------------------------------------------------------------
 
