@@ -89,7 +89,7 @@ def _check_device(device, name="device"):
                          "multi-process encoding; fastattn encodes in one process with OpenMP "
                          "threads (n_threads=)")
     if text not in ("cpu", "cpu:0"):
-        raise ValueError(f"{name}={device!r} is not supported: fastattn computes on the CPU "
+        raise ValueError(f"{name}={text!r} is not supported: fastattn computes on the CPU "
                          "only (device='cpu' or None)")
 
 
