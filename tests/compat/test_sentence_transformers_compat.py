@@ -494,3 +494,35 @@ def test_without_torch(compat_minilm, monkeypatch):
     assert isinstance(sim, np.ndarray) and sim.shape == (len(TEXTS), len(TEXTS))
     np.testing.assert_allclose(np.diag(sim), 1, rtol=1e-6)
     assert compat_minilm.device == "cpu"
+
+
+def test_the_one_implementation_underneath(dense_folders):
+    """The compat class adds nothing to the vectors: they are SentenceEncoder.encode's and
+    EncoderModel.embed's, with the per-call prompt and truncate_dim those now take."""
+    folder = dense_folders["truncated"]
+    ours = SentenceTransformer(folder)
+    enc = ours.encoder
+    np.testing.assert_array_equal(ours.encode(SENTENCES), enc.encode(SENTENCES))
+    for keep in (None, 3, 20):
+        ours.truncate_dim = keep                  # the model's, as the attribute sets it
+        want = enc.encode(SENTENCES, prompt="x: ", truncate_dim=keep)
+        np.testing.assert_array_equal(ours.encode(SENTENCES, prompt="x: "), want)
+        assert want.shape[1] == enc.model.output_dim(keep) == min(keep or 24, 24)
+    assert enc.encode([], truncate_dim=None).shape == (0, 24)
+    ids, types = enc.tokenize(SENTENCES[:3], "")
+    n = max(map(len, ids))
+    batch = np.array([r + [0] * (n - len(r)) for r in ids])
+    mask = batch != 0
+    full = enc.model.embed(batch, mask, truncate_dim=None)
+    assert full.shape == (3, 24)
+    np.testing.assert_array_equal(enc.model.embed(batch, mask, truncate_dim=5), full[:, :5])
+    np.testing.assert_array_equal(enc.model.embed(batch, mask), full[:, :10])
+    for bad, err in (("all", TypeError), (0, ValueError), (True, TypeError), (2.0, TypeError)):
+        with pytest.raises(err, match="truncate_dim"):
+            enc.model.embed(batch, mask, truncate_dim=bad)
+    with pytest.raises(TypeError, match="prompt"):
+        enc.encode(SENTENCES, prompt=b"x")
+    tokens = enc.token_embeddings(SENTENCES, batch_size=3, prompt="")
+    hidden = enc.model(batch, mask)
+    for i in range(3):
+        np.testing.assert_array_equal(tokens[i], hidden[i, :len(ids[i])])
