@@ -137,7 +137,7 @@ LAYERS = [
     ("models", {"models"}),
     ("text", {"text"}),
     ("audio", {"audio"}),
-    ("the applications", {"serve", "dask", "benchmark"}),
+    ("the applications", {"serve", "dask", "benchmark", "compat"}),
     ("the package", {"__init__", "__main__"}),
 ]
 MAX_LINES = 800
@@ -203,6 +203,7 @@ def test_every_fastattn_module_is_in_a_layer():
     assert _unit("fastattn.text.cli")[0] < _unit("fastattn.benchmark._cli")[0]
     assert _unit("fastattn.dask")[0] == _unit("fastattn.serve._app")[0]
     assert _unit("fastattn.dask")[1] != _unit("fastattn.serve._app")[1]
+    assert _unit("fastattn.compat.sentence_transformers")[0] == _unit("fastattn.dask")[0]
 
 
 def _lines(path):

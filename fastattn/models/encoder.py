@@ -126,9 +126,14 @@ class EncoderModel:
 
     @property
     def embedding_dim(self):
+        return self.output_dim()
+
+    def output_dim(self, truncate_dim="folder"):
+        """The size of :meth:`embed`'s vectors with that `truncate_dim` (its argument)."""
         width = self.dense[-1].out_features if self.dense else \
             self.hidden_size * len(self.pooling)
-        return width if self.truncate_dim is None else min(width, self.truncate_dim)
+        dim = check_truncate_dim(self.truncate_dim if truncate_dim == "folder" else truncate_dim)
+        return width if dim is None else min(width, dim)
 
     @property
     def quantize(self):
@@ -411,7 +416,7 @@ class EncoderModel:
     forward = __call__
 
     def embed(self, input_ids, attention_mask=None, token_type_ids=None, *, pooling=None,
-              normalize=None):
+              normalize=None, truncate_dim="folder"):
         """Sentence vectors: the last hidden state pooled over each sequence's tokens, then the
         folder's Dense modules, Normalize module and truncate_dim, as sentence-transformers'
         ``encode`` runs them.
@@ -430,6 +435,11 @@ class EncoderModel:
             L2-normalised (after truncate_dim; sentence-transformers'
             ``normalize_embeddings=True``). False: no normalisation (a Normalize module is
             skipped). Zero vectors stay zero.
+        truncate_dim : "folder", int or None
+            "folder" (default): the folder's truncate_dim. An int: keep the first
+            truncate_dim values of each vector (all of them when it has fewer), in place of
+            the folder's; None: keep them all (sentence-transformers' ``encode(truncate_dim=)``
+            and its model's ``truncate_dim``).
 
         Returns
         -------
@@ -441,6 +451,8 @@ class EncoderModel:
         """
         modes = self.pooling if pooling is None else check_pooling(pooling)
         norm = None if normalize is None else _check_flag(normalize, "normalize")
+        keep = check_truncate_dim(self.truncate_dim if truncate_dim == "folder"
+                                  else truncate_dim)
         width = self.hidden_size * len(modes)
         if self.dense and width != self.dense[0].in_features:
             raise ValueError(f"pooling={pooling!r} gives {width} values per sentence; the "
@@ -457,9 +469,22 @@ class EncoderModel:
             x = dense(x)
         if norm is None and self.normalize:   # the Normalize module, where it stands
             x = l2_normalize(x)
-        if self.truncate_dim is not None and self.truncate_dim < x.shape[1]:
-            x = np.ascontiguousarray(x[:, :self.truncate_dim])
+        if keep is not None and keep < x.shape[1]:
+            x = np.ascontiguousarray(x[:, :keep])
         return l2_normalize(x) if norm else x
+
+
+def check_truncate_dim(value):
+    """A truncate_dim argument (an int >= 1, or None: no truncation), else TypeError /
+    ValueError naming it."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"truncate_dim must be a positive int, None or 'folder', got {value!r}")
+    if value < 1:
+        raise ValueError(f"truncate_dim must be a positive int, got {value}")
+    return int(value)
+
 
 def _check_flag(value, name):
     if not isinstance(value, (bool, np.bool_)):

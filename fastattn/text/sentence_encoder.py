@@ -93,16 +93,19 @@ class SentenceEncoder:
     def __repr__(self):
         return f"SentenceEncoder({self.path!r}, model={self.model!r})"
 
-    def tokenize(self, sentences):
-        """(ids, type_ids): lists of token id lists (the folder's prompt first), truncated to
-        max_seq_length."""
-        texts = sentences if self.prompt is None else [self.prompt + s for s in sentences]
+    def tokenize(self, sentences, prompt=None):
+        """(ids, type_ids): lists of token id lists, truncated to max_seq_length. `prompt`
+        goes before each sentence: None, the folder's default prompt; a str ("": none) in
+        its place."""
+        prompt = _check_prompt(self.prompt if prompt is None else prompt)
+        texts = [prompt + s for s in sentences] if prompt else list(sentences)
         if self.do_lower_case:
             texts = [s.lower() for s in texts]
         return self.tokenizer.encode(texts, max_length=self.max_seq_length, types=True)
 
     def encode(self, sentences, *, batch_size=32, normalize=None, progress=None,
-               normalize_embeddings=None, show_progress_bar=None):
+               normalize_embeddings=None, show_progress_bar=None, prompt=None,
+               truncate_dim="folder"):
         """Embeddings of sentences.
 
         Parameters
@@ -124,6 +127,11 @@ class SentenceEncoder:
         progress, show_progress_bar : bool, optional
             A progress bar (sentences) on stderr (default none); the second is
             sentence-transformers' name (both given: they must agree).
+        prompt : str, optional
+            Put before each sentence in place of the folder's default prompt ("": none).
+        truncate_dim : "folder", int or None
+            As :meth:`fastattn.EncoderModel.embed`'s: the folder's (default), the first
+            truncate_dim values, or all of them (None).
 
         Returns
         -------
@@ -140,32 +148,60 @@ class SentenceEncoder:
         if normalize is None and not normalize_embeddings:
             norm = None                       # normalize_embeddings=False: the folder's
         progress = bool(_alias(progress, show_progress_bar, "progress", "show_progress_bar"))
+        dim = self.model.output_dim(truncate_dim)
         if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        ids, types = self.tokenize(texts)
+            return np.zeros((0, dim), dtype=np.float32)
+        ids, types = self.tokenize(texts, prompt)
         bar = progress_bar(progress, total=len(texts), desc="embed", unit="sentence")
         try:
             out = self.embed_ids(ids, types, batch_size=batch_size, normalize=norm,
-                                 on_batch=bar.update)
+                                 truncate_dim=truncate_dim, on_batch=bar.update)
         finally:
             bar.close()
         return out[0] if single else out
 
     def embed_ids(self, ids, types=None, *, batch_size=32, max_batch_tokens=None,
-                  normalize=None, on_batch=None):
+                  normalize=None, truncate_dim="folder", on_batch=None):
         """Embeddings of sentences already tokenized (what :meth:`tokenize` gives: lists of
         ids, special tokens included, at most ``max_seq_length`` each; ``types``: token type
-        ids, default zeros), through :meth:`fastattn.EncoderModel.embed` (``normalize`` as
-        :meth:`encode`'s). The rows are sorted by length and batched by ``batch_size`` and /
-        or ``max_batch_tokens`` padded tokens; the result (N, dim) float32 is bitwise the same
-        whatever the batching. ``on_batch(n)`` is called after each forward pass."""
+        ids, default zeros), through :meth:`fastattn.EncoderModel.embed` (``normalize`` and
+        ``truncate_dim`` as :meth:`encode`'s). The rows are sorted by length and batched by
+        ``batch_size`` and / or ``max_batch_tokens`` padded tokens; the result (N, dim)
+        float32 is bitwise the same whatever the batching. ``on_batch(n)`` is called after
+        each forward pass."""
         batch_size, max_batch_tokens = check_batching(batch_size, max_batch_tokens)
         if normalize is not None and not isinstance(normalize, (bool, np.bool_)):
             raise TypeError(f"normalize must be True, False or None, got {normalize!r}")
         norm = self._folder_norm if normalize is None else bool(normalize)
-        out = np.zeros((len(ids), self.dim), dtype=np.float32)
+        out = np.zeros((len(ids), self.model.output_dim(truncate_dim)), dtype=np.float32)
+        # every row's vector is the same bits whatever else is in its batch
+        for idx, batch, mask, tt in self._batches(ids, types, batch_size, max_batch_tokens):
+            out[idx] = self.model.embed(batch, mask, tt, normalize=norm,
+                                        truncate_dim=truncate_dim)
+            if on_batch is not None:
+                on_batch(len(idx))
+        return out
+
+    def token_embeddings(self, sentences, *, batch_size=32, prompt=None):
+        """The last hidden state of each sentence's tokens, special tokens and prompt
+        included (sentence-transformers' ``encode(output_value="token_embeddings")``): a list
+        of (n_tokens, hidden_size) float32 arrays, bitwise the same whatever the batching.
+        `prompt` as :meth:`encode`'s."""
+        texts = check_texts(sentences, "sentences")
+        batch_size, _ = check_batching(batch_size, None)
+        ids, types = self.tokenize(texts, prompt)
+        out = [None] * len(ids)
+        for idx, batch, mask, tt in self._batches(ids, types, batch_size, None):
+            hidden = self.model(batch, mask, tt)
+            for row, i in enumerate(idx):
+                out[i] = hidden[row, :len(ids[i])].copy()
+        return out
+
+    def _batches(self, ids, types, batch_size, max_batch_tokens):
+        """(row indices, padded ids, mask, token types or None) of each batch, sorted by
+        length, under the n_threads limit."""
         if not len(ids):
-            return out
+            return
         from threadpoolctl import threadpool_limits
         limits = threadpool_limits(limits=self.n_threads) if self.n_threads else None
         try:
@@ -174,14 +210,16 @@ class SentenceEncoder:
                 tt = None
                 if types is not None and any(any(types[i]) for i in idx):
                     tt, _ = pad_batch([types[i] for i in idx], 0)
-                # every row's vector is the same bits whatever else is in its batch
-                out[idx] = self.model.embed(batch, mask, tt, normalize=norm)
-                if on_batch is not None:
-                    on_batch(len(idx))
+                yield idx, batch, mask, tt
         finally:
             if limits is not None:
                 limits.restore_original_limits()
-        return out
+
+
+def _check_prompt(prompt):
+    if prompt is not None and not isinstance(prompt, str):
+        raise TypeError(f"prompt must be a str or None, got {type(prompt).__name__}")
+    return prompt
 
 
 def _alias(ours, theirs, our_name, their_name):

@@ -1,0 +1,12 @@
+"""Peers' APIs over fastattn: a user's script runs after changing only its import.
+
+Each peer has one module, imported by its name (nothing is imported here, so that importing one
+adapter costs nothing of the others):
+
+- :mod:`fastattn.compat.sentence_transformers`: ``SentenceTransformer(folder).encode(...)``
+  over :class:`fastattn.SentenceEncoder`.
+
+An adapter is thin: it maps the peer's names and return types onto the one implementation, and
+an option of the peer that fastattn cannot honour is a ValueError / TypeError naming it, never a
+silently different result.
+"""
