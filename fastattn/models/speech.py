@@ -34,8 +34,6 @@ from ..nn._masks import _KernelMask
 from ..nn._module import _Init, _Module
 from ..nn.conv import Conv1d
 from ..nn.embedding import Embedding
-from ..nn.linear import Linear
-from ..nn.transformer import TransformerDecoder, TransformerEncoder
 from . import _seq2seq_spec, registry
 from .seq2seq import _SMALL, Seq2SeqTransformer
 from .whisper import FIXED, check_alignment_heads, check_whisper_generation, read_generation
@@ -190,21 +188,12 @@ class WhisperModel(Seq2SeqTransformer):
         self.decoder_embed = Embedding(c["vocab_size"], d, positions="learned",
                                        max_positions=c["max_target_positions"], dtype=dt,
                                        _init=init)
-        act = canonical_activation(c["activation_function"], "activation_function")
-        for which, stack in (("encoder", TransformerEncoder), ("decoder", TransformerDecoder)):
-            setattr(self, which, stack._build(
-                init, num_layers=c[f"{which}_layers"], final_norm=True, d_model=d,
-                nhead=c[f"{which}_attention_heads"], dim_feedforward=c[f"{which}_ffn_dim"],
-                activation=act, layer_norm_eps=c["layer_norm_eps"], norm_first=True,
-                dtype=dt))
+        self._build_stacks(init, True)
         for stack in (self.encoder, self.decoder):            # k_proj has no bias
             for layer in stack.layers:
                 for attn in (layer.self_attn, getattr(layer, "multihead_attn", None)):
                     if attn is not None:
                         attn._params["in_proj_bias"][d:2 * d] = 0
-        self.lm_head = Linear(d, c["vocab_size"], bias=False, dtype=dt, _init=init)
-        if c["tie_word_embeddings"]:
-            self.lm_head._params["weight"] = self.decoder_embed._params["weight"]
         self._layers = {"stem": self.stem, "decoder_embed": self.decoder_embed,
                         "encoder": self.encoder, "decoder": self.decoder, "lm_head": self.lm_head}
 
