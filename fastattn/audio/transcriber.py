@@ -284,7 +284,6 @@ class Transcriber:
         return samples
 
 
-
 # the options of transcribe / stream / transcribe_batch and their defaults: transcribe's
 # signature is the one place they are written
 TRANSCRIBE_DEFAULTS = types.MappingProxyType({

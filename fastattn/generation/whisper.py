@@ -284,7 +284,8 @@ def window_segments(seq, timestamp_begin, window_frames, input_stride=2, *, tail
             last = c
     else:
         idx = np.flatnonzero(ts)
-        end = int(window_frames * 0.01 / (input_stride * 0.01))     # the window's end
+        # the window's end in timestamp steps, in transformers' float arithmetic
+        end = int(window_frames * 0.01 / (input_stride * 0.01))
         if idx.size and kept[idx[-1]] != tb:
             end = int(kept[idx[-1]]) - tb
         out = [(kept, 0, end)]
@@ -312,7 +313,7 @@ def window_stream(seed, key):
 class WindowResult(NamedTuple):
     """One window's decoding (:meth:`WindowDecoder.decode`)."""
     tokens: np.ndarray          # the generated tokens: the prefix, EOS and padding left out
-    sum_logprob: float          # None unless scores were asked for (and not sampled)
+    sum_logprob: float          # None unless scores were asked for or it was sampled
     no_speech_prob: float       # None unless scores were asked for
 
 
