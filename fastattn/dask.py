@@ -321,9 +321,9 @@ def transcribe(audio, path, *, quantize=None, **options):
     a Whisper folder: item i is ``Transcriber(path, quantize=quantize).transcribe(audio_i,
     **options)`` (a :class:`fastattn.audio.Transcription`), bitwise, whatever the
     partitioning and the workers' thread counts. Each worker process loads the folder once."""
-    from .audio.transcriber import _DEFAULTS
+    from .audio.transcriber import TRANSCRIBE_DEFAULTS
     for key in options:
-        if key not in _DEFAULTS:
+        if key not in TRANSCRIBE_DEFAULTS:
             raise TypeError(f"transcribe() got an unexpected keyword argument {key!r}")
     check_quantize(quantize)
     return _map_text(audio, path, "transcribe", options, {}, quantize)

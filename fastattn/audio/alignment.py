@@ -30,13 +30,12 @@ import math
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
 __all__ = ["dtw", "median_filter", "alignment_matrix", "token_times", "split_to_word_tokens",
            "merge_punctuations", "find_alignment", "add_word_timestamps", "WordTiming",
-           "TimedWord", "TOKENS_PER_SECOND", "PREPEND_PUNCTUATIONS", "APPEND_PUNCTUATIONS"]
+           "Word", "TOKENS_PER_SECOND", "PREPEND_PUNCTUATIONS", "APPEND_PUNCTUATIONS"]
 
 TOKENS_PER_SECOND = 50                 # encoder positions per second (0.02 s each)
 PREPEND_PUNCTUATIONS = "\"'“¿([{-"
@@ -57,8 +56,11 @@ class WordTiming:
     probability: float
 
 
-class TimedWord(NamedTuple):
-    """A word in absolute time (:func:`add_word_timestamps`): seconds, rounded to 0.01."""
+@dataclass(frozen=True)
+class Word:
+    """A word and when it was said (seconds from the start of the audio, rounded to 0.01 by
+    :func:`add_word_timestamps`), with the mean probability of its tokens: what a
+    transcription segment's ``words`` hold."""
     start: float
     end: float
     word: str
@@ -318,8 +320,8 @@ def find_alignment(model, encoder_output, sot_sequence, text_tokens, num_frames,
     model : fastattn.WhisperModel
         Its :attr:`~fastattn.WhisperModel.alignment_heads` give the weights.
     encoder_output : array (max_source_positions, d_model) or (1, ...)
-        The window's encoder output (``model._encode(...)`` / :meth:`~fastattn.WhisperModel.
-        encode`), or its features (1, num_mel_bins, n_frames).
+        The window's encoder output (:meth:`~fastattn.WhisperModel.encode`), or its features
+        (1, num_mel_bins, n_frames).
     sot_sequence : list of int
         <|startoftranscript|>, the language and task tokens, without any previous-text prompt
         (<|notimestamps|> follows them here; one ending the sequence is the same one).
@@ -362,20 +364,20 @@ def find_alignment(model, encoder_output, sot_sequence, text_tokens, num_frames,
         sot_sequence = sot_sequence[:-1]
     if not text_tokens:
         return []
-    memory, B = model._memory_or_features(encoder_output, n_threads)
-    if B != 1:
-        raise ValueError(f"find_alignment takes one window's encoder output, got {B}")
+    shape = np.shape(encoder_output)
+    if len(shape) == 3 and shape[0] != 1:
+        raise ValueError(f"find_alignment takes one window's encoder output, got {shape[0]}")
     tokens = sot_sequence + [nts] + text_tokens + [eot]
     if len(tokens) > model.max_decoder_positions:
         raise ValueError(f"{len(tokens)} tokens (the prefix, <|notimestamps|>, the text, EOT) "
                          f"exceed max_target_positions={model.max_decoder_positions}")
     if language is None:
         language = _language_of(model, sot_sequence)
-    scores, logits = model._alignment_scores(memory, np.array([tokens], np.int64),
-                                             model.alignment_heads, n_threads)
+    scores, logits = model.cross_attention_weights(encoder_output, [tokens], softmax=False,
+                                                   return_logits=True, n_threads=n_threads)
     n_sot, n = len(sot_sequence), len(text_tokens)
     # the text tokens' probabilities: each predicted from the position before it
-    lg = logits[n_sot:n_sot + n, :eot].astype(np.float64)
+    lg = logits[0, n_sot:n_sot + n, :eot].astype(np.float64)
     lg -= lg.max(axis=1, keepdims=True)
     p = np.exp(lg)
     probs = p[np.arange(n), text_tokens] / p.sum(axis=1)
@@ -427,7 +429,7 @@ def add_word_timestamps(model, segments, encoder_output, sot_sequence, tokenizer
     Returns
     -------
     (results, last_speech_timestamp): results one ``(start, end, words)`` per segment, its
-    start and end adjusted to its words and ``words`` a list of :class:`TimedWord` (absolute
+    start and end adjusted to its words and ``words`` a list of :class:`Word` (absolute
     seconds rounded to 0.01; empty when the segment has no words); last_speech_timestamp
     updated for the next window.
     """
@@ -488,6 +490,6 @@ def add_word_timestamps(model, segments, encoder_output, sot_sequence, tokenizer
             else:
                 end = final[1]
             last = end
-        results.append((start, end, [TimedWord(float(a), float(b), c, float(d))
+        results.append((start, end, [Word(float(a), float(b), c, float(d))
                                      for a, b, c, d in words]))
     return results, last

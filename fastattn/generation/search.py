@@ -35,7 +35,7 @@ from .._threads import _effective_n_threads
 from .._validation import check_generation_setting, check_labels, check_token_ids
 from ..functional import log_softmax
 from .config import resolve_settings
-from .processors import apply, build_processors, history
+from .processors import Temperature, apply, build_processors, history
 
 __all__ = ["Decoder", "DecoderState", "generate", "greedy_search", "beam_search", "score"]
 
@@ -288,16 +288,27 @@ def _chosen_logprob(scores, tokens):
 
 
 def greedy_search(state, procs, p, B, rng=None, *, prefix=None, streams=None, sources=None,
-                  streamer=None, return_scores=False, on_logits=None):
+                  streamer=None, return_scores=False, on_logits=None, draw_temperature=None,
+                  score_dtype=_F32):
     """Greedy (or, with `rng` / `streams`, multinomial) decoding -> int64 (B, P + T), with
-    `return_scores` also the float32 (B,) sums of the chosen tokens' log-probabilities.
+    `return_scores` also the (B,) sums of the chosen tokens' log-probabilities (float32, or
+    `score_dtype`: float64 keeps the sums unrounded).
 
     prefix (B, P): the forced decoder prefix (default: the start token). streams: one NumPy
     Generator per row (default: spawned from the SeedSequence `rng`, row b drawing from child
     b). sources (B,): the source of each row, for the processors that read it.
     on_logits(t, logits): called with the raw logits (rows, vocab) after prefix position t is
     fed, for t = 0 .. P - 1 (Whisper's no-speech probability reads them at
-    <|startoftranscript|>)."""
+    <|startoftranscript|>).
+    draw_temperature: sampling draws from softmax(scores / draw_temperature) while the scores
+    summed by `return_scores` stay those before it (Whisper's temperature fallback, as
+    openai-whisper and CTranslate2 score a draw); generate's ``temperature`` is a processor
+    instead.
+
+    A state with several rows per source (``state.num_beams`` > 1: e.g. draws sharing one
+    encoder output) keeps a row that has ended in the step batch, fed padding and drawing
+    nothing, until every row of its source has ended; with one row per source, an ended row
+    leaves at once."""
     max_len, eos, pad = p["max_length"], p["eos_token_id"], p["pad_token_id"]
     if prefix is None:
         prefix = np.full((B, 1), p["decoder_start_token_id"], np.int64)
@@ -306,10 +317,13 @@ def greedy_search(state, procs, p, B, rng=None, *, prefix=None, streams=None, so
     seqs[:, :P] = prefix
     if sources is None:
         sources = np.arange(B)
+    G = state.num_beams                                        # rows per source in the state
     active = np.arange(B)                                      # source row of each cache row
+    ended = np.zeros(B, bool)                                  # per cache row (G > 1 only)
     if streams is None and rng is not None:
         # one generator per source row: a row's draws do not depend on the rest of the batch
         streams = [np.random.default_rng(s) for s in rng.spawn(B)]
+    temperature = None if draw_temperature is None else Temperature(draw_temperature)
     total = np.zeros(B) if return_scores else None
     if streamer is not None:
         streamer.put(prefix.copy())
@@ -319,18 +333,30 @@ def greedy_search(state, procs, p, B, rng=None, *, prefix=None, streams=None, so
             on_logits(t, lg)
     cur = P
     tokens = seqs[:, P - 1].copy()
+
+    def choose(scores, rows):
+        if streams is None:
+            return np.argmax(scores, axis=1)
+        if temperature is not None:
+            scores = temperature(None, scores.copy())
+        return _draw(scores, [streams[r] for r in rows])
+
     while True:
         scores = _scores_f32(state.step(tokens))               # (n, V)
         if on_logits is not None and cur == P:
             on_logits(P - 1, scores.copy())
         hist = history(seqs, active, cur, procs)
         scores = apply(procs, hist, scores, sources[active])
-        if streams is None:
-            nxt = np.argmax(scores, axis=1)
+        if ended.any():                   # rows that ended wait for their source's others
+            live = np.flatnonzero(~ended)
+            nxt = np.full(active.size, pad, np.int64)
+            nxt[live] = choose(scores[live], active[live])
+            if return_scores:
+                total[active[live]] += _chosen_logprob(scores[live], nxt[live])
         else:
-            nxt = _draw(scores, [streams[r] for r in active])
-        if return_scores:
-            total[active] += _chosen_logprob(scores, nxt)
+            nxt = choose(scores, active)
+            if return_scores:
+                total[active] += _chosen_logprob(scores, nxt)
         seqs[active, cur] = nxt
         if streamer is not None:
             streamer.put(nxt.copy())
@@ -338,12 +364,23 @@ def greedy_search(state, procs, p, B, rng=None, *, prefix=None, streams=None, so
         if cur >= max_len:
             break
         done = nxt == eos
-        if done.all():
-            break
-        active, nxt = _drop_finished(state, done, active, nxt)
+        if G == 1:
+            if done.all():
+                break
+            active, nxt = _drop_finished(state, done, active, nxt)
+        else:
+            ended |= done
+            gone = ended.reshape(-1, G).all(axis=1)            # per source
+            if gone.all():
+                break
+            if gone.any():
+                keep = np.flatnonzero(~gone)
+                state.select_sources(keep)
+                rows = (keep[:, None] * G + np.arange(G)).reshape(-1)
+                active, nxt, ended = active[rows], nxt[rows], ended[rows]
         tokens = nxt
     out = seqs[:, :cur]
-    return (out, total.astype(_F32)) if return_scores else out
+    return (out, total.astype(score_dtype)) if return_scores else out
 
 
 def _check_sampling_scores(scores):

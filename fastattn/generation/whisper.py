@@ -14,14 +14,23 @@ Semantics of transformers' ``WhisperForConditionalGeneration.generate`` (5.x,
   timestamp tokens moves the seek to the last timestamp and the clip is decoded again from
   there (:func:`split_segments`): transformers runs this loop for clips of at most 30 s too.
   The result is the clip's kept tokens, window after window, the prefix and EOS left out.
+- one window's decoding (:class:`WindowDecoder`: the settings, the processors, beam search,
+  greedy or sampling, the no-speech probability and the scores the temperature fallback reads)
+  is ``WhisperModel.generate``'s and ``fastattn.audio.Transcriber``'s (sequential, batched,
+  streamed); the fallback's draws come from :func:`fallback_streams` / :func:`window_stream`.
 """
+from typing import NamedTuple
+
 import numpy as np
 
 from ..functional import log_softmax
-from .processors import _token_list
+from .config import resolve_settings
+from .processors import SuppressTokens, _token_list, build_processors
+from .search import beam_search, greedy_search
 
 __all__ = ["SuppressAtBegin", "TimestampRules", "LANGUAGES", "language_token", "prompt_rows",
-           "split_segments", "strip_generated"]
+           "split_segments", "window_segments", "strip_generated", "WindowDecoder",
+           "WindowResult", "fallback_streams", "window_stream"]
 
 _NEG_INF = -np.inf
 
@@ -245,3 +254,262 @@ def split_segments(seq, timestamp_begin, window_frames, input_stride=2):
         return seq, window_frames
     end = pairs[-1] + 1
     return seq[:end], int(seq[pairs[-1] - 1] - timestamp_begin) * input_stride
+
+
+def window_segments(seq, timestamp_begin, window_frames, input_stride=2, *, tail=False):
+    """One window's generated tokens -> ([(tokens, start, end)], frames the seek moves): the
+    segments of what :func:`split_segments` keeps, cut after each pair of consecutive
+    timestamps, start and end in timestamp steps (0.02 s) from the window's start
+    (transformers' ``_retrieve_segment``). A decoding without a pair is one segment to its last
+    timestamp (or, ending in ``<|0.00|>`` or without one, to the window's end).
+
+    tail: the tokens after the last pair (which the seek loop decodes again from there) are a
+    segment of their own, from the last pair to the window's end (a window decoded once: the
+    batched long form)."""
+    kept, moved = split_segments(seq, timestamp_begin, window_frames, input_stride)
+    tb = timestamp_begin
+    ts = kept >= tb
+    cuts = list(np.flatnonzero(ts[:-1] & ts[1:]) + 1)
+    if cuts:
+        closed = bool(ts[-2] and ts[-1])   # kept ends in its last pair (else: one timestamp)
+        if closed:
+            cuts[-1] += 1
+        else:
+            cuts.append(kept.size)
+        out, last = [], 0
+        for i, c in enumerate(cuts):
+            piece = kept[last:c]
+            end_idx = -2 if closed and i == len(cuts) - 1 else -1
+            out.append((piece, int(piece[0]) - tb, int(piece[end_idx]) - tb))
+            last = c
+    else:
+        idx = np.flatnonzero(ts)
+        # the window's end in timestamp steps, in transformers' float arithmetic
+        end = int(window_frames * 0.01 / (input_stride * 0.01))
+        if idx.size and kept[idx[-1]] != tb:
+            end = int(kept[idx[-1]]) - tb
+        out = [(kept, 0, end)]
+    if tail and moved < window_frames:
+        rest = seq[sum(p[0].size for p in out):]
+        if rest.size:
+            out.append((rest, int(out[-1][2]) if out else 0, window_frames // input_stride))
+    return out, moved
+
+
+def fallback_streams(seed, seek, index, best_of):
+    """The NumPy generators of the `best_of` draws of the sequential long form's window at mel
+    frame `seek` decoded at its `index`-th temperature: the children of
+    ``SeedSequence([seed, seek, index])`` (the same draws for any thread count)."""
+    ss = np.random.SeedSequence([seed, int(seek), index])
+    return [np.random.default_rng(x) for x in ss.spawn(best_of)]
+
+
+def window_stream(seed, key):
+    """The NumPy generator of a batched window's one draw: ``SeedSequence([seed, key])``, key
+    the window's first sample in its file (the same draw whatever else is in the batch)."""
+    return np.random.default_rng(np.random.SeedSequence([seed, int(key)]))
+
+
+class WindowResult(NamedTuple):
+    """One window's decoding (:meth:`WindowDecoder.decode`)."""
+    tokens: np.ndarray          # the generated tokens: the prefix, EOS and padding left out
+    sum_logprob: float          # None unless scores were asked for or it was sampled
+    no_speech_prob: float       # None unless scores were asked for
+
+
+class WindowDecoder:
+    """The decoding of Whisper windows (30 s of features, encoded), the one behind
+    ``WhisperModel.generate`` and ``fastattn.audio.Transcriber``: a window's settings
+    (:meth:`settings`, :meth:`max_length`), its logits processors (:meth:`processors`), and
+    beam search, greedy or sampling with the scores the temperature fallback reads
+    (:meth:`decode`).
+
+    Parameters
+    ----------
+    model : a Whisper on the decoder interface (:class:`~.search.Decoder`)
+        WhisperModel: its ``generation_config`` holds Whisper's fields and its ``start``
+        takes ``encoder_output``.
+    settings : dict, optional
+        generate's keywords (:attr:`SETTINGS`, transformers' names); the checkpoint's where
+        not given.
+    timestamps : bool
+        Decode with the timestamp rules (:class:`TimestampRules`).
+    """
+
+    SETTINGS = ("max_new_tokens", "num_beams", "length_penalty", "early_stopping",
+                "suppress_tokens", "begin_suppress_tokens", "repetition_penalty",
+                "no_repeat_ngram_size")
+
+    def __init__(self, model, settings=None, *, timestamps=True):
+        self.model = model
+        self.user = dict(settings or {})
+        for key in self.user:
+            if key not in self.SETTINGS:
+                raise TypeError(f"generate() got an unexpected keyword argument {key!r}")
+        self.timestamps = bool(timestamps)
+
+    def settings(self, prefix_len):
+        """The generation settings (transformers' precedence: the given settings, the
+        checkpoint's, the defaults) for a decoder prefix of `prefix_len` tokens; max_length
+        before the first window's growth (:meth:`max_length`); sampling never (Whisper samples
+        only in its temperature fallback, :meth:`decode`)."""
+        model = self.model
+        gen = model.generation_config
+        user = self.user
+        mnt = user.get("max_new_tokens")
+        if mnt is None:
+            mnt = gen.get("max_new_tokens")
+        p = resolve_settings(model, dict(user, max_new_tokens=1), 1)
+        p["do_sample"], p["max_new_tokens"] = False, mnt
+        if gen.get("min_new_tokens") is not None:     # counted after the whole prefix
+            p["min_length"] = gen["min_new_tokens"] + prefix_len
+        limit = model.max_decoder_positions
+        if mnt is not None:
+            if isinstance(mnt, bool) or not isinstance(mnt, (int, np.integer)) or mnt < 1:
+                raise ValueError(f"max_new_tokens must be an integer >= 1, got {mnt!r}")
+            if mnt + prefix_len > limit:
+                raise ValueError(f"the decoder prefix ({prefix_len} tokens: prompt and "
+                                 f"<|startoftranscript|>...) plus max_new_tokens={mnt} exceed "
+                                 f"max_target_positions={limit}")
+            p["max_length"] = int(mnt) + prefix_len
+        else:
+            if prefix_len >= limit:
+                raise ValueError(f"the decoder prefix ({prefix_len} tokens: prompt and "
+                                 f"<|startoftranscript|>...) leaves no room below "
+                                 f"max_target_positions={limit}")
+            p["max_length"] = gen.get("max_length", 20)
+        return p
+
+    def max_length(self, p, prefix_len, window=1):
+        """The max_length of the `window`-th window (1: the first) of a clip decoded after
+        `prefix_len` tokens: without max_new_tokens, transformers' per-window limit, the
+        settings' ``max_length`` grown by min(max_target_positions // 2 - 1, prefix_len) each
+        window, at most max_target_positions; else the settings'. A ValueError where it
+        leaves no room after the prefix."""
+        limit = self.model.max_decoder_positions
+        n = p["max_length"]
+        if p["max_new_tokens"] is None:
+            n = min(n + window * min(limit // 2 - 1, prefix_len), limit)
+        if n <= prefix_len:
+            raise ValueError(f"max_length={n} leaves no room after the decoder prefix of "
+                             f"{prefix_len} tokens; pass max_new_tokens")
+        return n
+
+    def processors(self, p, prefix_len):
+        """transformers' generic processors, then Whisper's: begin_suppress_tokens, then
+        suppress_tokens, then the timestamp rules."""
+        gen, V = self.model.generation_config, self.model.vocab_size
+        sup = p["suppress_tokens"]
+        begin = self.user.get("begin_suppress_tokens", gen.get("begin_suppress_tokens"))
+        procs = build_processors(dict(p, suppress_tokens=None), V, p["eos_token_id"],
+                                 2 if p["num_beams"] > 1 else 1)
+        if begin is not None:
+            procs.append(SuppressAtBegin(begin, prefix_len, V))
+        if sup is not None:
+            procs.append(SuppressTokens(sup, V))
+        if self.timestamps:
+            procs.append(TimestampRules(
+                gen["no_timestamps_token_id"], p["eos_token_id"], prefix_len,
+                gen.get("max_initial_timestamp_index"),
+                gen.get("_detect_timestamp_from_logprob", True) is not False))
+        return procs
+
+    def window(self, prefix_len):
+        """(settings, processors) of a window decoded on its own after `prefix_len` tokens
+        (the long form's: max_length grown once)."""
+        p = self.settings(prefix_len)
+        p["max_length"] = self.max_length(p, prefix_len)
+        return p, self.processors(p, prefix_len)
+
+    def decode(self, encoder_output, prefix, p, procs, *, temperature=0.0, streams=None,
+               scores=False, n_threads=None):
+        """Decode n windows -> [:class:`WindowResult`], one per window.
+
+        encoder_output : array (n, max_source_positions, d_model)
+        prefix : int array (n, P), or (P,) for every window
+            The decoder prefix: a ``<|startofprev|>`` prompt, then <|startoftranscript|> ...
+            (at the same position in every row).
+        p, procs : the window's settings and processors (:meth:`window`).
+        temperature : float
+            0: beam search (``p["num_beams"]`` > 1) or greedy. Over 0: sampling at that
+            temperature, ``streams[i]`` holding window i's generators, one per draw (as many
+            for every window). A window's draws are decoded together over one encoder output
+            and the best is kept: the highest sum_logprob per token (EOS counted), the first
+            of equals.
+        scores : bool
+            Also each window's ``sum_logprob`` and ``no_speech_prob``: the chosen tokens'
+            log-probabilities summed, EOS included (beam search: renormalised after the
+            processors, the beam score x length ** length_penalty less the mass the processors
+            left, openai-whisper's and CTranslate2's ``sum_logprobs``; greedy: under the
+            processed scores, rounded to float32; sampling: under the processed scores before
+            the temperature, float64), and the probability of ``<|nospeech|>`` (the token
+            before ``<|notimestamps|>``) under the raw logits at <|startoftranscript|>.
+        """
+        model = self.model
+        n = encoder_output.shape[0]
+        rows = np.asarray(prefix, np.int64)
+        if rows.ndim == 1:
+            rows = np.repeat(rows[None], n, axis=0)
+        P = rows.shape[1]
+        pad, eos = p["pad_token_id"], p["eos_token_id"]
+        sampled = temperature > 0.0
+        K = len(streams[0]) if sampled else p["num_beams"]      # rows per window
+        seen = {}
+        on_logits = None
+        if scores:
+            gen = model.generation_config
+            sot_at = int(np.flatnonzero(rows[0] == gen["decoder_start_token_id"])[0])
+
+            def on_logits(t, logits):
+                if t == sot_at:
+                    seen["sot"] = np.asarray(logits[::K], np.float64)
+
+        state = model.start(encoder_output=encoder_output, num_beams=K,
+                            max_length=p["max_length"], n_threads=n_threads)
+        sums = norm = None
+        if sampled:
+            seqs, sums = greedy_search(
+                state, procs, p, n * K, prefix=np.repeat(rows, K, axis=0),
+                streams=[g for s in streams for g in s], sources=np.repeat(np.arange(n), K),
+                return_scores=True, on_logits=on_logits, draw_temperature=temperature,
+                score_dtype=np.float64)
+        elif K > 1:
+            if scores:
+                seqs, sums, norm = beam_search(state, procs, p, n, K, None, n_threads,
+                                               prefix=rows, return_scores=True,
+                                               on_logits=on_logits, return_norm=True)
+            else:
+                seqs = beam_search(state, procs, p, n, K, None, n_threads, prefix=rows)
+        elif scores:
+            seqs, sums = greedy_search(state, procs, p, n, prefix=rows, return_scores=True,
+                                       on_logits=on_logits)
+        else:
+            seqs = greedy_search(state, procs, p, n, prefix=rows)
+        no_speech = [None] * n
+        if scores:
+            lg = seen["sot"]
+            lg = lg - lg.max(axis=1, keepdims=True)
+            probs = np.exp(lg) / np.exp(lg).sum(axis=1, keepdims=True)
+            tok = model.generation_config["no_timestamps_token_id"] - 1
+            no_speech = [float(probs[i, tok]) for i in range(n)]
+        out = []
+        for i in range(n):
+            total = None
+            if sampled:
+                best, best_rank = None, -np.inf
+                for r in range(i * K, (i + 1) * K):
+                    g = strip_generated(seqs[r, P:], pad, eos)
+                    rank = float(sums[r]) / max(g.size, 1)
+                    if rank > best_rank:
+                        best, best_rank, total = g, rank, float(sums[r])
+                tokens = best
+            else:
+                tokens = strip_generated(seqs[i, P:], pad, eos)
+                if scores:
+                    total = float(sums[i])
+                if norm is not None:      # the beam score is sum / length ** length_penalty
+                    end = P + tokens.size
+                    length = tokens.size + (end < seqs.shape[1] and seqs[i, end] == eos)
+                    total = total * length ** p["length_penalty"] - float(norm[i])
+            out.append(WindowResult(tokens, total, no_speech[i]))
+        return out

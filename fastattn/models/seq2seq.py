@@ -201,26 +201,36 @@ class Seq2SeqTransformer(Seq2SeqWeights):
                                        dtype=dt, _init=init)
         if c["share_encoder_decoder_embeddings"]:
             self.decoder_embed._params["weight"] = self.encoder_embed._params["weight"]
-        act = canonical_activation(c["activation_function"], "activation_function")
-        pre = c["normalize_before"]
         variant = {k: v for k, v in (("head_dim", c["head_dim"]),
                                      ("attn_scale", c["attention_scale"]),
                                      ("norm", c["norm"]), ("gated", c["gated_ffn"])) if v}
         bias = None if c["relative_attention_num_buckets"] is None else {
             "num_buckets": c["relative_attention_num_buckets"],
             "max_distance": c["relative_attention_max_distance"]}
+        self._build_stacks(init, c["normalize_before"], bias=c["bias"], position_bias=bias,
+                           **variant)
+        self._layers = {"encoder_embed": self.encoder_embed, "decoder_embed": self.decoder_embed,
+                        "encoder": self.encoder, "decoder": self.decoder, "lm_head": self.lm_head}
+
+    def _build_stacks(self, init, pre, **layer):
+        """The encoder and decoder stacks (``encoder``, ``decoder``: pre-norm with a final
+        LayerNorm where `pre`, else post-norm) from the config's layer counts, heads and widths
+        and the layer keywords `layer`, then ``lm_head`` (decoder_vocab_size outputs, tied to
+        the decoder's token embedding where tie_word_embeddings): this class's network and
+        WhisperModel's."""
+        c, dt = self._config, self._dtype
+        d = c["d_model"]
+        act = canonical_activation(c["activation_function"], "activation_function")
         for which, stack in (("encoder", TransformerEncoder), ("decoder", TransformerDecoder)):
             setattr(self, which, stack._build(
                 init, num_layers=c[f"{which}_layers"], final_norm=pre, d_model=d,
                 nhead=c[f"{which}_attention_heads"], dim_feedforward=c[f"{which}_ffn_dim"],
-                activation=act, layer_norm_eps=c["layer_norm_eps"], norm_first=pre,
-                bias=c["bias"], position_bias=bias, dtype=dt, **variant))
+                activation=act, layer_norm_eps=c["layer_norm_eps"], norm_first=pre, dtype=dt,
+                **layer))
         self.lm_head = Linear(d, c["decoder_vocab_size"], bias=c["final_logits_bias"], dtype=dt,
                               _init=init)
         if c["tie_word_embeddings"]:
             self.lm_head._params["weight"] = self.decoder_embed._params["weight"]
-        self._layers = {"encoder_embed": self.encoder_embed, "decoder_embed": self.decoder_embed,
-                        "encoder": self.encoder, "decoder": self.decoder, "lm_head": self.lm_head}
 
     # ---------------------------------------------------------------------------------------
     # attributes

@@ -28,18 +28,12 @@ from .._memory import check_plan
 from .._quant import check_quantize
 from .._validation import (check_option, check_positive_int, check_real_input, check_token_ids,
                            to_numpy)
-from ..generation.config import resolve_settings
-from ..generation.processors import SuppressTokens, build_processors
-from ..generation.search import beam_search, greedy_search
-from ..generation.whisper import (SuppressAtBegin, TimestampRules, prompt_rows, split_segments,
-                                  strip_generated)
+from ..generation.whisper import WindowDecoder, prompt_rows, split_segments
 from ..io.huggingface import canonical_activation
 from ..nn._masks import _KernelMask
 from ..nn._module import _Init, _Module
 from ..nn.conv import Conv1d
 from ..nn.embedding import Embedding
-from ..nn.linear import Linear
-from ..nn.transformer import TransformerDecoder, TransformerEncoder
 from . import _seq2seq_spec, registry
 from .seq2seq import _SMALL, Seq2SeqTransformer
 from .whisper import FIXED, check_alignment_heads, check_whisper_generation, read_generation
@@ -194,21 +188,12 @@ class WhisperModel(Seq2SeqTransformer):
         self.decoder_embed = Embedding(c["vocab_size"], d, positions="learned",
                                        max_positions=c["max_target_positions"], dtype=dt,
                                        _init=init)
-        act = canonical_activation(c["activation_function"], "activation_function")
-        for which, stack in (("encoder", TransformerEncoder), ("decoder", TransformerDecoder)):
-            setattr(self, which, stack._build(
-                init, num_layers=c[f"{which}_layers"], final_norm=True, d_model=d,
-                nhead=c[f"{which}_attention_heads"], dim_feedforward=c[f"{which}_ffn_dim"],
-                activation=act, layer_norm_eps=c["layer_norm_eps"], norm_first=True,
-                dtype=dt))
+        self._build_stacks(init, True)
         for stack in (self.encoder, self.decoder):            # k_proj has no bias
             for layer in stack.layers:
                 for attn in (layer.self_attn, getattr(layer, "multihead_attn", None)):
                     if attn is not None:
                         attn._params["in_proj_bias"][d:2 * d] = 0
-        self.lm_head = Linear(d, c["vocab_size"], bias=False, dtype=dt, _init=init)
-        if c["tie_word_embeddings"]:
-            self.lm_head._params["weight"] = self.decoder_embed._params["weight"]
         self._layers = {"stem": self.stem, "decoder_embed": self.decoder_embed,
                         "encoder": self.encoder, "decoder": self.decoder, "lm_head": self.lm_head}
 
@@ -356,7 +341,7 @@ class WhisperModel(Seq2SeqTransformer):
         return self._project(h, n_threads).reshape(B, T, self.vocab_size)
 
     def cross_attention_weights(self, encoder_output, tokens, heads=None, *, n_threads=None,
-                                return_logits=False):
+                                return_logits=False, softmax=True):
         """The cross-attention weights of alignment heads in a teacher-forced pass.
 
         Parameters
@@ -371,6 +356,9 @@ class WhisperModel(Seq2SeqTransformer):
         n_threads : int, optional
         return_logits : bool
             Also return the pass's logits (B, T, vocab_size).
+        softmax : bool
+            False: the scores q k^T * scale before the softmax (word alignment softmaxes
+            them over the window's own audio positions).
 
         Returns
         -------
@@ -381,13 +369,15 @@ class WhisperModel(Seq2SeqTransformer):
         states, bit for bit).
         """
         return_logits = check_option(return_logits, "return_logits")
+        softmax = check_option(softmax, "softmax")
         memory, B = self._memory_or_features(encoder_output, n_threads)
         dec = check_token_ids(tokens, "tokens", self.vocab_size)        # (T,): one row
         heads = self._check_heads(heads)
-        scores, logits = self._alignment_scores(memory, dec, heads, n_threads)
-        z = scores - scores.max(axis=-1, keepdims=True)
-        np.exp(z, out=z)
-        z /= z.sum(axis=-1, keepdims=True)
+        z, logits = self._alignment_scores(memory, dec, heads, n_threads)
+        if softmax:
+            z -= z.max(axis=-1, keepdims=True)
+            np.exp(z, out=z)
+            z /= z.sum(axis=-1, keepdims=True)
         if return_logits:
             return z, logits.reshape(dec.shape + (self.vocab_size,))
         return z
@@ -506,18 +496,31 @@ class WhisperModel(Seq2SeqTransformer):
         masked[:, ids] = logits[:, ids]
         return np.argmax(masked, axis=1).astype(np.int64), logits[:, ids]
 
-    def detect_language(self, input_features, *, return_probs=False, n_threads=None):
+    def detect_language(self, input_features=None, *, encoder_output=None, return_probs=False,
+                        n_threads=None):
         """The language token id of each clip (B,) int64, as transformers' detect_language:
         the most likely language token after <|startoftranscript|>. With ``return_probs``,
         also the probabilities (B, len(languages)) float64 (a softmax over the language
         tokens' logits; columns in the order of :attr:`languages`). Features of fewer than
-        n_frames frames are padded with zeros."""
-        f, _ = self.check_sources(input_features, frames=self.n_frames)
-        f = self._padded(f)
+        n_frames frames are padded with zeros; or give the clips' ``encoder_output`` (B,
+        max_source_positions, d_model) (:meth:`encode`) instead of their features."""
         S = self._config["max_source_positions"]
-        check_plan(self.plan_bytes(f.shape[0], S, 1, 1), f"detect_language(input_features "
-                   f"{f.shape})")
-        ids, lg = self._detect(self._encode(f, None, n_threads), f.shape[0], n_threads)
+        if encoder_output is not None:
+            if input_features is not None:
+                raise ValueError("give input_features or encoder_output, not both")
+            memory, B = self._memory_or_features(encoder_output, n_threads)
+            check_plan(self.plan_bytes(B, S, 1, 1) - self._plan_encode(B, S),
+                       f"detect_language(encoder_output ({B}, {S}, {self.d_model}))")
+        elif input_features is None:
+            raise ValueError("give input_features or encoder_output")
+        else:
+            f, _ = self.check_sources(input_features, frames=self.n_frames)
+            f = self._padded(f)
+            B = f.shape[0]
+            check_plan(self.plan_bytes(B, S, 1, 1), f"detect_language(input_features "
+                       f"{f.shape})")
+            memory = self._encode(f, None, n_threads)
+        ids, lg = self._detect(memory, B, n_threads)
         if not return_probs:
             return ids
         z = lg.astype(np.float64)
@@ -534,10 +537,6 @@ class WhisperModel(Seq2SeqTransformer):
             s = 0 if start is None else int(start[b])
             out[b, :, :f.shape[2] - s] = f[b, :, s:]
         return out
-
-    _GENERATE_KWARGS = ("max_new_tokens", "num_beams", "length_penalty", "early_stopping",
-                        "suppress_tokens", "begin_suppress_tokens", "repetition_penalty",
-                        "no_repeat_ngram_size")
 
     def generate(self, input_features, *, language=None, task=None, return_timestamps=None,
                  prompt_ids=None, n_threads=None, **settings):
@@ -572,7 +571,7 @@ class WhisperModel(Seq2SeqTransformer):
         transformers does), right-padded with pad_token_id.
         """
         for key in settings:
-            if key not in self._GENERATE_KWARGS:
+            if key not in WindowDecoder.SETTINGS:
                 raise TypeError(f"generate() got an unexpected keyword argument {key!r}")
         gen = self.generation_config
         f, _ = self.check_sources(input_features, frames=self.n_frames)
@@ -598,16 +597,17 @@ class WhisperModel(Seq2SeqTransformer):
         if prompt_ids is not None:
             prompt = check_token_ids(prompt_ids, "prompt_ids", V, ndim=1, what="(length,)")
             prefix = np.concatenate([np.broadcast_to(prompt, (B, prompt.size)), prefix], 1)
-        p, P = self._settings(settings, prefix.shape[1])
-        pad, eos = p["pad_token_id"], p["eos_token_id"]
-        procs = self._processors(p, settings, P, return_timestamps)
+        P = prefix.shape[1]
+        decoder = WindowDecoder(self, settings, timestamps=return_timestamps)
+        p = decoder.settings(P)
+        procs = decoder.processors(p, P)
         tb = notimestamps + 1 if notimestamps is not None else V + 1
         K = p["num_beams"]
         check_plan(self.plan_bytes(B, S, K, self.max_decoder_positions),
                    f"generate(input_features {f.shape}, num_beams={K})")
         seek = np.zeros(B, np.int64)
         out = [[] for _ in range(B)]
-        max_length = p["max_length"]
+        windows = 0
         while True:
             active = np.flatnonzero(seek < frames)
             if not active.size:
@@ -617,80 +617,19 @@ class WhisperModel(Seq2SeqTransformer):
                 mem = memory.pop("first")
             else:
                 mem = self._encode(self._padded(f[active], seek[active]), None, n_threads)
-            if p["max_new_tokens"] is None:     # transformers grows max_length each window
-                max_length = min(max_length + min(self.max_decoder_positions // 2 - 1, P),
-                                 self.max_decoder_positions)
-            if max_length <= P:
-                raise ValueError(f"max_length={max_length} leaves no room after the decoder "
-                                 f"prefix of {P} tokens; pass max_new_tokens")
-            p["max_length"] = max_length
-            n = active.size
-            state = self.start(encoder_output=mem.reshape(n, S, -1), num_beams=K,
-                               max_length=max_length, n_threads=n_threads)
-            if K > 1:
-                seqs = beam_search(state, procs, p, n, K, None, n_threads, prefix=prefix[active])
-            else:
-                seqs = greedy_search(state, procs, p, n, prefix=prefix[active])
-            for i, b in enumerate(active):
-                kept, moved = split_segments(strip_generated(seqs[i, P:], pad, eos), tb,
-                                             int(window[i]))
+            windows += 1                        # transformers grows max_length each window
+            step = dict(p, max_length=decoder.max_length(p, P, windows))
+            results = decoder.decode(mem.reshape(active.size, S, -1), prefix[active], step,
+                                     procs, n_threads=n_threads)
+            for r, b, w in zip(results, active, window):
+                kept, moved = split_segments(r.tokens, tb, int(w))
                 out[b].append(kept)
                 # a seek that does not move would decode the same window forever (transformers
                 # does): the clip ends there
                 seek[b] = seek[b] + moved if moved > 0 else frames
         toks = [np.concatenate(o) if o else np.zeros(0, np.int64) for o in out]
         T = max(t.size for t in toks)
-        res = np.full((B, T), pad, np.int64)
+        res = np.full((B, T), p["pad_token_id"], np.int64)
         for b, t in enumerate(toks):
             res[b, :t.size] = t
         return res
-
-    def _settings(self, user, P):
-        """The generation settings (transformers' precedence: generate's arguments, the
-        checkpoint's, the defaults) for a decoder prefix of P tokens, Whisper's max_length
-        before its first window; sampling never (Whisper samples only in its temperature
-        fallback)."""
-        gen = self.generation_config
-        mnt = user.get("max_new_tokens")
-        if mnt is None:
-            mnt = gen.get("max_new_tokens")
-        p = resolve_settings(self, dict(user, max_new_tokens=1), 1)
-        p["do_sample"], p["max_new_tokens"] = False, mnt
-        if gen.get("min_new_tokens") is not None:     # counted after the whole prefix
-            p["min_length"] = gen["min_new_tokens"] + P
-        limit = self.max_decoder_positions
-        if mnt is not None:
-            if isinstance(mnt, bool) or not isinstance(mnt, (int, np.integer)) or mnt < 1:
-                raise ValueError(f"max_new_tokens must be an integer >= 1, got {mnt!r}")
-            if mnt + P > limit:
-                raise ValueError(f"the decoder prefix ({P} tokens: prompt and "
-                                 f"<|startoftranscript|>...) plus max_new_tokens={mnt} exceed "
-                                 f"max_target_positions={limit}")
-            p["max_length"] = int(mnt) + P
-        else:
-            if P >= limit:
-                raise ValueError(f"the decoder prefix ({P} tokens: prompt and "
-                                 f"<|startoftranscript|>...) leaves no room below "
-                                 f"max_target_positions={limit}")
-            p["max_length"] = gen.get("max_length", 20)
-        return p, P
-
-    def _processors(self, p, user, P, timestamps):
-        """transformers' generic processors, then Whisper's: begin_suppress_tokens, then
-        suppress_tokens, then the timestamp rules."""
-        gen, V = self.generation_config, self.vocab_size
-        sup = p["suppress_tokens"]
-        begin = user.get("begin_suppress_tokens", gen.get("begin_suppress_tokens"))
-        procs = build_processors(dict(p, suppress_tokens=None), V, p["eos_token_id"],
-                                 2 if p["num_beams"] > 1 else 1)
-        if begin is not None:
-            procs.append(SuppressAtBegin(begin, P, V))
-        if sup is not None:
-            procs.append(SuppressTokens(sup, V))
-        if timestamps:
-            eos = p["eos_token_id"]
-            procs.append(TimestampRules(
-                gen["no_timestamps_token_id"], eos, P, gen.get("max_initial_timestamp_index"),
-                gen.get("_detect_timestamp_from_logprob", True) is not False))
-        return procs
-

@@ -556,8 +556,8 @@ def test_word_heuristics_match_faster_whisper(monkeypatch):
         assert our_last == fw_last
         for (start, end, ws), s in zip(results, theirs):
             assert (start, end) == (s["start"], s["end"])
-            assert [tuple(w) for w in ws] == [(d["start"], d["end"], d["word"], d["probability"])
-                                              for d in s["words"]]
+            assert [(w.start, w.end, w.word, w.probability) for w in ws] == [
+                (d["start"], d["end"], d["word"], d["probability"]) for d in s["words"]]
 
 
 def test_alignment_errors(setup):

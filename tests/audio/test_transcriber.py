@@ -225,17 +225,21 @@ def test_avg_logprob_is_renormalised_after_the_rules(folders, transcribers):
     and timestamp rules (what openai-whisper and CTranslate2 compute), recomputed here from
     teacher-forced logits, for beam search and greedy."""
     from fastattn.generation.processors import apply, history
+    from fastattn.generation.whisper import WindowDecoder
     from fastattn.functional import log_softmax
     tr = transcribers(folders("multi"))
     audio = W.speech_like(3.0, seed=5)
     feats = log_mel_spectrogram(audio, 80, padding="longest", truncation=False)
     window = tr._window(feats, 0)
-    mem = tr.model._encode(window, None, None)
+    mem = tr.model.encode(window)
+    prefix = [W.SOT, W.LANG_IDS["<|de|>"], W.TRANSCRIBE]
     for beams in (1, 3):
-        stream = tr.stream(audio, num_beams=beams, language="de", **NO_FALLBACK)
-        prefix = stream._sot_sequence()
-        gen, total, _ = stream._decode(mem, prefix, 0.0, 0, 0)
-        p, procs = stream._settings(len(prefix))
+        decoder = WindowDecoder(tr.model, {"num_beams": beams, "length_penalty": 1.0})
+        p, procs = decoder.window(len(prefix))
+        gen, total, _ = decoder.decode(mem, prefix, p, procs, scores=True)[0]
+        # the Transcriber's first window is this decoding
+        first = tr.transcribe(audio, num_beams=beams, language="de", **NO_FALLBACK).segments[0]
+        assert first.seek == 0 and first.avg_logprob == total / (gen.size + 1)
         full = np.array([prefix + [int(t) for t in gen] + [W.EOT]])[:, :p["max_length"]]
         logits = tr.model.logits(window, full)[0].astype(np.float32)
         want = 0.0

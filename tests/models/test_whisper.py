@@ -214,6 +214,51 @@ def test_decoder_interface_runs_fastattn_search(ckpt, feats):
     assert np.allclose(sc, ref, atol=1e-4)
 
 
+def test_window_draws_sharing_an_encoding_equal_draws_alone(ckpt, feats):
+    """WindowDecoder's sampling (the long form's temperature fallback): the best_of draws of a
+    window decoded together over one encoder output (a row that ended waits for the others)
+    are bitwise each draw decoded alone, tokens and float64 sums alike, and the draw kept is
+    the one with the highest sum per token."""
+    from fastattn.generation import greedy_search
+    from fastattn.generation.whisper import WindowDecoder, fallback_streams, strip_generated
+    _, _, model = ckpt("multi")
+    mem = model.encode(feats[:1])
+    prefix = [W.SOT, W.LANG_IDS["<|de|>"], W.TRANSCRIBE]
+    decoder = WindowDecoder(model, {"num_beams": 1})
+    p, procs = decoder.window(len(prefix))
+    R, pad = 5, p["pad_token_id"]
+    kw = dict(return_scores=True, draw_temperature=0.9, score_dtype=np.float64)
+    state = model.start(encoder_output=mem, num_beams=R, max_length=p["max_length"])
+    together, sums = greedy_search(state, procs, p, R, prefix=np.array([prefix] * R),
+                                   streams=fallback_streams(3, 0, 1, R), **kw)
+    lengths = set()
+    for r, g in enumerate(fallback_streams(3, 0, 1, R)):
+        alone = model.start(encoder_output=mem, max_length=p["max_length"])
+        seq, total = greedy_search(alone, procs, p, 1, prefix=np.array([prefix]), streams=[g],
+                                   **kw)
+        n = seq.shape[1]
+        assert np.array_equal(together[r, :n], seq[0]) and (together[r, n:] == pad).all()
+        assert sums[r] == total[0] and sums.dtype == np.float64
+        lengths.add(n)
+    assert len(lengths) > 1                              # rows ended at different steps
+    got = decoder.decode(mem, prefix, p, procs, temperature=0.9,
+                         streams=[fallback_streams(3, 0, 1, R)], scores=True)[0]
+    toks = [strip_generated(together[r, len(prefix):], pad, p["eos_token_id"]) for r in range(R)]
+    best = int(np.argmax([sums[r] / max(toks[r].size, 1) for r in range(R)]))
+    assert np.array_equal(got.tokens, toks[best]) and got.sum_logprob == sums[best]
+    # the sum is over the processed scores before the temperature (openai-whisper's)
+    from fastattn.functional import log_softmax
+    from fastattn.generation.processors import apply, history
+    full = np.array([prefix + toks[best].tolist() + [W.EOT]])[:, :p["max_length"]]
+    logits = model.logits(feats[:1], full)[0].astype(np.float32)
+    want = 0.0
+    for t in range(len(prefix) - 1, full.shape[1] - 1):
+        sc = apply(procs, history(full, np.arange(1), t + 1, procs), logits[t][None].copy(),
+                   np.zeros(1, np.int64))
+        want += float(log_softmax(sc.astype(np.float64))[0, full[0, t + 1]])
+    assert got.sum_logprob == pytest.approx(want, rel=1e-4, abs=1e-3)
+
+
 def test_detect_language_matches_transformers(ckpt, feats):
     path, hf, model = ckpt("multi")
     want = hf.detect_language(torch.from_numpy(feats)).numpy()

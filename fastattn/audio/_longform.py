@@ -1,0 +1,419 @@
+"""The long form behind :class:`~fastattn.audio.Transcriber`: audio of any length, window after
+window, and the segments it yields.
+
+The semantics are openai-whisper's ``transcribe`` as faster-whisper and transformers'
+sequential long-form ``generate`` run it, re-derived here:
+
+- features of the whole file (:func:`~fastattn.audio.log_mel_spectrogram`, no padding: the
+  clip's own frames, normalised over the whole clip as transformers' extractor does with
+  ``truncation=False``); a seek pointer walks them: the window ``features[:, seek:seek + 3000]``
+  (zero-padded at the end) is encoded and decoded with the timestamp rules;
+- the decoding is cut into segments at each pair of consecutive timestamp tokens; a window
+  that ends in a single timestamp (no speech after it) or holds no pair moves the seek by the
+  whole window, otherwise to the last pair's timestamp, and the unfinished tail is decoded
+  again from there (transformers' ``_retrieve_segment``:
+  :func:`fastattn.generation.whisper.window_segments`);
+- the temperature fallback: each window is decoded at ``temperature[0]`` (0: beam search or
+  greedy); when the result is too repetitive (gzip compression ratio over
+  ``compression_ratio_threshold``) or too unlikely (average log-probability under
+  ``log_prob_threshold``), it is decoded again by sampling (``best_of`` draws) at the next
+  temperature; a window whose ``<|nospeech|>`` probability exceeds ``no_speech_threshold``
+  while its average log-probability is under ``log_prob_threshold`` is silence and skipped;
+- ``condition_on_previous_text``: the tokens of the segments so far (at most
+  max_target_positions // 2 - 1 of them, after ``<|startofprev|>``) prompt the next window,
+  until a window needs a temperature over ``prompt_reset_on_temperature``;
+  ``initial_prompt`` starts that history.
+
+Each window is decoded by :class:`fastattn.generation.whisper.WindowDecoder` (what
+``WhisperModel.generate`` decodes with). With ``temperature=0.0`` and
+``condition_on_previous_text=False`` (and the thresholds None, transformers' defaults) the
+segments are transformers' ``generate(..., return_segments=True)`` token for token. Sampling
+draws from NumPy generators seeded by ``seed``, the window's seek and the temperature's index
+(:func:`~fastattn.generation.whisper.fallback_streams`): the result is the same for any thread
+count.
+"""
+import dataclasses
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..generation.whisper import (WindowDecoder, fallback_streams, language_token,
+                                  window_segments, window_stream)
+from .alignment import add_word_timestamps
+from .features import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
+from .vad import TimeMap, collect_chunks, speech_timestamps
+
+_INPUT_STRIDE = 2                       # mel frames per encoder position
+_FRAME_SECONDS = HOP_LENGTH / SAMPLE_RATE                      # 0.01
+_TIME_PRECISION = _INPUT_STRIDE * _FRAME_SECONDS              # 0.02: one timestamp step
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of speech between two timestamps (seconds from the start of the audio)."""
+    id: int
+    seek: int                   # the window's first mel frame
+    start: float
+    end: float
+    text: str
+    tokens: list                # its tokens, timestamps included
+    temperature: float          # the temperature its window was decoded at
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+    words: list = None          # [Word] with word_timestamps=True, else None
+
+
+@dataclass(frozen=True)
+class Transcription:
+    """What :meth:`Transcriber.transcribe` returns."""
+    text: str
+    segments: list
+    language: str               # a code ('en'; 'en' for an English-only model, as faster-whisper)
+    language_probability: float
+    duration: float             # seconds of audio
+    all_language_probs: list = field(default=None, repr=False)
+
+    def to_dict(self):
+        d = dataclasses.asdict(self)
+        return d
+
+
+def compression_ratio(text):
+    """len(utf-8 bytes) / len(zlib-compressed bytes) (openai-whisper's repetition measure)."""
+    b = text.encode("utf-8")
+    return len(b) / len(zlib.compress(b)) if b else 0.0
+
+
+class TranscriptionStream:
+    """An iterator of :class:`Segment` (see :meth:`Transcriber.stream`)."""
+
+    def __init__(self, tr, samples, opts):
+        self._tr, self._opts = tr, opts
+        self.duration = samples.size / SAMPLE_RATE
+        self.duration_after_vad = self.duration
+        self.language, self.language_probability, self.all_language_probs = None, 1.0, None
+        model = tr.model
+        self._map = None
+        self._chunks = None
+        if opts.vad_filter:
+            stretches = speech_timestamps(samples, opts.vad, model=opts.vad_model)
+            self.duration_after_vad = sum(b - a for a, b in stretches) / SAMPLE_RATE
+            if opts.batch_size is not None:
+                self._chunks = collect_chunks(stretches, tr.n_frames * HOP_LENGTH)
+            else:
+                self._map = TimeMap(stretches)
+                samples = np.concatenate([samples[a:b] for a, b in stretches] or
+                                         [np.zeros(0, np.float32)])
+        first = None
+        if self._chunks is not None:
+            self._chunk_feats = [self._chunk_features(samples, c) for c in self._chunks]
+            self._f = self._chunk_feats[0] if self._chunks else None
+        elif samples.size:
+            self._f = log_mel_spectrogram(samples, tr.n_mels, padding="longest",
+                                          truncation=False)
+        else:
+            self._f = None                              # no speech at all
+        if opts.language is None and tr.is_multilingual and self._f is not None:
+            first = tr._encode(tr._window(self._f, 0))
+            probs = tr._language_probs(first)
+            self.all_language_probs = probs
+            self.language, self.language_probability = probs[0]
+        elif opts.language is not None:
+            tok = language_token(opts.language, model.generation_config["lang_to_id"])
+            inv = {v: k for k, v in model.generation_config["lang_to_id"].items()}
+            self.language = inv[tok][2:-2]
+        elif not tr.is_multilingual:
+            self.language = "en"                        # English-only (faster-whisper says so)
+        self._first = first
+        self._sid = 0
+        if self._f is None:
+            self._it = iter(())
+        elif self._chunks is not None:
+            self._it = self._batched()
+        else:
+            self._it = self._segments()
+
+    def _chunk_features(self, samples, chunk):
+        audio = np.concatenate([samples[a:b] for a, b in chunk])
+        seconds, rest = divmod(self._tr.n_frames * HOP_LENGTH, SAMPLE_RATE)
+        if rest:
+            raise ValueError(f"batch_size: windows of {self._tr.n_frames} frames are not whole "
+                             "seconds")
+        return log_mel_spectrogram(audio, self._tr.n_mels, padding="max_length",
+                                   chunk_length=seconds)
+
+    def __iter__(self):
+        return self
+
+    def result(self, segments):
+        """The :class:`Transcription` of these segments (those this stream yielded)."""
+        return Transcription(text="".join(s.text for s in segments), segments=list(segments),
+                             language=self.language,
+                             language_probability=self.language_probability,
+                             duration=self.duration, all_language_probs=self.all_language_probs)
+
+    def __next__(self):
+        return next(self._it)
+
+    # -- one window --------------------------------------------------------------------------
+
+    def _sot_sequence(self):
+        tr, opts = self._tr, self._opts
+        gen = tr.model.generation_config
+        seq = [tr.sot]
+        if tr.is_multilingual:
+            seq.append(gen["lang_to_id"][f"<|{self.language}|>"])
+            seq.append(gen["task_to_id"][opts.task or "transcribe"])
+        elif opts.task == "translate":
+            raise ValueError("task='translate' needs a multilingual Whisper")
+        if opts.without_timestamps:
+            seq.append(tr.no_timestamps)
+        return seq
+
+    def _decoder(self, prefix_len):
+        """(WindowDecoder, settings, processors) of a window after `prefix_len` tokens: the
+        options as generate's settings."""
+        opts = self._opts
+        model = self._tr.model
+        user = {"num_beams": opts.num_beams, "length_penalty": opts.length_penalty}
+        if opts.max_new_tokens is not None:
+            # at most what the decoder's positions leave after this window's prompt
+            user["max_new_tokens"] = max(1, min(opts.max_new_tokens,
+                                                model.max_decoder_positions - prefix_len))
+        if opts.suppress_tokens is not None:
+            user["suppress_tokens"] = list(opts.suppress_tokens)
+        if not opts.suppress_blank:
+            user["begin_suppress_tokens"] = []
+        decoder = WindowDecoder(model, user, timestamps=not opts.without_timestamps)
+        return (decoder,) + decoder.window(prefix_len)
+
+    def _decode(self, mem, prefix, temperature, t_index, seek):
+        """One decoding of the window at `seek` (encoded: `mem`) at its `t_index`-th
+        temperature -> a WindowResult (tokens without EOS, sum of log-probs, no-speech
+        probability)."""
+        opts = self._opts
+        decoder, p, procs = self._decoder(len(prefix))
+        streams = None
+        if temperature > 0.0:
+            streams = [fallback_streams(opts.seed, seek, t_index, opts.best_of)]
+        return decoder.decode(mem, prefix, p, procs, temperature=temperature, streams=streams,
+                              scores=True, n_threads=self._tr.n_threads)[0]
+
+    def _text(self, tokens):
+        return self._tr.tokenizer.decode([int(t) for t in tokens if t < self._tr.eot])
+
+    def _with_fallback(self, mem, prefix, seek):
+        opts = self._opts
+        results = []
+        for i, t in enumerate(opts.temperatures):
+            tokens, total, no_speech = self._decode(mem, prefix, t, i, seek)
+            avg = total / (tokens.size + 1)
+            cr = compression_ratio(self._text(tokens).strip())
+            res = (tokens, t, avg, cr, no_speech)
+            results.append(res)
+            fallback = False
+            if opts.compression_ratio_threshold is not None and \
+                    cr > opts.compression_ratio_threshold:
+                fallback = True
+            if opts.log_prob_threshold is not None and avg < opts.log_prob_threshold:
+                fallback = True
+            if opts.no_speech_threshold is not None and \
+                    no_speech > opts.no_speech_threshold and \
+                    opts.log_prob_threshold is not None and avg < opts.log_prob_threshold:
+                fallback = False                  # silence: no point in decoding it again
+            if not fallback:
+                return res
+        # every temperature failed: the most likely result that is not repetitive, else the
+        # most likely one
+        ok = [r for r in results if opts.compression_ratio_threshold is None or
+              r[3] <= opts.compression_ratio_threshold] or results
+        return max(ok, key=lambda r: r[2])
+
+    # -- batched windows ---------------------------------------------------------------------
+
+    def _decode_batch(self, mem, keys, prefix):
+        """Windows (len(keys) of them, encoded: mem (n, S, d)) decoded at once at
+        temperature[0] with the same prefix -> [WindowResult]. keys: each window's first sample
+        in its file (a sampled window draws from the stream of the seed and its key:
+        :func:`~fastattn.generation.whisper.window_stream`, the same whatever else is in the
+        batch)."""
+        opts = self._opts
+        decoder, p, procs = self._decoder(len(prefix))
+        temperature = opts.temperatures[0]
+        streams = None
+        if temperature > 0.0:
+            streams = [[window_stream(opts.seed, k)] for k in keys]
+        return decoder.decode(mem, prefix, p, procs, temperature=temperature, streams=streams,
+                              scores=True, n_threads=self._tr.n_threads)
+
+    def _batch_prefix(self):
+        """The prefix every batched window of this stream is decoded with."""
+        tr, opts = self._tr, self._opts
+        prefix = self._sot_sequence()
+        if opts.initial_prompt and tr.sot_prev is not None:
+            cut = tr.model.max_decoder_positions // 2 - 1
+            prefix = [tr.sot_prev] + plain_ids(tr.tokenizer, " " + opts.initial_prompt.strip(),
+                                               tr.eot)[-cut:] + prefix
+        return prefix
+
+    def _window_keys(self, idx):
+        return [self._chunks[i][0][0] for i in idx]
+
+    def _batched(self):
+        tr = self._tr
+        prefix = self._batch_prefix()
+        N = self._opts.batch_size
+        for b0 in range(0, len(self._chunks), N):
+            idx = list(range(b0, min(b0 + N, len(self._chunks))))
+            feats = np.stack([self._chunk_feats[i] for i in idx])
+            if b0 == 0 and self._first is not None and len(idx) == 1:
+                mem = self._first
+            else:
+                mem = tr._encode(feats)
+            self._first = None
+            results = self._decode_batch(mem, self._window_keys(idx), prefix)
+            for i, r in zip(idx, results):
+                yield from self._chunk_segments(i, r)
+
+    def _chunk_segments(self, i, result):
+        """The segments of batched window i from its decoding `result`."""
+        tr, opts = self._tr, self._opts
+        tb = tr.timestamp_begin
+        chunk = self._chunks[i]
+        tokens, total, no_speech = result
+        avg = total / (tokens.size + 1)
+        if opts.no_speech_threshold is not None and no_speech > opts.no_speech_threshold and \
+                not (opts.log_prob_threshold is not None and avg > opts.log_prob_threshold):
+            return
+        cr = compression_ratio(self._text(tokens).strip())
+        frames = -(-sum(b - a for a, b in chunk) // HOP_LENGTH)
+        window = min(frames, tr.n_frames)
+        tmap = TimeMap(chunk)
+        if opts.without_timestamps:
+            pieces = [(tokens, 0, window // _INPUT_STRIDE)]
+        else:         # decoded once: the text after the last pair is a segment of its own
+            pieces, _ = window_segments(tokens, tb, window, _INPUT_STRIDE, tail=True)
+        # times inside the window's speech (the model may name a time in its zero padding)
+        speech = sum(b - a for a, b in chunk) / SAMPLE_RATE
+        for toks, start_pos, end_pos in pieces:
+            text = self._text(toks)
+            start = tmap(min(start_pos * _TIME_PRECISION, speech))
+            end = tmap(min(end_pos * _TIME_PRECISION, speech), is_end=True)
+            if start >= end or not text.strip():
+                continue
+            yield Segment(id=self._sid, seek=int(chunk[0][0] // HOP_LENGTH), start=start,
+                          end=end, text=text, tokens=[int(t) for t in toks],
+                          temperature=opts.temperatures[0], avg_logprob=avg,
+                          compression_ratio=cr, no_speech_prob=no_speech)
+            self._sid += 1
+
+    # -- the seek loop -----------------------------------------------------------------------
+
+    def _segments(self):
+        tr, opts, f = self._tr, self._opts, self._f
+        frames = f.shape[1]
+        tb = tr.timestamp_begin
+        history = []
+        if opts.initial_prompt:
+            history = plain_ids(tr.tokenizer, " " + opts.initial_prompt.strip(), tr.eot)
+        reset_since = 0
+        seek, sid = 0, 0
+        last_speech = 0.0
+        sot_seq = self._sot_sequence()
+        cut = tr.model.max_decoder_positions // 2 - 1
+        while seek < frames:
+            window = min(frames - seek, tr.n_frames)
+            if seek == 0 and self._first is not None:
+                mem = self._first
+            else:
+                mem = tr._encode(tr._window(f, seek))
+            self._first = None
+            prev = history[reset_since:]
+            prefix = list(sot_seq)
+            if prev and tr.sot_prev is not None and (opts.condition_on_previous_text or
+                                                     reset_since == 0 and opts.initial_prompt):
+                prefix = [tr.sot_prev] + prev[-cut:] + sot_seq
+            tokens, temp, avg, cr, no_speech = self._with_fallback(mem, prefix, seek)
+            if opts.no_speech_threshold is not None and no_speech > opts.no_speech_threshold \
+                    and not (opts.log_prob_threshold is not None and
+                             avg > opts.log_prob_threshold):
+                seek += window                    # silence
+                continue
+            offset = seek * _TIME_PRECISION / _INPUT_STRIDE       # transformers' arithmetic
+            pieces, moved = window_segments(tokens, tb, window, _INPUT_STRIDE)
+            segs = [[toks, offset + a * _TIME_PRECISION, offset + b * _TIME_PRECISION, None]
+                    for toks, a, b in pieces]
+            if opts.word_timestamps and segs:
+                timed, last_speech = add_word_timestamps(
+                    tr.model, [{"tokens": t, "start": a, "end": b} for t, a, b, _ in segs],
+                    mem, sot_seq, tr.tokenizer, window, offset, language=self.language,
+                    last_speech_timestamp=last_speech, n_threads=tr.n_threads)
+                for seg, (a, b, words) in zip(segs, timed):
+                    seg[1], seg[2], seg[3] = a, b, words
+                single_end = tokens.size >= 2 and tokens[-2] < tb <= tokens[-1]
+                ends = [w.end for _, _, words in timed for w in words]
+                if not single_end and ends:
+                    shift = round((ends[-1] - offset) * 100)
+                    if shift > 0:
+                        moved = shift                 # on from the last word (faster-whisper)
+            for toks, start, end, words in segs:
+                if self._map is not None:                   # speech-only time -> the file's
+                    start, end = self._map(start), self._map(end, is_end=True)
+                    if words is not None:
+                        words = [dataclasses.replace(w, start=self._map(w.start),
+                                                     end=self._map(w.end, is_end=True))
+                                 for w in words]
+                text = self._text(toks)
+                # the history that prompts later windows: a segment's tokens, its closing
+                # timestamp left out where it ends in two (transformers' conditioning)
+                keep = toks[:-1] if toks.size > 2 and toks[-2] >= tb else toks
+                history.extend(int(t) for t in keep)
+                if start == end or not text.strip():
+                    continue
+                yield Segment(id=sid, seek=seek, start=start, end=end, text=text,
+                              tokens=[int(t) for t in toks], temperature=temp,
+                              avg_logprob=avg, compression_ratio=cr,
+                              no_speech_prob=no_speech, words=words)
+                sid += 1
+            if not opts.condition_on_previous_text or \
+                    (opts.prompt_reset_on_temperature is not None and
+                     temp > opts.prompt_reset_on_temperature):
+                reset_since = len(history)
+            seek += moved
+
+
+def decode_across(tr, streams):
+    """The batched windows of several streams (files) decoded together, ``batch_size`` at a
+    time (windows with the same prefix only) -> each stream's :class:`Transcription`, bitwise
+    what it gives alone (a window's decoding does not depend on the rest of its batch)."""
+    groups = {}
+    for s in streams:
+        if s._chunks:
+            groups.setdefault(tuple(s._batch_prefix()), []).extend(
+                (s, i) for i in range(len(s._chunks)))
+    results = {}
+    for prefix, items in groups.items():
+        N = streams[0]._opts.batch_size
+        for b0 in range(0, len(items), N):
+            part = items[b0:b0 + N]
+            mem = tr._encode(np.stack([s._chunk_feats[i] for s, i in part]))
+            keys = [s._chunks[i][0][0] for s, i in part]
+            for (s, i), r in zip(part, part[0][0]._decode_batch(mem, keys, list(prefix))):
+                results[id(s), i] = r
+    out = []
+    for s in streams:
+        segs = [seg for i in range(len(s._chunks or ()))
+                for seg in s._chunk_segments(i, results[id(s), i])]
+        out.append(s.result(segs))
+    return out
+
+
+def plain_ids(tokenizer, text, eot):
+    """`text`'s token ids without special tokens."""
+    tk = getattr(tokenizer, "_tk", None)
+    if tk is not None:
+        return [int(t) for t in tk.encode(text, add_special_tokens=False).ids]
+    ids = tokenizer.encode([text])
+    return [int(t) for t in np.asarray(ids).reshape(-1) if t < eot]
