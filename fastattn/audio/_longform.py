@@ -40,6 +40,7 @@ import numpy as np
 
 from ..generation.whisper import (WindowDecoder, fallback_streams, language_token,
                                   window_segments, window_stream)
+from ..text.tokenizers.json_tokenizer import JsonTokenizer
 from .alignment import add_word_timestamps
 from .features import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
 from .vad import TimeMap, collect_chunks, speech_timestamps
@@ -411,9 +412,9 @@ def decode_across(tr, streams):
 
 
 def plain_ids(tokenizer, text, eot):
-    """`text`'s token ids without special tokens."""
-    tk = getattr(tokenizer, "_tk", None)
-    if tk is not None:
-        return [int(t) for t in tk.encode(text, add_special_tokens=False).ids]
+    """`text`'s token ids without special tokens (a folder's tokenizer.json; another tokenizer's
+    ids below `eot`, the first special token)."""
+    if isinstance(tokenizer, JsonTokenizer):
+        return [int(t) for t in tokenizer.encode([text], special_tokens=False)[0]]
     ids = tokenizer.encode([text])
     return [int(t) for t in np.asarray(ids).reshape(-1) if t < eot]

@@ -414,12 +414,15 @@ class Seq2SeqTransformer(Seq2SeqWeights):
     def _decoder_stack(self, x, n, T, nthr, cache):
         """The decoder layers over embedded x (n*T, d) at the cache's next positions (the
         caller advances the cache) -> hidden (n*T, d)."""
+        return self.decoder._forward(x, None, n, T, None, None, None, nthr, cache=cache,
+                                     ln_threads=self._ln_threads(n * T, nthr))
+
+    def _ln_threads(self, rows, nthr):
+        """Threads for the layer norms of `rows` decoder rows."""
         # a decode step's layer norms are microseconds of work: one thread, no hand-over to a
         # second one (which cost ~1 ms per call on the busy 2-core machine). Single-thread GEMMs
         # and attentions helped there only under heavy load and lost at load ~2: not done.
-        ln_thr = 1 if n * T * self.d_model <= _SMALL else nthr
-        return self.decoder._forward(x, None, n, T, None, None, None, nthr, cache=cache,
-                                     ln_threads=ln_thr)
+        return 1 if rows * self.d_model <= _SMALL else nthr
 
     def _project(self, hidden, nthr=None):
         """hidden (N, d) -> logits (N, vocab) = hidden @ W_out.T + final_logits_bias (T5's

@@ -35,7 +35,7 @@ from ..nn._module import _Init, _Module
 from ..nn.conv import Conv1d
 from ..nn.embedding import Embedding
 from . import _seq2seq_spec, registry
-from .seq2seq import _SMALL, Seq2SeqTransformer
+from .seq2seq import Seq2SeqTransformer
 from .whisper import FIXED, check_alignment_heads, check_whisper_generation, read_generation
 
 __all__ = ["WhisperModel", "whisper_sinusoids"]
@@ -432,7 +432,7 @@ class WhisperModel(Seq2SeqTransformer):
         cache = self._start_cache(memory, np.ones((B, S), bool), 1, T, nthr)
         dec = self.decoder
         x = self.decoder_embed._forward(tokens, **self._positions(tokens, 0))
-        ln = 1 if B * T * self.d_model <= _SMALL else nthr          # as _decode
+        ln = self._ln_threads(B * T, nthr)
         scores = np.empty((B, len(heads), T, S), np.float32)
         for i, layer in enumerate(dec.layers):
             lc = cache.layer(i)

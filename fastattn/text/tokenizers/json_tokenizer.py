@@ -119,9 +119,11 @@ class JsonTokenizer(Tokenizer):
     def max_id(self):
         return max(self._tk.get_vocab(with_added_tokens=True).values())
 
-    def encode(self, texts, *, max_length=None, src_lang=None, tgt_lang=None, types=False):
-        """Token ids of each text (the post-processor's special tokens included), truncated to
-        ``max_length`` ids; with ``types=True`` also the token type ids: (ids, type_ids)."""
+    def encode(self, texts, *, max_length=None, src_lang=None, tgt_lang=None, types=False,
+               special_tokens=True):
+        """Token ids of each text (the post-processor's special tokens included unless
+        ``special_tokens=False``), truncated to ``max_length`` ids; with ``types=True`` also the
+        token type ids: (ids, type_ids)."""
         texts = check_texts(texts)
         max_length = _check_max_length(max_length)
         self.check_languages(src_lang, tgt_lang)
@@ -136,7 +138,7 @@ class JsonTokenizer(Tokenizer):
                     self._tk.enable_truncation(max_length, strategy="longest_first",
                                                direction=self.truncation_side)
                 self._limit = max_length
-            encs = self._tk.encode_batch(texts, add_special_tokens=True)
+            encs = self._tk.encode_batch(texts, add_special_tokens=bool(special_tokens))
         ids = [e.ids for e in encs]
         if types:
             return ids, [e.type_ids for e in encs]
