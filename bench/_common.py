@@ -81,13 +81,16 @@ def alternate(call, n, rounds):
     return np.array(times[0]), np.array(times[1])
 
 
-# --isa NAME (bench_generate.py, bench_encoder.py): every system capped at one instruction set,
-# to time the CPUs people have on a bigger one. NAME is a FASTATTN_ISA value; the peers get their
-# own switches at the same level: CTranslate2's CT2_FORCE_CPU_ISA (its own kernels), oneDNN's
-# ONEDNN_MAX_CPU_ISA (inside CTranslate2 and PyTorch), MKL's MKL_ENABLE_INSTRUCTIONS (Intel CPUs
-# only: MKL ignores it elsewhere) and PyTorch's ATEN_CPU_CAPABILITY. ONNX Runtime has no such
-# switch: it runs at its best. Each library reads its variable when it loads or first runs, so
-# apply_isa() sets them before anything is imported; child processes inherit them.
+# --isa NAME (bench_generate.py, bench_encoder.py, bench_precision.py, ...): every system capped
+# at one instruction set, to time the CPUs people have on a bigger one. NAME is a FASTATTN_ISA
+# value; the peers get their own switches at the same level: CTranslate2's CT2_FORCE_CPU_ISA (its
+# own kernels), oneDNN's ONEDNN_MAX_CPU_ISA (inside CTranslate2, PyTorch and OpenVINO), MKL's
+# MKL_ENABLE_INSTRUCTIONS (Intel CPUs only: MKL ignores it elsewhere), PyTorch's
+# ATEN_CPU_CAPABILITY and OpenVINO's OV_CPU_MAX_ISA (its CPU plugin's own choices, bf16 among
+# them: set to oneDNN's value, or the plugin picks kernels oneDNN then refuses; OpenVINO's MLAS
+# GEMM has no switch). ONNX Runtime has no such switch: it runs at its best. Each library reads
+# its variable when it loads or first runs, so apply_isa() sets them before anything is imported;
+# child processes inherit them.
 ISA_CAPS = {  # NAME: (CT2_FORCE_CPU_ISA, ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS, ATEN_CPU_CAPABILITY)
     "scalar": ("GENERIC", "SSE41", "SSE4_2", "default"),
     "sse2": ("GENERIC", "SSE41", "SSE4_2", "default"),
@@ -95,17 +98,20 @@ ISA_CAPS = {  # NAME: (CT2_FORCE_CPU_ISA, ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUC
     "avx2-vnni": ("AVX2", "AVX2_VNNI", "AVX2_E1", "avx2"),
     "avx512": ("AVX512", "AVX512_CORE", "AVX512", "avx512"),
     "avx512-vnni": ("AVX512", "AVX512_CORE_VNNI", "AVX512_E1", "avx512"),
+    "avx512-bf16": ("AVX512", "AVX512_CORE_BF16", "AVX512_E3", "avx512"),
 }
 ISA_HELP = ("cap every system at this instruction set: FASTATTN_ISA for fastattn, "
             "CT2_FORCE_CPU_ISA + ONEDNN_MAX_CPU_ISA + MKL_ENABLE_INSTRUCTIONS for CTranslate2, "
-            "ATEN_CPU_CAPABILITY (+ oneDNN, MKL) for PyTorch; ONNX Runtime has no switch")
+            "ATEN_CPU_CAPABILITY (+ oneDNN, MKL) for PyTorch, OV_CPU_MAX_ISA + oneDNN for "
+            "OpenVINO; ONNX Runtime has no switch")
 
 
 def isa_environment(name):
     """The environment variables that cap fastattn and its peers at `name` (ISA_CAPS)."""
     ct2, onednn, mkl, aten = ISA_CAPS[name]
     return {"FASTATTN_ISA": name, "CT2_FORCE_CPU_ISA": ct2, "ONEDNN_MAX_CPU_ISA": onednn,
-            "MKL_ENABLE_INSTRUCTIONS": mkl, "ATEN_CPU_CAPABILITY": aten}
+            "MKL_ENABLE_INSTRUCTIONS": mkl, "ATEN_CPU_CAPABILITY": aten,
+            "OV_CPU_MAX_ISA": onednn}
 
 
 def apply_isa(argv=None):
@@ -132,7 +138,8 @@ def isa_line():
     detects them (whatever the cap)."""
     from fastattn._kernels import _qgemm, _simd
     keys = ("FASTATTN_ISA", "CT2_FORCE_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS",
-            "ATEN_CPU_CAPABILITY")
+            "ATEN_CPU_CAPABILITY", "OV_CPU_MAX_ISA")
     caps = " ".join(f"{k}={os.environ[k]}" for k in keys if k in os.environ) or "none"
-    return (f"ISA cap: {caps}; fastattn kernels: float {_simd.isa()}, int8 {_qgemm.variant()}; "
+    return (f"ISA cap: {caps}; fastattn kernels: float {_simd.isa()}, int8 {_qgemm.variant()}, "
+            f"bf16 {_qgemm.bf16_variant()}; "
             f"CPU features: {' '.join(f for f in _simd.cpu_features() if f != 'base')}")
