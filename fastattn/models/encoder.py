@@ -25,6 +25,7 @@ from ..nn.embedding import Embedding
 from ..nn.norm import LayerNorm
 from ..nn.positional import RelativePositionBias, counted_position_ids, rotary_tables
 from ..nn.transformer import TransformerEncoder, TransformerEncoderLayer
+from . import _ct2
 from ._encoder_weights import load_config, load_weights
 from ._sentence_transformers import (POOLING_MODES, check_pooling, l2_normalize, pool,
                                      pooling_from_config, read_dense, read_folder,
@@ -220,6 +221,7 @@ class EncoderModel:
         check_quantize(quantize, dt)
         model_dir, pooling_cfg, normalize, dense = read_folder(path)
         family, config = load_config(model_dir)
+        quantize = _ct2.folder_quantize(model_dir, quantize, dt, model_dir)  # CTranslate2 int8
         pooling = pooling_cfg if isinstance(pooling_cfg, tuple) else \
             pooling_from_config(os.path.join(pooling_cfg, "config.json"), config.hidden_size)
         saved = None
@@ -239,7 +241,7 @@ class EncoderModel:
                 else:
                     model.layers[i].compact_()
                 release_free_memory()
-            load_weights(model_dir, family, config, model._array, layer_done)
+            load_weights(model_dir, family, config, model._array, layer_done, model)
         else:
             model._assign_saved(saved, model_dir)
         width = config.hidden_size * len(pooling)
