@@ -2,6 +2,7 @@
 import os
 
 from .._validation import check_folder, check_n_threads  # noqa: F401 (check_folder: re-used)
+from ..io import saved as _saved
 from ..io.huggingface import read_json
 from ..models import _ct2, registry
 
@@ -26,6 +27,11 @@ def model_family(folder, kind):
     where = os.path.join(folder, "config.json")
     cfg = read_json(where, "model config", dict)
     mt = cfg.get("model_type")
+    if mt is None and _saved.is_saved_folder(folder):
+        # saved from a CTranslate2 folder: its config.json is CTranslate2's, the model's own
+        # configuration is in fastattn_model.json
+        meta = read_json(os.path.join(folder, _saved.MODEL_FILE), _saved.MODEL_FILE, dict)
+        mt = (meta.get("config") or {}).get("model_type")
     if not isinstance(mt, str):
         raise ValueError(f"{where} has no model_type")
     family = registry.family(mt)

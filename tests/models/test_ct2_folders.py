@@ -391,3 +391,17 @@ def test_options_fastattn_lacks_are_refused(marian, tmp_path):
     open(os.path.join(d, "model.bin"), "wb").write(raw[:len(raw) // 2])
     with pytest.raises(ValueError, match="model.bin: variable .* the file is truncated"):
         fastattn.Translator(d)
+
+
+def test_convert(marian, minilm_ct2, tmp_path):
+    """``fastattn convert`` of a CTranslate2 translation folder: a fastattn folder a
+    Translator loads (the same translations); an encoder folder is refused (not yet)."""
+    from fastattn.models.convert import convert
+    out = str(tmp_path / "fa")
+    assert convert(marian["float32"], out, "int8") == "Seq2SeqTransformer"
+    texts = ["poka gine sune baren", "laßto ba ren gi,"]
+    assert fastattn.Translator(out).translate(texts) == \
+        fastattn.Translator(marian["float32"], quantize="int8").translate(texts)
+    with pytest.raises(ValueError, match="is a CTranslate2 encoder folder: converting it is not "
+                                         "supported yet"):
+        convert(minilm_ct2["float32"], str(tmp_path / "enc"), None)
