@@ -294,10 +294,10 @@ class MappedCheckpoint(Checkpoint):
 
     def __init__(self, model_bin):
         super().__init__([])
-        self.bin = model_bin
+        self.bin = model_bin              # the header; raw: the variables by their own names
         self.files = [model_bin.path]
         self.quantized = model_bin.quantized
-        self._vars = model_bin.checkpoint()
+        self.raw = model_bin.checkpoint()
 
     def add(self, name, blocks, shape=None):
         """Map `name` to the stack of `blocks` (Block), seen in `shape` (default: the stack's
@@ -376,7 +376,7 @@ class MappedCheckpoint(Checkpoint):
                 at += part
                 continue
             a, b = part if part is not None else (0, self.bin.shape(var)[0])
-            self._vars.copy_into(var, q[at:at + b - a], None if part is None else part)
+            self.raw.copy_into(var, q[at:at + b - a], None if part is None else part)
             s[at:at + b - a] = _inverse(self._scales(var, (a, b)), self.bin.path, var)
             at += b - a
         return q, s
@@ -389,7 +389,7 @@ class MappedCheckpoint(Checkpoint):
         if self.bin.shape(scale) != self.bin.shape(var)[:1]:
             raise ValueError(f"{self.bin.path}: {scale!r} has shape "
                              f"{list(self.bin.shape(scale))}: not one scale per row of {var!r}")
-        return np.asarray(self._vars.read(scale, rows), np.float32)
+        return np.asarray(self.raw.read(scale, rows), np.float32)
 
     # -- reading ------------------------------------------------------------------------------
     def read(self, name, rows=None):
@@ -436,10 +436,10 @@ class MappedCheckpoint(Checkpoint):
 
     def _read_rows(self, var, rows, dst):
         if self.bin.kind(var) != "int8":
-            self._vars.copy_into(var, dst, rows)
+            self.raw.copy_into(var, dst, rows)
             return
         scale = self._scales(var, rows)      # w = w_q / scale, as CTranslate2 dequantizes
-        q = self._vars.read(var, rows)
+        q = self.raw.read(var, rows)
         dst[...] = (q.astype(np.float32) / scale.reshape((-1,) + (1,) * (q.ndim - 1))
                     ).astype(dst.dtype, copy=False)
 

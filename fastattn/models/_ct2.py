@@ -150,7 +150,7 @@ class _Folder:
             if biases is None or biases[j]:
                 self.bias(f"{hf}.bias", ct, rows, d)
             elif self.has(f"{ct}/bias"):
-                b = self.bin.checkpoint().read(self.bin.resolve(f"{ct}/bias"), rows)
+                b = self.ckpt.raw.read(self.bin.resolve(f"{ct}/bias"), rows)
                 if np.any(b):
                     raise ValueError(f"{self.where}: {ct}/bias has non-zero rows {rows} where "
                                      f"the model has no bias ({hf})")
@@ -172,7 +172,7 @@ class _Folder:
                           f"the activation {_ACT_NAMES.get(v, v)} is not supported")
         return _ACTIVATIONS[act]
 
-    def config_fields(self, known, where_ok=()):
+    def config_fields(self, known):
         for key in self.config:
             if key not in known:
                 raise ValueError(f"{os.path.join(self.path, 'config.json')}: field {key!r} is "
@@ -392,19 +392,15 @@ def _whisper_generation(f, tokens, config):
 # -- Transformer encoder-decoders ------------------------------------------------------------------
 
 def _seq2seq_label(f):
-    """The family a TransformerSpec reads as (its Translator's tokenizer, its repr): Marian
-    starts from a zero embedding; BART / mBART have an embedding LayerNorm (post- / pre-norm);
-    Pegasus starts from its pad; the other pre-norm models are M2M100 / NLLB."""
-    zero = f.bin.scalar("decoder/start_from_zero_embedding", 0)
-    if zero:
-        return "marian"
+    """The family a TransformerSpec reads as (its Translator's tokenizer, its repr; the
+    network is the file's whatever the label): BART / mBART have an embedding LayerNorm (post- /
+    pre-norm); the other post-norm models are Marian's; Pegasus starts from its pad; the other
+    pre-norm models are M2M100 / NLLB."""
     pre = f.bin.scalar("decoder/pre_norm", 1)
     if f.has("decoder/layernorm_embedding/gamma"):
         return "mbart" if pre else "bart"
     if not pre:
-        raise ValueError(f"{f.where}: a post-norm Transformer without an embedding LayerNorm "
-                         "that does not start from a zero embedding (Marian's) is not a model "
-                         "fastattn reads")
+        return "marian"
     return "pegasus" if f.config.get("decoder_start_token") == "<pad>" else "m2m_100"
 
 

@@ -82,7 +82,8 @@ def _wer(ref, hyp):
 def test_the_folder_is_the_written_back_model(hf):
     """The same parameters bit for bit (float16 widened exactly), the same configuration and
     generation settings (openai's, with the folder's suppress lists and alignment heads)."""
-    ct, ref = fastattn.WhisperModel.from_pretrained(SOURCE), fastattn.WhisperModel.from_pretrained(hf)
+    ct = fastattn.WhisperModel.from_pretrained(SOURCE)
+    ref = fastattn.WhisperModel.from_pretrained(hf)
     a, b = ct.state_dict(), ref.state_dict()
     assert list(a) == list(b) and len(a) > 140
     for k in a:
