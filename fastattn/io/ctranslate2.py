@@ -51,6 +51,7 @@ SPEC_REVISIONS = {"WhisperSpec": 3, "TransformerSpec": 7, "TransformerEncoderSpe
 _TYPES = {0: ("float32", "<f4"), 1: ("int8", "i1"), 2: ("int16", "<i2"), 3: ("int32", "<i4"),
           4: ("float16", "<f2"), 5: ("bfloat16", "<u2")}
 _CODES = dict(_TYPES.values())
+_READ_BLOCK = 4 << 20              # bytes of float32 dequantized at a time
 MODEL_FILE = "model.bin"
 # config.json fields of a Hugging Face folder: a folder with model.bin and one of these is not
 # CTranslate2's (fastattn reads its safetensors instead)
@@ -438,10 +439,14 @@ class MappedCheckpoint(Checkpoint):
         if self.bin.kind(var) != "int8":
             self.raw.copy_into(var, dst, rows)
             return
-        scale = self._scales(var, rows)      # w = w_q / scale, as CTranslate2 dequantizes
-        q = self.raw.read(var, rows)
-        dst[...] = (q.astype(np.float32) / scale.reshape((-1,) + (1,) * (q.ndim - 1))
-                    ).astype(dst.dtype, copy=False)
+        # w = w_q / scale, as CTranslate2 dequantizes; a block of rows at a time
+        row = max(1, int(np.prod(self.bin.shape(var)[1:])))
+        step = max(1, _READ_BLOCK // (4 * row))
+        for a in range(rows[0], rows[1], step):
+            b = min(rows[1], a + step)
+            q = self.raw.read(var, (a, b))
+            scale = self._scales(var, (a, b)).reshape((-1,) + (1,) * (q.ndim - 1))
+            dst[a - rows[0]:b - rows[0]] = q.astype(np.float32) / scale
 
 
 def _inverse(scale, path, var):

@@ -197,3 +197,18 @@ def test_real_whisper_header():
     with open(path, "rb") as f:
         f.seek(offset)
         assert np.array_equal(np.frombuffer(f.read(nbytes), "<f2"), row)
+
+
+def test_int8_read_block_by_block(tmp_path, arrays, monkeypatch):
+    """Dequantizing in blocks of rows (the memory bound) gives the values of one pass."""
+    import fastattn.io.ctranslate2 as ct2
+    m = MappedCheckpoint(ModelBin(_write(tmp_path, _file(arrays))))
+    m.add("deq", [Block("enc/q/weight", (1, 6))])
+    whole = m.read("deq")
+    monkeypatch.setattr(ct2, "_READ_BLOCK", 16)          # one row a block
+    assert np.array_equal(m.read("deq"), whole)
+    dst = np.empty((3, 4), np.float32)
+    m.copy_into("deq", dst, (1, 4))
+    assert np.array_equal(dst, whole[1:4])
+    assert np.array_equal(whole, arrays["q"][1:6].astype(np.float32) /
+                          arrays["scale"][1:6, None])
