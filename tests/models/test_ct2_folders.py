@@ -47,7 +47,7 @@ def marian(tmp_path_factory):
     pad = len(vocab) - 1
     sharpen(hf, pad=pad)
     out = {"hf": hf, "pad": pad, "eos": 0}
-    for q in ("float32", "float16", "int8"):
+    for q in ("float32", "float16", "bfloat16", "int8", "int8_float16"):
         out[q] = convert(hf, str(root / q), q, copy_files=MARIAN_FILES)
     return out
 
@@ -130,8 +130,13 @@ def test_marian_translator(marian, sources):
     assert len(set(got)) == len(texts)
 
 
-def test_marian_float16_is_float32_exactly(marian):
-    a = fastattn.Seq2SeqTransformer.from_pretrained(marian["float16"]).state_dict()
+@pytest.mark.parametrize("storage", ["float16", "bfloat16"])
+def test_marian_half_storage_is_float32_exactly(marian, storage):
+    """float16 and bfloat16 folders: the float32 folder's values rounded as the converter
+    rounds them (torch), widened back exactly."""
+    import torch
+    half = getattr(torch, storage)
+    a = fastattn.Seq2SeqTransformer.from_pretrained(marian[storage]).state_dict()
     b = fastattn.Seq2SeqTransformer.from_pretrained(marian["float32"]).state_dict()
     assert set(a) == set(b)
     for k in b:
@@ -139,7 +144,7 @@ def test_marian_float16_is_float32_exactly(marian):
         if k == "final_logits_bias":               # the pad's logit is not in the file
             assert got[0, -1] == want[0, -1] == FMIN
             got, want = got[:, :-1], want[:, :-1]
-        want = want.astype(np.float16).astype(np.float32)
+        want = torch.from_numpy(np.array(want)).to(half).float().numpy()
         assert got.dtype == np.float32 and np.array_equal(got, want), k
 
 
@@ -216,6 +221,14 @@ def test_marian_int8_keeps_its_integers(marian, sources):
         fastattn.Seq2SeqTransformer.from_pretrained(marian["int8"], dtype=np.float64)
     again = fastattn.Seq2SeqTransformer.from_pretrained(marian["int8"], quantize="int8")
     assert np.array_equal(again.generate(ids, **kw), out)
+    # int8_float16: the same integers, the other parameters in float16
+    m16 = fastattn.Seq2SeqTransformer.from_pretrained(marian["int8_float16"])
+    assert _check_int8(m16, marian["int8_float16"], srcs,
+                       [(m16.encoder_embed, "encoder/embeddings_0/weight"),
+                        (m16.decoder_embed, "decoder/embeddings/weight")]) == 21
+    a, b = m16.state_dict(), m.state_dict()
+    for k in ("model.encoder.layers.0.fc1.bias", "model.decoder.layers.1.final_layer_norm.weight"):
+        assert np.array_equal(a[k], b[k].astype(np.float16).astype(np.float32)), k
 
 
 @pytest.mark.parametrize("model_type", ["bart", "m2m_100"])
