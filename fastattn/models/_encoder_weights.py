@@ -1,10 +1,11 @@
 """An encoder checkpoint folder read into :class:`fastattn.EncoderModel`: its config.json through
 the family of its ``model_type`` (:mod:`fastattn.models.registry`), its tensors through the
-family's name map, one at a time from disk."""
+family's name map, one at a time from disk; a CTranslate2 folder's through
+:mod:`fastattn.models._ct2`."""
 import os
 
 from ..io.huggingface import checkpoint_files, read_json, read_safetensors
-from . import registry
+from . import _ct2, registry
 
 __all__ = ["load_config", "load_weights"]
 
@@ -14,8 +15,12 @@ def load_config(folder):
 
     Every field that changes the numbers is honoured or rejected with a ValueError naming it
     (``model_type``, then the family's own fields: :meth:`fastattn.models.bert.BertFamily.
-    read_config` lists BERT's).
+    read_config` lists BERT's). A CTranslate2 folder: its spec's
+    (:func:`fastattn.models._ct2.read_encoder`).
     """
+    if _ct2.is_ct2_folder(folder):
+        family, config, _ = _ct2.read_encoder(folder)
+        return family, config
     path = os.path.join(folder, "config.json")
     cfg = read_json(path, "model config")
     if not isinstance(cfg, dict):
@@ -55,7 +60,7 @@ def _find_prefix(tensors, files, anchor):
     return p
 
 
-def load_weights(folder, family, cfg, arrays, layer_done=None):
+def load_weights(folder, family, cfg, arrays, layer_done=None, model=None):
     """Read the checkpoint in `folder` into `arrays` (fastattn.nn name -> the model's array,
     written in place, converted to its dtype; a mapping, or a function of the name) through
     the family's name map (a tensor may fill several parameters: its row blocks), one tensor at
@@ -64,10 +69,17 @@ def load_weights(folder, family, cfg, arrays, layer_done=None):
 
     Tensors are found under any prefix ("bert.", "roberta.", "distilbert.", none); old
     TensorFlow-converted LayerNorm names (gamma / beta) are accepted. A missing tensor or a
-    shape that disagrees with config.json is a ValueError naming the tensor.
+    shape that disagrees with config.json is a ValueError naming the tensor. A CTranslate2
+    int8 folder's linear weights and token table are put in place as their integers
+    (:func:`fastattn.models._ct2.place_int8`; `model`: the EncoderModel whose parameters they
+    replace).
     """
-    files = checkpoint_files(folder)
-    tensors = read_safetensors(files)
+    if _ct2.is_ct2_folder(folder):
+        tensors = _ct2.read_encoder(folder)[2]
+        files = tensors.files
+    else:
+        files = checkpoint_files(folder)
+        tensors = read_safetensors(files)
     get = arrays if callable(arrays) else arrays.__getitem__
     prefix = _find_prefix(tensors, files, family.anchor)
     where = ", ".join(files)
@@ -88,12 +100,17 @@ def load_weights(folder, family, cfg, arrays, layer_done=None):
         if tensors.dtype(full).kind != "f":
             raise ValueError(f"tensor {full!r} in {where} has dtype {tensors.dtype(full)}, "
                              "not a float")
+    placed = set()
+    if model is not None and getattr(tensors, "quantized", False):
+        placed = _ct2.place_int8(tensors, entries, _owners(model))
     current = None
     for hf_name, name, rows, _, hf_rows in entries:
         layer = int(name.split(".")[1]) if name.startswith("layers.") else None
         if layer_done is not None and current is not None and layer != current:
             layer_done(current)
         current = layer
+        if hf_name in placed:
+            continue
         arr = get(name)
         dst = arr if rows is None else arr[rows[0]:rows[1]]
         tensors.copy_into(_tensor_name(tensors, prefix + hf_name), dst, hf_rows)
@@ -104,3 +121,11 @@ def load_weights(folder, family, cfg, arrays, layer_done=None):
     if any(k.startswith(extra) for k in tensors):
         raise ValueError(f"{where} holds more layers than config.json's "
                          f"{cfg.num_layers}: found tensors under {extra!r}")
+
+
+def _owners(model):
+    """fastattn.nn name -> (module, key) of an EncoderModel's parameters (its ``_arrays``)."""
+    out = {f"embeddings.{n}": (o, k) for n, _, o, k in model.embeddings._named_params()}
+    for i, layer in enumerate(model.layers):
+        out.update((f"layers.{i}.{n}", (o, k)) for n, _, o, k in layer._named_params())
+    return out

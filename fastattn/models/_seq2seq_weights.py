@@ -18,7 +18,7 @@ from .._validation import check_seed
 from ..generation.config import check_generation_ids, read_generation_config
 from ..io import saved as _saved
 from ..io.huggingface import Checkpoint, checkpoint_files, read_json, read_safetensors
-from . import registry
+from . import _ct2, registry
 
 __all__ = ["Seq2SeqWeights", "EMPTY", "read_checkpoint"]
 
@@ -189,6 +189,9 @@ class Seq2SeqWeights:
             layer = getattr(self, stack).layers[i] if stack != "rest" else None
             if layer is not None:
                 arena.lend(layer)
+            if quantize is not None:           # a CTranslate2 int8 folder's own integers
+                placed = _ct2.place_int8(sd, [names[hf] for hf in hfs], owners)
+                hfs = [hf for hf in hfs if hf not in placed]
             for hf in hfs:
                 _, nn, rows, shape, _ = names[hf]
                 owner, key = owners[nn]
@@ -228,6 +231,7 @@ class Seq2SeqWeights:
         if _saved.is_saved_folder(path):
             return cls._from_saved(path, dtype, quantize)
         config, legacy, weights = read_checkpoint(path, cls._KIND)
+        quantize = _ct2.folder_quantize(weights, quantize, dtype, path)
         gen = cls._read_generation(path, legacy, config)
         model = cls(**config, generation_config=gen, dtype=dtype, quantize=quantize,
                     _state_dict=weights)
@@ -298,7 +302,10 @@ class Seq2SeqWeights:
 def read_checkpoint(path, kind="seq2seq"):
     """``(keywords, generation settings in config.json, tensors)`` of a checkpoint folder, read
     by the family of config.json's model_type (:mod:`fastattn.models.registry`), which must be
-    of `kind` (the model class's: a family of another kind names its class)."""
+    of `kind` (the model class's: a family of another kind names its class); a CTranslate2
+    folder's through :mod:`fastattn.models._ct2`."""
+    if _ct2.is_ct2_folder(path):
+        return _ct2.read_seq2seq(path, kind)
     where = os.path.join(path, "config.json")
     raw = read_json(where, os.path.basename(where), dict)
     model_type = raw.get("model_type")

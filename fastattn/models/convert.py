@@ -20,7 +20,7 @@ import numpy as np
 from .._quant import check_quantize
 from ..io import saved as _saved
 from ..io.huggingface import checkpoint_files, read_json, read_progress
-from . import registry
+from . import _ct2, registry
 from .encoder import EncoderModel
 from .family import KINDS
 from .seq2seq import Seq2SeqTransformer
@@ -34,7 +34,8 @@ _CLASSES = {cls.__name__: cls for cls in (Seq2SeqTransformer, EncoderModel, Whis
 def model_class(folder):
     """The model class that loads `folder`: the class of its config.json's family
     (:mod:`fastattn.models.registry`), EncoderModel for sentence-transformers folders (and
-    anything else: its own error names what is wrong), the saved class of a fastattn folder."""
+    anything else: its own error names what is wrong), the saved class of a fastattn folder,
+    the class of a CTranslate2 folder's spec."""
     folder = os.fspath(folder)
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"{folder} is not a directory")
@@ -43,6 +44,8 @@ def model_class(folder):
         return _CLASSES.get(meta.get("class"), EncoderModel)
     if os.path.isfile(os.path.join(folder, "modules.json")):
         return EncoderModel
+    if _ct2.is_ct2_folder(folder):
+        return _CLASSES[KINDS[_ct2.spec_kind(folder)]]
     cfg = read_json(os.path.join(folder, "config.json"), "config.json", dict)
     family = registry.family(cfg.get("model_type"))
     return EncoderModel if family is None else _CLASSES[KINDS[family.kind]]
@@ -50,6 +53,8 @@ def model_class(folder):
 
 def _weight_bytes(folder):
     try:
+        if _ct2.is_ct2_folder(folder):
+            return os.path.getsize(os.path.join(folder, "model.bin"))
         return sum(os.path.getsize(f) for f in checkpoint_files(folder))
     except (OSError, ValueError):
         return 0
@@ -64,6 +69,10 @@ def convert(src, out, quantize="int8", *, dtype=np.float32, force=False, progres
         raise ValueError("quantize='bfloat16': a bfloat16 model cannot be saved (load the float32 "
                          "folder with quantize='bfloat16')")
     cls = model_class(src)
+    if cls is EncoderModel and _ct2.is_ct2_folder(src):
+        raise ValueError(f"{src} is a CTranslate2 encoder folder: converting it is not supported "
+                         "yet (its saved folder would carry CTranslate2's config.json); load it "
+                         "with EncoderModel / SentenceEncoder directly")
     if os.path.abspath(src) == os.path.abspath(out):
         raise ValueError(f"the output folder {out} is the input folder")
     if os.path.lexists(out) and not force:
@@ -105,7 +114,8 @@ def convert(src, out, quantize="int8", *, dtype=np.float32, force=False, progres
 def add_arguments(p):
     p.add_argument("model", metavar="FOLDER",
                    help="a Hugging Face model folder (config.json, model.safetensors or "
-                        "shards; any family fastattn runs) or a sentence-transformers folder")
+                        "shards; any family fastattn runs), a sentence-transformers folder "
+                        "or a CTranslate2 folder (model.bin)")
     p.add_argument("output", metavar="OUT", help="the fastattn folder to write (must not exist)")
     p.add_argument("--quantize", choices=("int8", "float32"), default="int8",
                    help="int8 weights (default) or float32")

@@ -27,6 +27,7 @@ from ..nn.embedding import Embedding
 from ..nn.norm import LayerNorm
 from ..nn.positional import RelativePositionBias, counted_position_ids, rotary_tables
 from ..nn.transformer import TransformerEncoder, TransformerEncoderLayer
+from . import _ct2
 from ._encoder_weights import load_config, load_weights
 from ._sentence_transformers import (POOLING_MODES, check_pooling, l2_normalize, pool,
                                      pooling_from_config, read_dense, read_folder,
@@ -154,6 +155,10 @@ class EncoderModel:
         loads the new folder. ``progress(done_bytes, total_bytes)`` is called as the weights
         are written."""
         src = getattr(self, "_source", None)
+        if src and _ct2.is_ct2_folder(self._model_dir):
+            raise ValueError(f"{self._model_dir} is a CTranslate2 encoder folder: saving a model "
+                             "loaded from it is not supported (save the Hugging Face folder it "
+                             "was converted from)")
         rel = os.path.relpath(self._model_dir, src) if src else None
         meta = {"class": type(self).__name__, "quantize": self._quantize,
                 "dtype": self.dtype.name}
@@ -241,6 +246,7 @@ class EncoderModel:
         folder = read_folder(path)
         model_dir = folder.model_dir
         family, config = load_config(model_dir)
+        quantize = _ct2.folder_quantize(model_dir, quantize, dt, model_dir)  # CTranslate2 int8
         pooling = folder.pooling if isinstance(folder.pooling, tuple) else \
             pooling_from_config(os.path.join(folder.pooling, "config.json"), config.hidden_size)
         saved = None
@@ -261,7 +267,7 @@ class EncoderModel:
                 else:
                     model.layers[i].compact_()
                 release_free_memory()
-            load_weights(model_dir, family, config, model._array, layer_done)
+            load_weights(model_dir, family, config, model._array, layer_done, model)
         else:
             model._assign_saved(saved, model_dir)
         width = config.hidden_size * len(pooling)
