@@ -315,7 +315,8 @@ class WhisperModel:
             raise ValueError(f"max_initial_timestamp={max_initial_timestamp!r} is not "
                              f"supported: the model's is {self._max_initial()!r} s")
         samples = load_audio(audio)
-        clips = _clips(clip_timestamps, samples.size)
+        points, clips = _clips(clip_timestamps, samples.size)
+        options.clip_timestamps = points               # parsed, as faster-whisper records it
         vad = None
         if samples.size == 0:
             return iter(()), _empty_info(tr, kw["language"], options, vad_parameters)
@@ -442,7 +443,8 @@ class WhisperModel:
 
 def _clips(clip_timestamps, n_samples):
     """faster-whisper's clip_timestamps ("start,end,..." seconds, or a list of them; the last
-    end defaults to the end) -> [(start_frame, end_frame)], or None for the whole file."""
+    end defaults to the end) -> (the seconds, [(start_frame, end_frame)] or None for the whole
+    file)."""
     if isinstance(clip_timestamps, str):
         try:
             points = [float(t) for t in clip_timestamps.split(",")] if clip_timestamps else []
@@ -450,21 +452,24 @@ def _clips(clip_timestamps, n_samples):
             raise ValueError(f"clip_timestamps={clip_timestamps!r}: comma-separated seconds "
                              "start,end,start,end,...") from None
     elif isinstance(clip_timestamps, (list, tuple)):
-        points = [float(t) for t in clip_timestamps]
+        points = clip_timestamps
     else:
         raise TypeError(f"clip_timestamps must be a string or a list of seconds, got "
                         f"{type(clip_timestamps).__name__}")
     frames = -(-n_samples // HOP_LENGTH)
-    seeks = [round(t * SAMPLE_RATE / HOP_LENGTH) for t in points] or [0]
+    try:
+        seeks = [round(float(t) * SAMPLE_RATE / HOP_LENGTH) for t in points] or [0]
+    except (TypeError, ValueError):
+        raise TypeError(f"clip_timestamps must hold seconds, got {clip_timestamps!r}") from None
     if len(seeks) % 2:
         seeks.append(frames)
     clips = [(a, min(b, frames)) for a, b in zip(seeks[::2], seeks[1::2])]
     if clips == [(0, frames)]:
-        return None
+        return points, None
     clips = [(a, b) for a, b in clips if a < b]
-    if not clips:
+    if not clips and n_samples:
         raise ValueError(f"clip_timestamps={clip_timestamps!r} selects no audio")
-    return clips
+    return points, clips
 
 
 def _vad(vad_parameters, window_s):
