@@ -314,7 +314,7 @@ class WhisperModel:
         if max_initial_timestamp != self._max_initial():
             raise ValueError(f"max_initial_timestamp={max_initial_timestamp!r} is not "
                              f"supported: the model's is {self._max_initial()!r} s")
-        samples = load_audio(audio)
+        samples = _samples(audio)
         points, clips = _clips(clip_timestamps, samples.size)
         options.clip_timestamps = points               # parsed, as faster-whisper records it
         vad = None
@@ -439,6 +439,14 @@ class WhisperModel:
         ids.update(range(tr.no_timestamps - 5, tr.no_timestamps))
         ids.add(tr.sot)
         return tuple(sorted(ids))
+
+
+def _samples(audio):
+    """load_audio's samples; an empty array is empty audio (faster-whisper transcribes it to
+    nothing)."""
+    if isinstance(audio, np.ndarray) and audio.size == 0:
+        return np.zeros(0, np.float32)
+    return load_audio(audio)
 
 
 def _clips(clip_timestamps, n_samples):
@@ -602,7 +610,7 @@ class BatchedInferencePipeline:
         vad = _vad(vad_parameters, tr.n_frames * HOP_LENGTH / SAMPLE_RATE)
         # the thresholds and the conditioning do not apply to batched windows (faster-whisper
         # ignores them there)
-        samples = load_audio(audio)
+        samples = _samples(audio)
         if samples.size == 0:
             return iter(()), _empty_info(tr, common["language"], options, vad)
         stream = tr.stream(samples, batch_size=batch_size, vad_filter=True,
