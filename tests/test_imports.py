@@ -204,6 +204,8 @@ def test_every_fastattn_module_is_in_a_layer():
     assert _unit("fastattn.dask")[0] == _unit("fastattn.serve._app")[0]
     assert _unit("fastattn.dask")[1] != _unit("fastattn.serve._app")[1]
     assert _unit("fastattn.compat.sentence_transformers")[0] == _unit("fastattn.dask")[0]
+    assert _unit("fastattn.compat.faster_whisper") == \
+        _unit("fastattn.compat.sentence_transformers")
 
 
 def _lines(path):

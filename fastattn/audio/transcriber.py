@@ -71,9 +71,14 @@ class _Options:
         self.language = language
         if language is not None:
             if not gen.get("lang_to_id"):
-                raise ValueError("language: this is an English-only Whisper (no lang_to_id in "
-                                 "its generation config)")
-            language_token(language, gen["lang_to_id"])          # checked here
+                # English-only: "en" is what it transcribes anyway (faster-whisper accepts it)
+                if language != "en":
+                    raise ValueError(f"language: this is an English-only Whisper (no "
+                                     f"lang_to_id in its generation config); got {language!r}, "
+                                     f"only 'en' applies")
+                self.language = None
+            else:
+                language_token(language, gen["lang_to_id"])          # checked here
         self.num_beams = check_positive_int(num_beams, "num_beams")
         self.best_of = check_positive_int(best_of, "best_of")
         if patience != 1.0:
@@ -229,12 +234,15 @@ class Transcriber:
                    condition_on_previous_text=True, prompt_reset_on_temperature=0.5,
                    initial_prompt=None, word_timestamps=False, without_timestamps=False,
                    max_new_tokens=None, suppress_tokens=None, suppress_blank=True, seed=0,
-                   batch_size=None, vad_filter=False, vad_parameters=None, vad_model="silero"):
+                   batch_size=None, vad_filter=False, vad_parameters=None, vad_model="silero",
+                   beam_size=None):
         """Transcribe (or, ``task="translate"``, translate to English) `audio`: a path (WAV,
         FLAC, anything FFmpeg reads) or 16 kHz samples. Returns a :class:`Transcription`.
 
         The options are faster-whisper's (its defaults); ``language`` None detects it from
-        the first 30 s (multilingual models).
+        the first 30 s (multilingual models; an English-only one takes "en" or None).
+        ``beam_size`` is faster-whisper's name for ``num_beams`` (giving both, num_beams other
+        than its default 5 and different from beam_size, is a TypeError).
 
         - ``vad_filter``: the stretches without speech (a voice-activity detector:
           ``vad_model`` "silero" or "webrtc", ``vad_parameters`` a dict of
@@ -258,7 +266,14 @@ class Transcriber:
         for key in options:
             if key not in TRANSCRIBE_DEFAULTS:
                 raise TypeError(f"transcribe() got an unexpected keyword argument {key!r}")
-        opts = _Options(self.model, **dict(TRANSCRIBE_DEFAULTS, **options))
+        options = dict(TRANSCRIBE_DEFAULTS, **options)
+        beam_size = options.pop("beam_size")
+        if beam_size is not None:
+            if options["num_beams"] not in (TRANSCRIBE_DEFAULTS["num_beams"], beam_size):
+                raise TypeError(f"num_beams={options['num_beams']!r} and beam_size={beam_size!r}: "
+                                f"beam_size is faster-whisper's name for num_beams, give one")
+            options["num_beams"] = beam_size
+        opts = _Options(self.model, **options)
         if opts.word_timestamps and opts.batch_size is not None:
             raise ValueError("word_timestamps: not available with batch_size (decode "
                              "sequentially, with vad_filter=True to skip silences)")

@@ -5,6 +5,8 @@ adapter costs nothing of the others):
 
 - :mod:`fastattn.compat.sentence_transformers`: ``SentenceTransformer(folder).encode(...)``
   over :class:`fastattn.SentenceEncoder`.
+- :mod:`fastattn.compat.faster_whisper`: ``WhisperModel(folder).transcribe(...)`` and
+  ``BatchedInferencePipeline`` over :class:`fastattn.Transcriber`.
 
 An adapter is thin: it maps the peer's names and return types onto the one implementation, and
 an option of the peer that fastattn cannot honour is a ValueError / TypeError naming it, never a

@@ -156,6 +156,11 @@ def test_english_only_equals_transformers(folders, hf_models, transcribers):
                      condition_on_prev_tokens=True)
     assert _ours(res) == ref and len(res.segments) >= 3
     assert res.language == "en" and res.all_language_probs is None
+    # faster-whisper's language="en" on an English-only model, and its beam_size
+    assert tr.transcribe(audio, language="en", beam_size=2, condition_on_previous_text=True,
+                         **NO_FALLBACK) == res
+    with pytest.raises(TypeError, match="num_beams=3 and beam_size=2"):
+        tr.transcribe(audio, num_beams=3, beam_size=2)
     with pytest.raises(ValueError, match="English-only"):
         tr.transcribe(audio, language="de")
     with pytest.raises(ValueError, match="English-only"):
