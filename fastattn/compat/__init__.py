@@ -5,6 +5,9 @@ adapter costs nothing of the others):
 
 - :mod:`fastattn.compat.sentence_transformers`: ``SentenceTransformer(folder).encode(...)``
   over :class:`fastattn.SentenceEncoder`.
+- :mod:`fastattn.compat.ctranslate2`: ``Translator``, ``Encoder`` and ``models.Whisper`` on
+  CTranslate2 folders, over :class:`fastattn.Seq2SeqTransformer`, :class:`fastattn.EncoderModel`
+  and :class:`fastattn.WhisperModel`.
 
 An adapter is thin: it maps the peer's names and return types onto the one implementation, and
 an option of the peer that fastattn cannot honour is a ValueError / TypeError naming it, never a
