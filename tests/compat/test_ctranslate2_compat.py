@@ -89,8 +89,9 @@ def test_beam_search_agreement(pair, tokens):
     """Beam search (CTranslate2's default beam_size=2, and 4 with 2 hypotheses): transformers'
     stopping rule and candidates, not CTranslate2's (fastattn.compat.ctranslate2's docstring):
     on this random model 7 of 10 sources get CTranslate2's best hypothesis with beam_size=2,
-    5 of 10 with 4; a hypothesis both find has CTranslate2's score within the probability min_decoding_length=1 takes from EOS at the
-    first step (transformers' beam search does not renormalise after the processors)."""
+    5 of 10 with 4; a hypothesis both find has CTranslate2's score within the probability
+    min_decoding_length=1 takes from EOS at the first step (transformers' beam search does not
+    renormalise after the processors)."""
     ours, theirs = pair
     for kw in (dict(), dict(beam_size=4, num_hypotheses=2)):
         kw = dict(kw, max_decoding_length=30, return_scores=True)
