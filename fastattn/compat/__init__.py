@@ -7,6 +7,9 @@ adapter costs nothing of the others):
   over :class:`fastattn.SentenceEncoder`.
 - :mod:`fastattn.compat.faster_whisper`: ``WhisperModel(folder).transcribe(...)`` and
   ``BatchedInferencePipeline`` over :class:`fastattn.Transcriber`.
+- :mod:`fastattn.compat.ctranslate2`: ``Translator``, ``Encoder`` and ``models.Whisper`` on
+  CTranslate2 folders, over :class:`fastattn.Seq2SeqTransformer`, :class:`fastattn.EncoderModel`
+  and :class:`fastattn.WhisperModel`.
 
 An adapter is thin: it maps the peer's names and return types onto the one implementation, and
 an option of the peer that fastattn cannot honour is a ValueError / TypeError naming it, never a
