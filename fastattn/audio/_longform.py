@@ -205,32 +205,62 @@ class TranscriptionStream:
     def _text(self, tokens):
         return self._tr.tokenizer.decode([int(t) for t in tokens if t < self._tr.eot])
 
-    def _with_fallback(self, mem, prefix, seek):
+    def _needs_fallback(self, res):
+        """Whether a result (tokens, temperature, avg, cr, no_speech) fails the fallback checks
+        (too repetitive or too unlikely, and not silence)."""
         opts = self._opts
-        results = []
-        for i, t in enumerate(opts.temperatures):
-            tokens, total, no_speech = self._decode(mem, prefix, t, i, seek)
-            avg = total / (tokens.size + 1)
-            cr = compression_ratio(self._text(tokens).strip())
-            res = (tokens, t, avg, cr, no_speech)
-            results.append(res)
-            fallback = False
-            if opts.compression_ratio_threshold is not None and \
-                    cr > opts.compression_ratio_threshold:
-                fallback = True
-            if opts.log_prob_threshold is not None and avg < opts.log_prob_threshold:
-                fallback = True
-            if opts.no_speech_threshold is not None and \
-                    no_speech > opts.no_speech_threshold and \
-                    opts.log_prob_threshold is not None and avg < opts.log_prob_threshold:
-                fallback = False                  # silence: no point in decoding it again
-            if not fallback:
-                return res
-        # every temperature failed: the most likely result that is not repetitive, else the
-        # most likely one
+        _, _, avg, cr, no_speech = res
+        fallback = False
+        if opts.compression_ratio_threshold is not None and \
+                cr > opts.compression_ratio_threshold:
+            fallback = True
+        if opts.log_prob_threshold is not None and avg < opts.log_prob_threshold:
+            fallback = True
+        if opts.no_speech_threshold is not None and \
+                no_speech > opts.no_speech_threshold and \
+                opts.log_prob_threshold is not None and avg < opts.log_prob_threshold:
+            fallback = False                  # silence: no point in decoding it again
+        return fallback
+
+    def _best(self, results):
+        """Of results that all failed: the most likely one that is not repetitive, else the
+        most likely one (faster-whisper's choice)."""
+        opts = self._opts
         ok = [r for r in results if opts.compression_ratio_threshold is None or
               r[3] <= opts.compression_ratio_threshold] or results
         return max(ok, key=lambda r: r[2])
+
+    def _attempt(self, mem, prefix, t, i, seek):
+        tokens, total, no_speech = self._decode(mem, prefix, t, i, seek)
+        avg = total / (tokens.size + 1)
+        return tokens, t, avg, compression_ratio(self._text(tokens).strip()), no_speech
+
+    def _with_fallback(self, mem, prefix, seek, plain=None):
+        """The window's result (tokens, temperature, avg, cr, no_speech), whether it was
+        decoded without the previous text and whether it failed every check.
+
+        plain: the prefix without the previous text, given when `prefix` holds it. A window
+        whose first-temperature decoding fails the checks while conditioned is decoded again
+        without the previous text at that temperature before any other one (repeated text in
+        the prompt drives Whisper into loops and dropped speech; fastattn's rule, not
+        openai-whisper's); the first result that passes is kept. With one temperature there is
+        no fallback: the result is the one decoding asked for, as openai-whisper's."""
+        temps = self._opts.temperatures
+        if len(temps) == 1:
+            return self._attempt(mem, prefix, temps[0], 0, seek), False, False
+        results = []
+        for i, t in enumerate(temps):
+            res = self._attempt(mem, prefix, t, i, seek)
+            results.append((res, False))
+            if not self._needs_fallback(res):
+                return res, False, False
+            if i == 0 and plain is not None:
+                res = self._attempt(mem, plain, t, i, seek)
+                results.append((res, True))
+                if not self._needs_fallback(res):
+                    return res, True, False
+        best = self._best([r for r, _ in results])
+        return best, next(u for r, u in results if r is best), True
 
     # -- batched windows ---------------------------------------------------------------------
 
@@ -336,7 +366,9 @@ class TranscriptionStream:
             if prev and tr.sot_prev is not None and (opts.condition_on_previous_text or
                                                      reset_since == 0 and opts.initial_prompt):
                 prefix = [tr.sot_prev] + prev[-cut:] + sot_seq
-            tokens, temp, avg, cr, no_speech = self._with_fallback(mem, prefix, seek)
+            plain = sot_seq if len(prefix) > len(sot_seq) else None
+            (tokens, temp, avg, cr, no_speech), unprompted, failed = self._with_fallback(
+                mem, prefix, seek, plain)
             if opts.no_speech_threshold is not None and no_speech > opts.no_speech_threshold \
                     and not (opts.log_prob_threshold is not None and
                              avg > opts.log_prob_threshold):
@@ -344,9 +376,16 @@ class TranscriptionStream:
                 continue
             offset = seek * _TIME_PRECISION / _INPUT_STRIDE       # transformers' arithmetic
             pieces, moved = window_segments(tokens, tb, window, _INPUT_STRIDE)
+            if failed and moved == window and pieces:
+                # a result that failed every check does not vouch for the silence after its
+                # last timestamp: move on from there, not past the window
+                last = pieces[-1][2] * _INPUT_STRIDE
+                if 0 < last < window:
+                    moved = last
             segs = [[toks, offset + a * _TIME_PRECISION, offset + b * _TIME_PRECISION, None]
                     for toks, a, b in pieces]
             if opts.word_timestamps and segs:
+                previous_end = last_speech
                 timed, last_speech = add_word_timestamps(
                     tr.model, [{"tokens": t, "start": a, "end": b} for t, a, b, _ in segs],
                     mem, sot_seq, tr.tokenizer, window, offset, language=self.language,
@@ -359,6 +398,22 @@ class TranscriptionStream:
                     shift = round((ends[-1] - offset) * 100)
                     if shift > 0:
                         moved = shift                 # on from the last word (faster-whisper)
+                if opts.hallucination_silence_threshold is not None:
+                    skip = skip_hallucinations(
+                        segs, opts.hallucination_silence_threshold, offset,
+                        tr.n_frames * _FRAME_SECONDS, window * _FRAME_SECONDS,
+                        frames * _FRAME_SECONDS, previous_end)
+                    if skip is not None:
+                        keep_n, to = skip
+                        if keep_n == 0 and to is not None and to > offset:
+                            seek += max(1, round((to - offset) * 100))
+                            last_speech = previous_end
+                            continue                  # silence, then a hallucination: skip it
+                        del segs[keep_n:]
+                        moved = frames - seek if to is None else \
+                            max(1, round((to - offset) * 100))
+                        ends = [w.end for _, _, words in segs for w in words]
+                        last_speech = ends[-1] if ends else previous_end
             for toks, start, end, words in segs:
                 if self._map is not None:                   # speech-only time -> the file's
                     start, end = self._map(start), self._map(end, is_end=True)
@@ -378,11 +433,62 @@ class TranscriptionStream:
                               avg_logprob=avg, compression_ratio=cr,
                               no_speech_prob=no_speech, words=words)
                 sid += 1
-            if not opts.condition_on_previous_text or \
+            if not opts.condition_on_previous_text or unprompted or \
                     (opts.prompt_reset_on_temperature is not None and
                      temp > opts.prompt_reset_on_temperature):
                 reset_since = len(history)
             seek += moved
+
+
+_PUNCTUATION = "\"'“¿([{-\"'.。,，!！?？:：”)]}、"
+
+
+def _anomaly(words):
+    """Whether a segment's words look hallucinated: improbable (p < 0.15), too short
+    (< 0.133 s) or too long (> 2 s), scored on its first 8 words (openai-whisper's rule)."""
+    words = [w for w in words if w.word not in _PUNCTUATION][:8]
+    if not words:
+        return False
+    score = 0.0
+    for w in words:
+        d = w.end - w.start
+        score += (w.probability < 0.15) + max(0.0, 0.133 - d) * 15 + max(0.0, d - 2.0)
+    return score >= 3 or score + 0.01 >= len(words)
+
+
+def skip_hallucinations(segs, threshold, offset, window_s, segment_s, total_s, last_end):
+    """hallucination_silence_threshold (openai-whisper's and faster-whisper's semantics): a
+    window's segments [[tokens, start, end, words]] (times in seconds of the decoded audio)
+    -> None (keep them all) or (how many to keep, where the seek goes on: a time, or None for
+    the end of the audio).
+
+    A hallucination is a segment whose words score as anomalous (:func:`_anomaly`). When the
+    window's first segment with words is one and starts more than `threshold` s into the
+    window, nothing is kept and the seek moves to it (the silence before it is skipped and it
+    is decoded again from there). A hallucination with silence (over `threshold`, or the
+    window's edge, or another hallucination) on both sides is dropped with what follows, and
+    the seek moves to its start."""
+    worded = [i for i, s in enumerate(segs) if s[3]]
+    if not worded:
+        return None
+    first = segs[worded[0]]
+    if _anomaly(first[3]) and first[1] - offset > threshold:
+        return 0, first[1]
+    prev_end = last_end
+    for k, i in enumerate(worded):
+        _, start, end, words = segs[i]
+        if _anomaly(words):
+            nxt = segs[worded[k + 1]] if k + 1 < len(worded) else None
+            next_start = nxt[3][0].start if nxt is not None else offset + segment_s
+            before = start - prev_end > threshold or start < threshold or start - offset < 2.0
+            after = (next_start - end > threshold or (nxt is not None and _anomaly(nxt[3])) or
+                     offset + window_s - end < 2.0)
+            if before and after:
+                if total_s - end < threshold:
+                    return i, None
+                return i, max(offset + 1, start)
+        prev_end = end
+    return None
 
 
 def decode_across(tr, streams):

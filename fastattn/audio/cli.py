@@ -37,6 +37,9 @@ def add_arguments(p):
                    help="do not prompt each window with the text before it")
     p.add_argument("--initial-prompt", metavar="TEXT", help="text that prompts the first window")
     p.add_argument("--word-timestamps", action="store_true", help="per-word times (json)")
+    p.add_argument("--hallucination-silence-threshold", type=float, metavar="SECONDS",
+                   help="with --word-timestamps: drop a segment that looks hallucinated between "
+                        "silences longer than this, and skip the silence")
     p.add_argument("--batch-size", type=positive_int, metavar="N",
                    help="decode N windows at once, cut at the silences a voice-activity "
                         "detector finds")
@@ -90,6 +93,8 @@ def run(args):
                "initial_prompt": args.initial_prompt, "word_timestamps": args.word_timestamps}
     if args.language:
         options["language"] = args.language
+    if args.hallucination_silence_threshold is not None:
+        options["hallucination_silence_threshold"] = args.hallucination_silence_threshold
     if args.temperature:
         options["temperature"] = tuple(args.temperature)
     if args.batch_size:

