@@ -29,7 +29,7 @@ a CPU too; fastattn does not widen an int8 folder).
 Refused, each by a ValueError naming it when its value differs from faster-whisper's default:
 ``device`` other than "cpu" / "auto", ``device_index`` other than 0, ``num_workers`` other
 than 1, ``files``, ``revision``, ``use_auth_token``, extra CTranslate2 keywords;
-``prefix``, ``hotwords``, ``hallucination_silence_threshold``, ``repetition_penalty``,
+``prefix``, ``hotwords``, ``repetition_penalty``,
 ``no_repeat_ngram_size``, ``patience``, ``chunk_length`` other than the model's 30 s,
 ``max_initial_timestamp`` other than the folder's (1.0 s), ``prepend_punctuations`` /
 ``append_punctuations``, ``initial_prompt`` as token ids, ``multilingual=True`` and
@@ -309,7 +309,8 @@ class WhisperModel:
                   log_prob_threshold=log_prob_threshold,
                   no_speech_threshold=no_speech_threshold,
                   prompt_reset_on_temperature=prompt_reset_on_temperature,
-                  word_timestamps=word_timestamps)
+                  word_timestamps=word_timestamps,
+                  hallucination_silence_threshold=hallucination_silence_threshold)
         tr = self.transcriber
         if max_initial_timestamp != self._max_initial():
             raise ValueError(f"max_initial_timestamp={max_initial_timestamp!r} is not "
@@ -355,7 +356,7 @@ class WhisperModel:
         """Transcriber's options of the options both transcribes share, and faster-whisper's
         TranscriptionOptions of the call (`a`: the call's arguments)."""
         tr = self.transcriber
-        for name in ("prefix", "hotwords", "hallucination_silence_threshold"):
+        for name in ("prefix", "hotwords"):
             if a.get(name) is not None and not (batched and name == "prefix"):
                 raise ValueError(f"{name}={a[name]!r} is not supported by fastattn's Whisper "
                                  f"decoding ({name}=None)")

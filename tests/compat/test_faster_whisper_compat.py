@@ -154,7 +154,7 @@ def test_language_en_and_beam_size(model, audio):
 
 
 @pytest.mark.parametrize("option, value", [
-    ("prefix", "The library"), ("hotwords", "library"), ("hallucination_silence_threshold", 2.0),
+    ("prefix", "The library"), ("hotwords", "library"),
     ("repetition_penalty", 1.1), ("no_repeat_ngram_size", 3), ("patience", 2.0),
     ("chunk_length", 20), ("max_initial_timestamp", 0.5), ("prepend_punctuations", "\""),
     ("append_punctuations", "."), ("initial_prompt", [50, 51]),
@@ -217,3 +217,16 @@ def test_batched_pipeline(model, audio):
                      (dict(hotwords="x"), "hotwords")):
         with pytest.raises(ValueError, match=name):
             compat.BatchedInferencePipeline(model).transcribe(audio, **kw)
+
+
+def test_hallucination_silence_threshold_is_the_transcribers(model, audio):
+    """faster-whisper's option runs fastattn's rule (tests/audio/test_longform_robust.py): the
+    same segments as Transcriber with it, and it needs word_timestamps there too."""
+    audio = audio[:16000 * 12]
+    segs, _ = model.transcribe(audio, word_timestamps=True, hallucination_silence_threshold=2.0)
+    segs = list(segs)
+    want = model.transcriber.transcribe(audio, word_timestamps=True,
+                                        hallucination_silence_threshold=2.0)
+    assert segs and [s.text for s in segs] == [s.text for s in want.segments]
+    with pytest.raises(ValueError, match="hallucination_silence_threshold"):
+        next(model.transcribe(audio, hallucination_silence_threshold=2.0)[0])
