@@ -65,6 +65,34 @@ def load_settings(model_path, device, device_index, compute_type, intra_threads,
     return path, quantize, (int(intra_threads) or None)
 
 
+class LoadedModel:
+    """CTranslate2's constructor (the three classes share it): the folder loaded by the fastattn
+    class `_loads` with the quantize its compute_type asks for; `model` is that model; then the
+    class's own `_setup()`."""
+
+    _loads = None            # the fastattn class whose from_pretrained reads the folder
+
+    def __init__(self, model_path, device="cpu", *, device_index=0, compute_type="default",
+                 inter_threads=1, intra_threads=0, max_queued_batches=0,
+                 flash_attention=False, tensor_parallel=False, files=None):
+        path, quantize, self._threads = load_settings(
+            model_path, device, device_index, compute_type, intra_threads, flash_attention,
+            tensor_parallel, files, inter_threads, max_queued_batches)
+        self.model = self._loads.from_pretrained(path, quantize=quantize)
+        self.model_path, self.device, self.device_index = path, "cpu", [0]
+        self.compute_type = "int8_float32" if self.model.quantize == "int8" else (
+            self.model.quantize or "float32")
+        self.tensor_parallel = False
+        self._inter_threads = int(inter_threads)
+        self._setup()
+
+    def _setup(self):
+        """What a class reads from its folder beyond the model."""
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.model_path!r}, compute_type={self.compute_type!r})"
+
+
 def _folder_is_int8(path):
     """Whether model.bin holds int8 weights (each with its ``weight_scale``)."""
     return ModelBin(os.path.join(path, "model.bin")).quantized

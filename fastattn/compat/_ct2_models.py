@@ -22,7 +22,7 @@ import numpy as np
 
 from ..generation.whisper import WindowDecoder
 from ..models import WhisperModel
-from ._ct2_common import Vocabulary, _Result, check_options, load_settings
+from ._ct2_common import LoadedModel, Vocabulary, _Result, check_options
 
 __all__ = ["Whisper", "WhisperGenerationResult"]
 
@@ -43,26 +43,15 @@ _REFUSED = {
 }
 
 
-class Whisper:
+class Whisper(LoadedModel):
     """A CTranslate2 Whisper folder (faster-whisper's models) over
     :class:`fastattn.WhisperModel`."""
 
-    def __init__(self, model_path, device="cpu", *, device_index=0, compute_type="default",
-                 inter_threads=1, intra_threads=0, max_queued_batches=0,
-                 flash_attention=False, tensor_parallel=False, files=None):
-        path, quantize, self._threads = load_settings(
-            model_path, device, device_index, compute_type, intra_threads, flash_attention,
-            tensor_parallel, files, inter_threads, max_queued_batches)
-        self.model = WhisperModel.from_pretrained(path, quantize=quantize)
-        self.model_path, self.device, self.device_index = path, "cpu", [0]
-        self.compute_type = "int8_float32" if self.model.quantize == "int8" else (
-            self.model.quantize or "float32")
-        self._vocab = Vocabulary(path, "vocabulary", None)
-        self.num_workers = int(inter_threads)
-        self.tensor_parallel = False
+    _loads = WhisperModel
 
-    def __repr__(self):
-        return f"Whisper({self.model_path!r}, compute_type={self.compute_type!r})"
+    def _setup(self):
+        self._vocab = Vocabulary(self.model_path, "vocabulary", None)
+        self.num_workers = self._inter_threads
 
     @property
     def is_multilingual(self):

@@ -57,8 +57,8 @@ import numpy as np
 
 from ..io.ctranslate2 import ModelBin, is_ct2_folder, read_vocabulary
 from ..models import EncoderModel, Seq2SeqTransformer
-from ._ct2_common import (AsyncResult, Vocabulary, _Result, batches, check_options,
-                          load_settings, read_config, truncate)
+from ._ct2_common import (AsyncResult, LoadedModel, Vocabulary, _Result, batches, check_options,
+                          read_config, truncate)
 from . import _ct2_models as models
 
 __all__ = ["Translator", "Encoder", "TranslationResult", "ScoringResult",
@@ -103,21 +103,15 @@ _REFUSED = {
 }
 
 
-class Translator:
+class Translator(LoadedModel):
     """A CTranslate2 translation folder (TransformerSpec: Marian / OPUS-MT, BART, M2M100 /
     NLLB ...) over :class:`fastattn.Seq2SeqTransformer`."""
 
-    def __init__(self, model_path, device="cpu", *, device_index=0, compute_type="default",
-                 inter_threads=1, intra_threads=0, max_queued_batches=0,
-                 flash_attention=False, tensor_parallel=False, files=None):
-        path, quantize, self._threads = load_settings(
-            model_path, device, device_index, compute_type, intra_threads, flash_attention,
-            tensor_parallel, files, inter_threads, max_queued_batches)
-        self.model = Seq2SeqTransformer.from_pretrained(path, quantize=quantize)
-        self.model_path, self.device, self.device_index = path, "cpu", [0]
-        self.compute_type = "int8_float32" if self.model.quantize == "int8" else (
-            self.model.quantize or "float32")
-        self.num_translators, self.tensor_parallel = int(inter_threads), False
+    _loads = Seq2SeqTransformer
+
+    def _setup(self):
+        path = self.model_path
+        self.num_translators = self._inter_threads
         cfg = read_config(path)
         unk = cfg.get("unk_token", "<unk>")
         if read_vocabulary(path, "shared_vocabulary") is not None:
@@ -130,9 +124,6 @@ class Translator:
         self._start = self.model.decoder_start_id
         self._src_eos = self._src.index.get(cfg.get("eos_token", "</s>"))
         self._src_bos = self._src.index.get(cfg.get("bos_token", "<s>"))
-
-    def __repr__(self):
-        return f"Translator({self.model_path!r}, compute_type={self.compute_type!r})"
 
     # -- inputs --------------------------------------------------------------------------------
 
@@ -353,26 +344,17 @@ class Translator:
         return [AsyncResult(r) for r in out] if asynchronous else out
 
 
-class Encoder:
+class Encoder(LoadedModel):
     """A CTranslate2 encoder folder (TransformerEncoderSpec: BERT, MiniLM ...) over
     :class:`fastattn.EncoderModel`."""
 
-    def __init__(self, model_path, device="cpu", *, device_index=0, compute_type="default",
-                 inter_threads=1, intra_threads=0, max_queued_batches=0,
-                 flash_attention=False, tensor_parallel=False, files=None):
-        path, quantize, self._threads = load_settings(
-            model_path, device, device_index, compute_type, intra_threads, flash_attention,
-            tensor_parallel, files, inter_threads, max_queued_batches)
-        self.model = EncoderModel.from_pretrained(path, quantize=quantize)
-        self.model_path, self.device, self.device_index = path, "cpu", [0]
-        self.compute_type = "int8_float32" if self.model.quantize == "int8" else (
-            self.model.quantize or "float32")
+    _loads = EncoderModel
+
+    def _setup(self):
+        path = self.model_path
         cfg = read_config(path)
         self._vocab = Vocabulary(path, "vocabulary", cfg.get("unk_token", "<unk>"))
         self._pooler = _pooler(path)
-
-    def __repr__(self):
-        return f"Encoder({self.model_path!r}, compute_type={self.compute_type!r})"
 
     def forward_batch(self, inputs, lengths=None, token_type_ids=None):
         """Encode a batch: token strings, token ids, or an int array (B, S) with `lengths`
