@@ -314,8 +314,10 @@ def test_bad_input(folders, transcribers, tmp_path):
         tr.transcribe(audio, temperature=-1)
     with pytest.raises(TypeError, match="temperature"):
         tr.transcribe(audio, temperature="hot")
-    with pytest.raises(TypeError, match="beam_size"):
-        tr.transcribe(audio, beam_size=2)
+    with pytest.raises(TypeError, match="beam_width"):        # beam_size is num_beams' alias
+        tr.transcribe(audio, beam_width=2)
+    with pytest.raises(ValueError, match="num_beams"):
+        tr.transcribe(audio, beam_size=0)
     with pytest.raises(ValueError, match="num_beams"):
         tr.transcribe(audio, num_beams=0)
     with pytest.raises(ValueError, match="task"):
