@@ -36,6 +36,8 @@ Systems, each in a process of its own (one child process per system and precisio
                             the sequential loop
   faster-whisper-batched    BatchedInferencePipeline(model).transcribe(wav, batch_size=N, ...)
                             (its defaults: Silero VAD chunks, no timestamps, no conditioning)
+  fastattn-compat(-batched) the two faster-whisper lines with one changed import,
+                            fastattn.compat.faster_whisper, on the same CTranslate2 folders
   transformers              WhisperForConditionalGeneration.generate, long-form, on the whole
                             file's features, return_timestamps=True, num_beams=5   float32 only
 
@@ -80,7 +82,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 apply_isa()                     # --isa NAME: every library's cap, before any of them loads
 
 SYSTEMS = ("fastattn", "fastattn-batched", "faster-whisper", "faster-whisper-batched",
-           "transformers")
+           "fastattn-compat", "fastattn-compat-batched", "transformers")
 FLOAT_ONLY = ("transformers",)
 REFERENCE = "faster-whisper"    # the ratios are against its sequential loop, same precision
 SAMPLE_RATE = 16000
@@ -258,12 +260,14 @@ def _fastattn(a, int8, batched, count):
     return run, None
 
 
-def _faster_whisper(a, int8, batched, count):
-    from faster_whisper import BatchedInferencePipeline, WhisperModel
+def _faster_whisper(a, int8, batched, count, module=None):
+    if module is None:
+        import faster_whisper as module
     folder = a.ct2_int8 if int8 else a.ct2
-    model = WhisperModel(folder, device="cpu", compute_type="int8" if int8 else "float32",
-                         cpu_threads=a.threads, num_workers=1)
-    model.model = _Counting(model.model, count)
+    model = module.WhisperModel(folder, device="cpu", compute_type="int8" if int8 else "float32",
+                                cpu_threads=a.threads, num_workers=1)
+    if hasattr(model, "model"):                 # CTranslate2's: count the decoded tokens
+        model.model = _Counting(model.model, count)
     kw = dict(language=a.language, beam_size=5)
     if a.no_fallback:
         kw["temperature"] = 0.0
@@ -273,13 +277,22 @@ def _faster_whisper(a, int8, batched, count):
         kw.update(_EQUAL_WORK, suppress_tokens=[-1, eot], max_new_tokens=224)
     pipe = model
     if batched:
-        pipe = BatchedInferencePipeline(model)
+        pipe = module.BatchedInferencePipeline(model)
         kw["batch_size"] = a.batch_size
 
     def run():
         segments, _info = pipe.transcribe(a.wav, **kw)
         return [(s.text, len(s.tokens), s.temperature, s.start) for s in segments]
     return run, None
+
+
+def _compat(a, int8, batched, count):
+    """faster-whisper's own script with one changed import (fastattn.compat.faster_whisper), on
+    the CTranslate2 folders faster-whisper reads."""
+    from fastattn.compat import faster_whisper
+    run, why = _faster_whisper(a, int8, batched, count, module=faster_whisper)
+    count["unknown"] = True         # the compat model's decodings are not counted
+    return run, why
 
 
 def _transformers(a, int8, batched, count):
@@ -327,7 +340,7 @@ def child(a):
     name = a.child
     int8 = name.endswith("-int8")
     base = name[:-5] if int8 else name
-    make = {"fastattn": _fastattn, "faster-whisper": _faster_whisper,
+    make = {"fastattn": _fastattn, "faster-whisper": _faster_whisper, "fastattn-compat": _compat,
             "transformers": _transformers}[base.replace("-batched", "")]
     count = {"decoded": 0}
     t0 = time.perf_counter()
