@@ -171,7 +171,7 @@ def test_transcribe_equals_single_process(client, tmp_path_factory):
         tr = Transcriber(path, quantize=quantize, n_threads=2)
         want = [tr.transcribe(a, **kw) for a in items]
         assert got == want and all(r.segments for r in got)
-    with pytest.raises(TypeError, match="beam_size"):
-        fastattn.dask.transcribe(db.from_sequence(items), path, beam_size=2)
+    with pytest.raises(TypeError, match="beam_width"):      # beam_size is num_beams' alias
+        fastattn.dask.transcribe(db.from_sequence(items), path, beam_width=2)
     with pytest.raises(TypeError, match="item 0"):
         fastattn.dask.transcribe(db.from_sequence([3]), path).compute()
