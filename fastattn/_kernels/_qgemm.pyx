@@ -105,6 +105,36 @@ def set_variant(name):
     return name
 
 
+cdef struct _Epilogue:
+    const float *bias       # (N,) or NULL
+    const float *res        # (M, N) or NULL, row stride res_rs
+    Py_ssize_t res_rs
+    bint has_norm           # LayerNorm after the residual
+    const float *gamma      # (N,) or NULL
+    const float *beta       # (N,) or NULL
+    double eps
+
+
+cdef _Epilogue _epilogue(object bias, object res, object norm):
+    """The epilogue's arguments of gemm_int8 and gemm_bf16 as pointers (the arrays checked by
+    the caller: float32, contiguous rows)."""
+    cdef _Epilogue e
+    e.bias = e.res = e.gamma = e.beta = NULL
+    e.res_rs, e.eps, e.has_norm = 0, 0.0, norm is not None
+    if bias is not None:
+        e.bias = <const float *> cnp.PyArray_DATA(<cnp.ndarray> bias)
+    if res is not None:
+        e.res = <const float *> cnp.PyArray_DATA(<cnp.ndarray> res)
+        e.res_rs = cnp.PyArray_STRIDES(<cnp.ndarray> res)[0] // 4
+    if e.has_norm:
+        gamma, beta, e.eps = norm
+        if gamma is not None:
+            e.gamma = <const float *> cnp.PyArray_DATA(<cnp.ndarray> gamma)
+        if beta is not None:
+            e.beta = <const float *> cnp.PyArray_DATA(<cnp.ndarray> beta)
+    return e
+
+
 def gemm_int8(cnp.ndarray x, cnp.ndarray wp, cnp.ndarray sw, cnp.ndarray comp, Py_ssize_t N,
               object bias, int act, object res, cnp.ndarray y, int n_threads, object norm=None):
     """y = act(dequant(q(x) @ Wq.T) + bias) + res, then LayerNorm(y) when norm = (gamma, beta,
@@ -118,22 +148,14 @@ def gemm_int8(cnp.ndarray x, cnp.ndarray wp, cnp.ndarray sw, cnp.ndarray comp, P
     cdef Py_ssize_t kp = _cdiv(K, 4) * 4
     cdef Py_ssize_t x_rs = cnp.PyArray_STRIDES(x)[0] // 4
     cdef Py_ssize_t y_rs = cnp.PyArray_STRIDES(y)[0] // 4
-    cdef Py_ssize_t res_rs = 0
-    cdef const float *bp = NULL
-    cdef const float *rp = NULL
-    cdef const float *gp = NULL
-    cdef const float *betap = NULL
-    cdef double eps = 0.0
-    cdef bint has_norm = norm is not None
-    if bias is not None:
-        bp = <const float *> cnp.PyArray_DATA(<cnp.ndarray> bias)
-    if res is not None:
-        rp = <const float *> cnp.PyArray_DATA(<cnp.ndarray> res)
-        res_rs = cnp.PyArray_STRIDES(<cnp.ndarray> res)[0] // 4
-    if has_norm:
-        gamma, beta, eps = norm
-        gp = <const float *> cnp.PyArray_DATA(<cnp.ndarray> gamma) if gamma is not None else NULL
-        betap = <const float *> cnp.PyArray_DATA(<cnp.ndarray> beta) if beta is not None else NULL
+    cdef _Epilogue e = _epilogue(bias, res, norm)
+    cdef Py_ssize_t res_rs = e.res_rs
+    cdef const float *bp = e.bias
+    cdef const float *rp = e.res
+    cdef const float *gp = e.gamma
+    cdef const float *betap = e.beta
+    cdef double eps = e.eps
+    cdef bint has_norm = e.has_norm
     cdef const float *xp = <const float *> cnp.PyArray_DATA(x)
     cdef const int8_t *wpp = <const int8_t *> cnp.PyArray_DATA(wp)
     cdef const float *swp = <const float *> cnp.PyArray_DATA(sw)
@@ -263,22 +285,14 @@ def gemm_bf16(cnp.ndarray x, cnp.ndarray wp, Py_ssize_t N, object bias, int act,
     cdef Py_ssize_t kp = _cdiv(K, 2) * 2
     cdef Py_ssize_t x_rs = cnp.PyArray_STRIDES(x)[0] // 4
     cdef Py_ssize_t y_rs = cnp.PyArray_STRIDES(y)[0] // 4
-    cdef Py_ssize_t res_rs = 0
-    cdef const float *bp = NULL
-    cdef const float *rp = NULL
-    cdef const float *gp = NULL
-    cdef const float *betap = NULL
-    cdef double eps = 0.0
-    cdef bint has_norm = norm is not None
-    if bias is not None:
-        bp = <const float *> cnp.PyArray_DATA(<cnp.ndarray> bias)
-    if res is not None:
-        rp = <const float *> cnp.PyArray_DATA(<cnp.ndarray> res)
-        res_rs = cnp.PyArray_STRIDES(<cnp.ndarray> res)[0] // 4
-    if has_norm:
-        gamma, beta, eps = norm
-        gp = <const float *> cnp.PyArray_DATA(<cnp.ndarray> gamma) if gamma is not None else NULL
-        betap = <const float *> cnp.PyArray_DATA(<cnp.ndarray> beta) if beta is not None else NULL
+    cdef _Epilogue e = _epilogue(bias, res, norm)
+    cdef Py_ssize_t res_rs = e.res_rs
+    cdef const float *bp = e.bias
+    cdef const float *rp = e.res
+    cdef const float *gp = e.gamma
+    cdef const float *betap = e.beta
+    cdef double eps = e.eps
+    cdef bint has_norm = e.has_norm
     cdef const float *xp = <const float *> cnp.PyArray_DATA(x)
     cdef const uint16_t *wpp = <const uint16_t *> cnp.PyArray_DATA(wp)
     cdef float *yp = <float *> cnp.PyArray_DATA(y)
