@@ -79,6 +79,10 @@ def _check_openmp(compiler, cflags, lflags):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# sources compiled with -ffp-contract=off inside extensions that are not (BuildExt)
+NO_CONTRACT_SOURCES = ("fa_portable.c", "fa_driver.c", "_attention.c", "_gemm.c")
+
+
 class BuildExt(build_ext):
     def build_extensions(self):
         compiler = self.compiler
@@ -126,12 +130,25 @@ class BuildExt(build_ext):
             f.write("# Written by setup.py at build time.\nBUILD_INFO = %r\n" % (build_info,))
         for ext in self.extensions:
             ext.extra_compile_args = list(cflags)
-            if not msvc and ext.name.endswith(("._search", "._qgemm")):
-                # the search kernels and the int8 / bfloat16 GEMMs promise the same bits from
-                # every ISA build: nothing fused (AVX-512F and FMA targets would otherwise
-                # contract a * b + c)
+            if not msvc and ext.name.endswith(("._search", "._qgemm", "._embedding")):
+                # the search kernels, the int8 / bfloat16 GEMMs and the embedding's sums promise
+                # the same bits from every ISA build and architecture: nothing fused (AVX-512F
+                # and FMA targets, and AArch64 by default, would otherwise contract a * b + c)
                 ext.extra_compile_args.append("-ffp-contract=off")
             ext.extra_link_args = lflags
+        if not msvc:
+            # single files of an extension built the same way: the portable attention, the
+            # attention driver around it and the Cython modules' own loops (RMSNorm's rows):
+            # baseline code, so nothing changes on x86-64, whose baseline has no FMA; AArch64
+            # would contract
+            compile_one = compiler._compile
+
+            def _compile(obj, src, ext, cc_args, extra_postargs, pp_opts):
+                if os.path.basename(src) in NO_CONTRACT_SOURCES:
+                    extra_postargs = list(extra_postargs) + ["-ffp-contract=off"]
+                return compile_one(obj, src, ext, cc_args, extra_postargs, pp_opts)
+
+            compiler._compile = _compile
         super().build_extensions()
 
     def run(self):
@@ -164,7 +181,7 @@ def _extensions():
         # the ISA state (dispatch.c is compiled here only) and its Python functions
         kernels("_simd", ["dispatch.c"]),
         # the fused attention
-        kernels("_attention", ["fa_kernels.c", "fa_driver.c"],
+        kernels("_attention", ["fa_kernels.c", "fa_driver.c", "fa_portable.c"],
                 ["fa_tile.h", "fa_kernels.h", "fa_workspace.h", "fa_driver.h",
                  "fa_driver_impl.h"]),
         # the linear layers: packed-weight GEMM with fused epilogues, activations, LayerNorm

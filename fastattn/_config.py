@@ -25,13 +25,14 @@ def _blas_info():
 def _cpu_int8():
     """The CPU's int8 dot-product extensions, as detected (whatever FASTATTN_ISA allows)."""
     have = _simd.cpu_features()
-    return ", ".join(f"{f} {'yes' if f in have else 'no'}"
-                     for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
+    names = ("asimddp", "i8mm") if _simd.ARM64 else ("avx512_vnni", "avx_vnni", "amx_int8")
+    return ", ".join(f"{f} {'yes' if f in have else 'no'}" for f in names)
 
 
 def _cpu_bf16():
     """The CPU's bfloat16 dot-product extension, as detected (whatever FASTATTN_ISA allows)."""
-    return f"avx512_bf16 {'yes' if 'avx512_bf16' in _simd.cpu_features() else 'no'}"
+    name = "bf16" if _simd.ARM64 else "avx512_bf16"
+    return f"{name} {'yes' if name in _simd.cpu_features() else 'no'}"
 
 
 def config():
@@ -52,7 +53,7 @@ def config():
         "openmp": _k.openmp_enabled(),
         "threads": get_num_threads(),
         "cpus": _cpu_count(),
-        "simd": _simd.isa(),                    # the float kernel set in use
+        "simd": _simd.isa() + (" (NEON)" if _simd.ARM64 and _simd.isa() == "baseline" else ""),
         "int8_kernels": _qgemm.variant(),       # the int8 GEMM's variant in use
         "bf16_kernels": _qgemm.bf16_variant(),  # the bfloat16 GEMM's
         "isa_cap": f"{_simd.isa_cap()} (FASTATTN_ISA)" if _simd.isa_cap() else "none",

@@ -23,7 +23,7 @@ __all__ = ["scaled_dot_product_attention", "softmax", "log_softmax", "linear", "
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, *, is_causal=False, scale=None,
                                  enable_gqa=False, return_weights=False, out=None,
-                                 n_threads=None, _packed_only=False):
+                                 n_threads=None, _packed_only=False, _portable=False):
     """Fused scaled dot-product attention, ``softmax(query @ key.T * scale + mask) @ value``.
 
     Computed tile by tile with an online (max-subtracted) softmax: the L x S score matrix is
@@ -118,14 +118,17 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, *, is_causal
         dst = np.empty(shape, dtype=dtype)         # the kernel reads the inputs while it writes
     # _packed_only (the models' full-sequence passes): never the in-place path that a call of
     # at most 16 query rows takes, so that a row's result does not depend on the padded length
+    # _portable (the int8 models): the kernel set's portable attention, the same bits on every
+    # ISA and architecture (fa_portable.c)
     _k.sdpa(q, k, v, mask, dst, weights, tuple(lead), causal, scale, group, nthr,
-            bool(_packed_only))
+            bool(_packed_only), bool(_portable))
     if dst is not out:
         out[...] = dst
     return (out, weights) if want_w else out
 
 
-def _attention_into(q, k, v, mask, out, causal, scale, n_threads, packed_only=False):
+def _attention_into(q, k, v, mask, out, causal, scale, n_threads, packed_only=False,
+                    portable=False):
     """The layers' call (a decode step makes two per layer): ``out[...] = attention(q, k, v)``
     for arrays fastattn made itself, straight to the kernel when nothing needs converting or
     checking beyond the tests here (the checked path costs ~17 us a call, more than the kernel
@@ -133,7 +136,8 @@ def _attention_into(q, k, v, mask, out, causal, scale, n_threads, packed_only=Fa
     kernel, the same arguments, the same bits). q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev)
     and out (B, H, L, Ev): one float dtype, aligned, last axis contiguous, no broadcasting; out
     a fresh array that overlaps none of the inputs (the caller's guarantee). mask: None, or a
-    bool or q.dtype array (B | 1, H | 1, L | 1, S | 1). scale: a float or None."""
+    bool or q.dtype array (B | 1, H | 1, L | 1, S | 1). scale: a float or None. portable: the
+    portable kernels (the int8 models: the same bits on every CPU)."""
     dt = q.dtype
     qs, ks, vs = q.shape, k.shape, v.shape
     isz = dt.itemsize
@@ -158,10 +162,11 @@ def _attention_into(q, k, v, mask, out, causal, scale, n_threads, packed_only=Fa
         if scale is None:
             scale = 1.0 / math.sqrt(qs[3])
         _k.sdpa(q, k, v, mask, out, None, qs[:2], bool(causal), float(scale), 1,
-                _effective_n_threads(n_threads), bool(packed_only))
+                _effective_n_threads(n_threads), bool(packed_only), bool(portable))
         return out
     return scaled_dot_product_attention(q, k, v, mask, is_causal=causal, scale=scale, out=out,
-                                        n_threads=n_threads, _packed_only=packed_only)
+                                        n_threads=n_threads, _packed_only=packed_only,
+                                        _portable=portable)
 
 
 def softmax(x, axis=-1, *, n_threads=None):

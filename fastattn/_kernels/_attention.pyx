@@ -27,6 +27,12 @@ cdef extern from "fa_workspace.h" nogil:
     void *fa_ws_alloc(size_t nbytes)
     void fa_ws_free(void *p)
 
+cdef extern from "simd.h" nogil:
+    int FA_ISA_PORTABLE
+
+cdef extern from "fa_kernels.h" nogil:
+    double fa_exp_det(double x)
+
 cdef extern from "fa_driver.h" nogil:
     enum:
         FA_BQ, FA_BQ_ONE, FA_BQ_ONE_N, FA_DIRECT_MAX_L, FA_KEY_SPLIT, FA_MAX_LEAD
@@ -127,7 +133,8 @@ cdef void _lead_strides(cnp.ndarray a, int nd, Py_ssize_t *strides, Py_ssize_t *
 
 
 cdef _problem(fa_problem *p, cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray m,
-              tuple lead, bint causal, double scale, int head_group, bint packed_only=False):
+              tuple lead, bint causal, double scale, int head_group, bint packed_only=False,
+              bint portable=False):
     cdef int nd = len(lead), d
     if nd > FA_MAX_LEAD:
         raise ValueError(f"at most {FA_MAX_LEAD} leading dimensions are supported, got {nd}")
@@ -162,7 +169,8 @@ cdef _problem(fa_problem *p, cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.nd
     p.scale = scale
     p.head_group = head_group
     p.packed_only = packed_only
-    p.isa = isa_now()
+    # portable: the kernel set's portable instance (fa_portable.c: the same bits on every ISA)
+    p.isa = isa_now() | (FA_ISA_PORTABLE if portable else 0)
     fa_problem_tiling(p, cnp.PyArray_ITEMSIZE(q))
 
 
@@ -233,8 +241,9 @@ def plan(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, tuple lead, int n_threads)
 
 def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, weights,
          tuple lead, bint causal, double scale, int head_group, int n_threads,
-         bint packed_only=False):
-    """Fused attention into `out` (and `weights` when not None).
+         bint packed_only=False, bint portable=False):
+    """Fused attention into `out` (and `weights` when not None). portable: the kernel set's
+    portable instance (the same bits on every ISA and architecture: the int8 models').
 
     q (..., L, E), k (..., S, E), v (..., S, Ev), mask (..., L, S) bool/float or None:
     each with its own leading dims, broadcastable to `lead` (k, v with the head dim divided by
@@ -246,7 +255,7 @@ def sdpa(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, mask, cnp.ndarray out, wei
     cdef fa_problem p
     cdef fa_work w
     cdef cnp.ndarray m_arr = mask
-    _problem(&p, q, k, v, m_arr, lead, causal, scale, head_group, packed_only)
+    _problem(&p, q, k, v, m_arr, lead, causal, scale, head_group, packed_only, portable)
     _lead_strides(out, p.nd, p.o_lead, NULL)
     p.o_rs = _estride(out, out.ndim - 2)
     cdef int nthr = fa_team_size(n_threads, fa_parallel_items(&p))   # the team fa_sdpa_run opens
@@ -305,6 +314,11 @@ def kernel_exp(cnp.ndarray x, cnp.ndarray y):
 
 
 # ---------------------------------------------------------------- build and run-time facts
+
+def exp_det(double x):
+    """The portable attention's double exp (fa_portable.c; x <= 0): exposed for its tests."""
+    return fa_exp_det(x)
+
 
 def openmp_enabled():
     """True when the extension was compiled with OpenMP."""

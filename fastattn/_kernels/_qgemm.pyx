@@ -30,6 +30,7 @@ cnp.import_array()
 
 cdef extern from "qgemm_kernels.h" nogil:
     int QG_SCALAR, QG_AVX2, QG_AVX2_VNNI, QG_AVX512, QG_AVX512_VNNI, QG_N_VARIANTS
+    int QG_NEON, QG_DOTPROD, QG_I8MM
     int QG_PANEL, QG_NGROUP, QG_MAX_K
     ctypedef struct qg_kernels:
         int mr
@@ -50,7 +51,8 @@ cdef extern from "qgemm_kernels.h" nogil:
 qg_setup()
 
 VARIANTS = {"scalar": QG_SCALAR, "avx2": QG_AVX2, "avx2-vnni": QG_AVX2_VNNI,
-            "avx512": QG_AVX512, "avx512-vnni": QG_AVX512_VNNI}
+            "avx512": QG_AVX512, "avx512-vnni": QG_AVX512_VNNI,
+            "neon": QG_NEON, "dotprod": QG_DOTPROD, "i8mm": QG_I8MM}
 _NAMES = {v: k for k, v in VARIANTS.items()}
 PANEL = QG_PANEL
 NGROUP = QG_NGROUP
@@ -210,6 +212,37 @@ def gemm_int8(cnp.ndarray x, cnp.ndarray wp, cnp.ndarray sw, cnp.ndarray comp, P
 # y = act(bf16(x) @ Wb.T + bias) + res, then LayerNorm(y) when asked: bgemm_kernels.h (the
 # arithmetic every variant shares, the layout). The same parallel structure as gemm_int8: each
 # row of x rounded to bfloat16 into a workspace (M x Kp values, malloc'd at its exact size),
+
+def layer_norm_rows(cnp.ndarray x, object res, object gamma, object beta, double eps,
+                    cnp.ndarray y, int n_threads):
+    """y[r] = LayerNorm(x[r] (+ res[r])) * gamma + beta, row by row, with the int8 layers' own
+    LayerNorm (16 lanes, nothing fused: the same bits on every variant, ISA and architecture):
+    the LayerNorms of an int8 model that no GEMM carries (the embedding's, a pre-norm layer's,
+    the final one). x, res, y (M, N) float32 C-contiguous (y may be x); gamma, beta (N,)
+    float32 or None (1 and 0)."""
+    cdef Py_ssize_t M = cnp.PyArray_DIMS(x)[0], N = cnp.PyArray_DIMS(x)[1], r
+    for name, a in (("x", x), ("res", res), ("y", y)):
+        if a is not None and (a.dtype.char != "f" or a.ndim != 2 or a.shape[0] != M
+                              or a.shape[1] != N or not a.flags.c_contiguous):
+            raise ValueError(f"{name} must be a C-contiguous ({M}, {N}) float32 array")
+    for name, a in (("gamma", gamma), ("beta", beta)):
+        if a is not None and (a.dtype.char != "f" or a.shape != (N,)
+                              or not a.flags.c_contiguous):
+            raise ValueError(f"{name} must be a contiguous ({N},) float32 array")
+    cdef const float *xp = <const float *> cnp.PyArray_DATA(x)
+    cdef const float *rp = <const float *> cnp.PyArray_DATA(<cnp.ndarray> res) if res is not None else NULL
+    cdef const float *gp = <const float *> cnp.PyArray_DATA(<cnp.ndarray> gamma) if gamma is not None else NULL
+    cdef const float *bp = <const float *> cnp.PyArray_DATA(<cnp.ndarray> beta) if beta is not None else NULL
+    cdef float *yp = <float *> cnp.PyArray_DATA(y)
+    cdef const qg_kernels *kern = qg_kernels_for(_variant_now())
+    if M == 0 or N == 0:
+        return
+    cdef fa_team_t team = fa_team_open(n_threads, M)
+    with nogil, parallel(num_threads=team.n):
+        fa_team_place(&team)
+        for r in prange(M, schedule='static'):
+            kern.ln(xp + r * N, (rp + r * N) if rp != NULL else NULL, N, gp, bp, eps, yp + r * N)
+
 # the work items, the rows normalised. An element's value depends on its row and column only.
 
 cdef extern from "bgemm_kernels.h" nogil:

@@ -3,7 +3,7 @@
 #
 #   Every kernel family (attention, GEMM and activations, LayerNorm and the embedding, beam
 #   search's rows) has a build per kernel set: plain C ('scalar'), generic vectors at the
-#   baseline ISA ('baseline', SSE2 on x86-64), AVX2 + FMA ('avx2'), AVX-512F ('avx512') and, in
+#   baseline ISA ('baseline': SSE2 on x86-64, NEON on AArch64, where it is the best set), AVX2 + FMA ('avx2'), AVX-512F ('avx512') and, in
 #   FASTATTN_DEBUG builds only (HAVE_AVX2_WIDE), for the tests on machines without AVX-512, the
 #   AVX-512 shapes compiled for AVX2 ('avx2-wide').
 #   One C variable (dispatch.c, compiled into this extension only) says which set runs; the
@@ -12,7 +12,8 @@
 #   and no 'avx2-wide' build: under those it runs its baseline / AVX2 build (every build of it
 #   gives the same bits).
 #
-#   The CPU is detected in one place (dispatch.c: CPUID + XGETBV). FASTATTN_ISA, read once here
+#   The CPU is detected in one place (dispatch.c: CPUID + XGETBV; on AArch64 the HWCAP words
+#   or macOS's sysctl). FASTATTN_ISA, read once here
 #   at import, caps what the kernels may use of it, as oneDNN's ONEDNN_MAX_CPU_ISA does: every
 #   choice (the kernel set, the int8 GEMM's variant, set_isa's clamp, set_variant's check) sees
 #   the CPU's features less those above the cap. A value the CPU cannot run (its kernel set is
@@ -26,6 +27,8 @@ cdef extern from "simd.h" nogil:
     unsigned FA_CPU_BASE, FA_CPU_AVX2, FA_CPU_FMA, FA_CPU_AVX512F, FA_CPU_AVX512BW
     unsigned FA_CPU_AVX512VL, FA_CPU_AVX512_VNNI, FA_CPU_AVX_VNNI, FA_CPU_AMX_TILE
     unsigned FA_CPU_AMX_INT8, FA_CPU_F16C, FA_CPU_AVX512_BF16
+    unsigned FA_CPU_DOTPROD, FA_CPU_I8MM, FA_CPU_ARM_BF16
+    int FA_ARM64
     unsigned fa_cpu_features()
     unsigned fa_isa_features()
     int fa_isa_cap(unsigned allowed)
@@ -39,22 +42,36 @@ ISA_NAMES = {FA_ISA_SCALAR: "scalar", FA_ISA_BASE: "baseline", FA_ISA_AVX2: "avx
 # whether this build has the test-only 'avx2-wide' set (FASTATTN_DEBUG builds on x86; elsewhere
 # set_isa('avx2-wide') is clamped like a set the CPU lacks)
 HAVE_AVX2_WIDE = bool(FA_HAVE_AVX2_WIDE)
-# the CPU features, by the names Linux's /proc/cpuinfo gives them ('base': the baseline vectors)
-FEATURE_NAMES = {FA_CPU_BASE: "base", FA_CPU_AVX2: "avx2", FA_CPU_FMA: "fma",
-                 FA_CPU_AVX512F: "avx512f", FA_CPU_AVX512BW: "avx512bw",
-                 FA_CPU_AVX512VL: "avx512vl", FA_CPU_AVX512_VNNI: "avx512_vnni",
-                 FA_CPU_AVX_VNNI: "avx_vnni", FA_CPU_AMX_TILE: "amx_tile",
-                 FA_CPU_AMX_INT8: "amx_int8", FA_CPU_F16C: "f16c",
-                 FA_CPU_AVX512_BF16: "avx512_bf16"}
+# whether this build is for AArch64 (the baseline vectors are NEON; the caps below are ARM's)
+ARM64 = bool(FA_ARM64)
+# the CPU features, by the names Linux's /proc/cpuinfo gives them ('base': the baseline vectors,
+# SSE2 on x86-64, NEON on AArch64)
+if ARM64:
+    FEATURE_NAMES = {FA_CPU_BASE: "base", FA_CPU_DOTPROD: "asimddp", FA_CPU_I8MM: "i8mm",
+                     FA_CPU_ARM_BF16: "bf16"}
+else:
+    FEATURE_NAMES = {FA_CPU_BASE: "base", FA_CPU_AVX2: "avx2", FA_CPU_FMA: "fma",
+                     FA_CPU_AVX512F: "avx512f", FA_CPU_AVX512BW: "avx512bw",
+                     FA_CPU_AVX512VL: "avx512vl", FA_CPU_AVX512_VNNI: "avx512_vnni",
+                     FA_CPU_AVX_VNNI: "avx_vnni", FA_CPU_AMX_TILE: "amx_tile",
+                     FA_CPU_AMX_INT8: "amx_int8", FA_CPU_F16C: "f16c",
+                     FA_CPU_AVX512_BF16: "avx512_bf16"}
 
 # FASTATTN_ISA's values, lowest first, and the features each lets the kernels use: kernel set
 # scalar / baseline / avx2 / avx512, the int8 GEMM's VNNI variants only under the -vnni values
 # and up, the bfloat16 GEMM's vdpbf16ps variant only under avx512-bf16
+# On AArch64: scalar, neon (the baseline kernel set; the int8 GEMM on widening NEON multiplies),
+# dotprod (the int8 GEMM on SDOT), i8mm (on USMMLA / SUDOT); the float kernels are NEON's under
+# all three.
 _AVX2 = FA_CPU_BASE | FA_CPU_AVX2 | FA_CPU_FMA | FA_CPU_F16C
 _AVX512 = _AVX2 | FA_CPU_AVX512F | FA_CPU_AVX512BW | FA_CPU_AVX512VL
-CAPS = {"scalar": 0, "sse2": FA_CPU_BASE, "avx2": _AVX2, "avx2-vnni": _AVX2 | FA_CPU_AVX_VNNI,
-        "avx512": _AVX512, "avx512-vnni": 0xFFFFFFFF & ~FA_CPU_AVX512_BF16,
-        "avx512-bf16": 0xFFFFFFFF}
+if ARM64:
+    CAPS = {"scalar": 0, "neon": FA_CPU_BASE, "dotprod": FA_CPU_BASE | FA_CPU_DOTPROD,
+            "i8mm": FA_CPU_BASE | FA_CPU_DOTPROD | FA_CPU_I8MM | FA_CPU_ARM_BF16}
+else:
+    CAPS = {"scalar": 0, "sse2": FA_CPU_BASE, "avx2": _AVX2, "avx2-vnni": _AVX2 | FA_CPU_AVX_VNNI,
+            "avx512": _AVX512, "avx512-vnni": 0xFFFFFFFF & ~FA_CPU_AVX512_BF16,
+            "avx512-bf16": 0xFFFFFFFF}
 
 
 def caps_for(features):
@@ -115,16 +132,17 @@ def cpu_isa(capped=True):
 
 
 def isa_cap():
-    """The FASTATTN_ISA value in force ('scalar', 'sse2', 'avx2', 'avx2-vnni', 'avx512',
-    'avx512-vnni', 'avx512-bf16'), or None: no cap."""
+    """The FASTATTN_ISA value in force (x86-64: 'scalar', 'sse2', 'avx2', 'avx2-vnni', 'avx512',
+    'avx512-vnni', 'avx512-bf16'; AArch64: 'scalar', 'neon', 'dotprod', 'i8mm'), or None: no
+    cap."""
     return _cap_name
 
 
 def cpu_features(capped=False):
     """The CPU's features as detected (CPUID, and XGETBV for what the OS enables), by name:
     'base' (the baseline vectors: SSE2 on x86-64), 'avx2', 'fma', 'avx512f', 'avx512bw',
-    'avx512vl', 'avx512_vnni', 'avx_vnni', 'amx_tile', 'amx_int8', 'f16c', 'avx512_bf16'.
-    capped=True: only those the FASTATTN_ISA cap lets the kernels use."""
+    'avx512vl', 'avx512_vnni', 'avx_vnni', 'amx_tile', 'amx_int8', 'f16c', 'avx512_bf16'
+    (AArch64: 'base' for NEON, 'asimddp', 'i8mm', 'bf16'). capped=True: only those the FASTATTN_ISA cap lets the kernels use."""
     f = fa_isa_features() if capped else fa_cpu_features()
     return [name for bit, name in FEATURE_NAMES.items() if f & bit]
 

@@ -1,5 +1,6 @@
 /* dispatch.c -- run-time CPU feature detection, the FASTATTN_ISA cap and the one ISA state (see
- * simd.h). Compiled into the fastattn._kernels._simd extension only: every other extension reads
+ * simd.h). x86-64: CPUID and XGETBV. AArch64: the kernel's HWCAP words on Linux (getauxval),
+ * sysctlbyname's hw.optional.arm.FEAT_* on macOS. Compiled into the fastattn._kernels._simd extension only: every other extension reads
  * the state, and the features it may use, through it. The extensions are built for the baseline
  * ISA; the AVX2 / AVX-512 kernels are compiled with function-level target attributes and chosen
  * from the state at each call. */
@@ -55,12 +56,48 @@ static unsigned fa_detect(void)
 }
 #endif
 
+#if FA_ARM64 && defined(__linux__)
+#include <sys/auxv.h>
+/* the bits of <asm/hwcap.h>, spelled out: an older libc's headers may lack the newer ones */
+#define FA_HWCAP_ASIMD (1ul << 1)
+#define FA_HWCAP_ASIMDDP (1ul << 20)
+#define FA_HWCAP2_I8MM (1ul << 13)
+#define FA_HWCAP2_BF16 (1ul << 14)
+static unsigned fa_detect(void)
+{
+    unsigned long h1 = getauxval(AT_HWCAP), h2 = getauxval(AT_HWCAP2);
+    unsigned f = 0;
+    if (!(h1 & FA_HWCAP_ASIMD)) return f;          /* no NEON: plain C only */
+    f |= FA_CPU_BASE;
+    if (h1 & FA_HWCAP_ASIMDDP) f |= FA_CPU_DOTPROD;
+    if (h2 & FA_HWCAP2_I8MM) f |= FA_CPU_I8MM;
+    if (h2 & FA_HWCAP2_BF16) f |= FA_CPU_ARM_BF16;
+    return f;
+}
+#elif FA_ARM64 && defined(__APPLE__)
+#include <sys/sysctl.h>
+static int fa_sysctl_flag(const char *name)
+{
+    int v = 0;
+    size_t n = sizeof v;
+    return sysctlbyname(name, &v, &n, NULL, 0) == 0 && v != 0;
+}
+static unsigned fa_detect(void)
+{
+    unsigned f = FA_CPU_BASE;                      /* every Apple arm64 core has NEON */
+    if (fa_sysctl_flag("hw.optional.arm.FEAT_DotProd")) f |= FA_CPU_DOTPROD;
+    if (fa_sysctl_flag("hw.optional.arm.FEAT_I8MM")) f |= FA_CPU_I8MM;
+    if (fa_sysctl_flag("hw.optional.arm.FEAT_BF16")) f |= FA_CPU_ARM_BF16;
+    return f;
+}
+#endif
+
 unsigned fa_cpu_features(void)
 {
     static int done = 0;
     static unsigned features = 0;
     if (!done) {                       /* first called by _simd's import, under the GIL */
-#if FA_X86
+#if FA_X86 || (FA_ARM64 && (defined(__linux__) || defined(__APPLE__)))
         features = fa_detect();
 #elif FA_GNU_VECTORS
         features = FA_CPU_BASE;

@@ -239,8 +239,10 @@ static void FA_SFX(weights_item)(
  * row stride out_rs; stats (2 L) receives (M, l) per row when not NULL (the weights pass needs
  * them). */
 static void FA_SFX(merge_splits)(const FA_T *part, const double *pml, int n_sp, ptrdiff_t L, int Ev,
-                                 FA_T *out, ptrdiff_t out_rs, double *stats)
+                                 FA_T *out, ptrdiff_t out_rs, double *stats, int portable)
 {
+    /* the portable attention's exp is fa_exp_det (libm's may differ between CPUs and libcs) */
+    double (*const dexp)(double) = portable ? fa_exp_det : exp;
     const double *pm = pml, *pl = pml + L;
     for (ptrdiff_t r = 0; r < L; r++) {
         double M = -INFINITY, l = 0.0;
@@ -255,10 +257,10 @@ static void FA_SFX(merge_splits)(const FA_T *part, const double *pml, int n_sp, 
         if (M != -INFINITY) {
             /* each partial is already normalised by its own l_s: weight it by l_s e^(m_s - M) / l */
             for (int sp = 0; sp < n_sp; sp++)
-                if (pm[2 * sp * L + r] != -INFINITY) l += pl[2 * sp * L + r] * exp(pm[2 * sp * L + r] - M);
+                if (pm[2 * sp * L + r] != -INFINITY) l += pl[2 * sp * L + r] * dexp(pm[2 * sp * L + r] - M);
             for (int sp = 0; sp < n_sp; sp++) {
                 if (pm[2 * sp * L + r] == -INFINITY) continue;
-                double f = pl[2 * sp * L + r] * exp(pm[2 * sp * L + r] - M) / l;
+                double f = pl[2 * sp * L + r] * dexp(pm[2 * sp * L + r] - M) / l;
                 for (int c = 0; c < Ev; c++) out[r * out_rs + c] += (FA_T)(part[(sp * L + r) * Ev + c] * f);
             }
         }
@@ -415,7 +417,8 @@ void FA_SFX(fa_sdpa_run)(const fa_problem *p, const fa_work *ws, const FA_T *q, 
             for (ptrdiff_t n = 0; n < N; n++)
                 FA_SFX(merge_splits)(part + n * n_sp * L * Ev, pml + n * n_sp * 2 * L, n_sp, L, Ev,
                                      out + lead_offset(n, nd, p->lead, p->o_lead, 1), p->o_rs,
-                                     stats != NULL ? stats + 2 * n * L : NULL);
+                                     stats != NULL ? stats + 2 * n * L : NULL,
+                                     (p->isa & FA_ISA_PORTABLE) != 0);
         }
 
         /* pass 4 (weights only): the softmax weights, from the final row max and sum */

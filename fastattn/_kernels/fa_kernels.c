@@ -32,22 +32,40 @@
 #include "fa_tile.h"
 
 #if FA_GNU_VECTORS
-/* ---- generic vectors at the baseline ISA (SSE2 on x86-64, NEON on arm64) */
+/* ---- generic vectors at the baseline ISA (SSE2 on x86-64, NEON on arm64). AArch64's 32
+ * vector registers take AVX2's block in q registers: 6 rows x 16 floats / 8 doubles. */
+#if FA_ARM64
+#define FA_BASE_MR 6
+#define FA_BASE_NV 4
+#define FA_BASE_ANY(m) (vmaxvq_u32((uint32x4_t)(m)) != 0)
+#else
+#define FA_BASE_MR 4
+#define FA_BASE_NV 2
+#endif
 #define FA_NAME(x) x##_f32_base
 #define FA_IS_DOUBLE 0
 #define FA_VW 4
-#define FA_MR 4
-#define FA_NV 2
+#define FA_MR FA_BASE_MR
+#define FA_NV FA_BASE_NV
 #define FA_TARGET
+#ifdef FA_BASE_ANY
+#define FA_ANY(m) FA_BASE_ANY(m)
+#endif
 #include "fa_tile.h"
 
 #define FA_NAME(x) x##_f64_base
 #define FA_IS_DOUBLE 1
 #define FA_VW 2
-#define FA_MR 4
-#define FA_NV 2
+#define FA_MR FA_BASE_MR
+#define FA_NV FA_BASE_NV
 #define FA_TARGET
+#ifdef FA_BASE_ANY
+#define FA_ANY(m) FA_BASE_ANY(m)
+#endif
 #include "fa_tile.h"
+#undef FA_BASE_MR
+#undef FA_BASE_NV
+#undef FA_BASE_ANY
 #endif
 
 #if FA_X86
@@ -127,5 +145,6 @@ FA_IF_AVX2_WIDE(FA_TABLE(fa_avx2wide, avx2wide))
 
 const fa_kernels *fa_kernels_for(int level)
 {
+    if (level & FA_ISA_PORTABLE) return fa_portable_kernels_for(level & ~FA_ISA_PORTABLE);
     FA_KERNELS_FOR(level, fa_scalar, fa_base, fa_avx2, fa_avx2wide, fa_avx512)
 }

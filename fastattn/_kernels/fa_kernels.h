@@ -53,7 +53,12 @@ typedef struct {
     fa_ops_f64 f64;
 } fa_kernels;
 
-/* The kernels of the set `level` (FA_ISA_*, one the CPU has: simd.h's state). */
+/* The kernels of the set `level` (FA_ISA_*, one the CPU has: simd.h's state); with the
+ * FA_ISA_PORTABLE flag, that set's portable instance (fa_portable.c). */
 const fa_kernels *fa_kernels_for(int level);
+const fa_kernels *fa_portable_kernels_for(int level);
+/* exp(x) for x <= 0 in double, the same bits on every CPU and compiler (no libm: the portable
+ * attention's online-softmax rescales and key-split merges); exp(-inf) = 0, NaN -> NaN */
+double fa_exp_det(double x);
 
 #endif

@@ -16,6 +16,11 @@
  */
 
 #include "simd.h"
+/* the double exp of the online-softmax rescale (x <= 0): libm's, or the includer's (the
+ * portable instances: fa_exp_det) */
+#ifndef FA_DEXP
+#define FA_DEXP(x) exp(x)
+#endif
 #define FA_NR (FA_NV * FA_VW)
 
 /* Packing, done once per key/value tile (not once per query block):
@@ -877,7 +882,7 @@ FA_TARGET static double FA_NAME(row_update)(FA_T *s, int n, int ncols, int lim, 
     }
     FA_T sum = FA_NAME(exp_sub_sum)(s, lim, (FA_T)m_new);
     for (int j = lim; j < ncols; j++) s[j] = 0;
-    double carried = (m_old == -INFINITY) ? 0.0 : *l_io * exp(m_old - m_new);
+    double carried = (m_old == -INFINITY) ? 0.0 : *l_io * FA_DEXP(m_old - m_new);
     double l_new = carried + (double)sum;
     double inv = 1.0 / l_new;          /* l_new >= 1: the maximal entry contributes exp(0) */
     *l_io = l_new;
@@ -961,6 +966,7 @@ FA_TARGET static void FA_NAME(exp_array)(const FA_T *x, ptrdiff_t n, FA_T *y)
 #undef FA_WIDTHS
 #endif
 #undef FA_MR
+#undef FA_DEXP
 #undef FA_NV
 #define FA_SIMD_END
 #include "simd.h"

@@ -4,7 +4,8 @@
  *
  * Register blocks and K blocks per instance (NR = NV * VW columns):
  *   scalar     MR 4, NR 4,   KC 256   the reference: plain C, libm activations
- *   baseline   MR 4, NR 8/4 (2 SSE vectors), KC 256
+ *   baseline   MR 4, NR 8/4 (2 SSE vectors), KC 256; on AArch64 (NEON, 32 registers) MR 6,
+ *              NR 16/8 (4 q vectors), KC 256
  *   AVX2+FMA   MR 6, NR 16 floats / 8 doubles (12 ymm accumulators, 2 for the panel, 1 for the
  *              broadcast), KC 512 floats / 256 doubles: a row block's x sliver (6 x KC, 12 KiB)
  *              stays in L1 while the panels stream from L2 / L3 (KC 512 against 256: +2-8%
@@ -54,27 +55,42 @@
 #include "gemm_tile.h"
 
 #if FA_GNU_VECTORS
-/* ---- generic vectors at the baseline ISA (SSE2 on x86-64, NEON on arm64) */
+/* ---- generic vectors at the baseline ISA (SSE2 on x86-64, NEON on arm64). AArch64 has 32
+ * vector registers (x86-64's SSE2 16): its register block is AVX2's shape in q registers,
+ * 6 x 16 floats (24 accumulators, 4 panel vectors, the broadcast row values by lane) and
+ * 6 x 8 doubles; the compiler contracts a * b + c into FMLA there (the translation unit's
+ * default), as the AVX2 build does with FMA. */
+#if FA_ARM64
+#define GM_BASE_MR 6
+#define GM_BASE_NV 4
+#else
+#define GM_BASE_MR 4
+#define GM_BASE_NV 2
+#endif
 #define FA_NAME(x) gm_##x##_f32_base
 #define FA_IS_DOUBLE 0
 #define FA_VW 4
-#define GM_MR 4
-#define GM_NV 2
+#define GM_MR GM_BASE_MR
+#define GM_NV GM_BASE_NV
 #define GM_KC 256
 #define FA_TARGET
 #if FA_X86
 #define FA_ANY(m) _mm_movemask_ps((__m128)(m))
+#elif FA_ARM64
+#define FA_ANY(m) (vmaxvq_u32((uint32x4_t)(m)) != 0)
 #endif
 #include "gemm_tile.h"
 
 #define FA_NAME(x) gm_##x##_f64_base
 #define FA_IS_DOUBLE 1
 #define FA_VW 2
-#define GM_MR 4
-#define GM_NV 2
+#define GM_MR GM_BASE_MR
+#define GM_NV GM_BASE_NV
 #define GM_KC 256
 #define FA_TARGET
 #include "gemm_tile.h"
+#undef GM_BASE_MR
+#undef GM_BASE_NV
 #endif
 
 #if FA_X86

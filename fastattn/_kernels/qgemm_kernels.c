@@ -10,6 +10,7 @@
  *   avx2-vnni     6 x 16   two vpdpbusd (ymm) a row
  *   avx512        6 x 64   avx2's scheme on zmm, the sign applied as a mask (no vpsignb)
  *   avx512-vnni   6 x 64   four vpdpbusd (zmm) a row, 24 accumulators
+ *   neon, dotprod, i8mm (AArch64)   3 x 16, 4 x 16, 4 x 16: see their section
  * Rows are quantised by qg_quant_scalar (compiled once, for the baseline ISA) on the scalar
  * variant and by qg_quant_x86 (AVX2, eight lanes, the same arithmetic) on every x86 variant.
  * The first row block of an item prefetches its panels ahead (it brings them from memory).
@@ -649,6 +650,244 @@ qg_imk_avx512vnni(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w,
 #include "qgemm_tile.h"
 #endif /* FA_X86 */
 
+#if FA_ARM64
+/* ------------------------------------------------------------------ AArch64
+ * The packed layout is the x86 one: a k-quad of a panel is 16 columns x 4 k, so a 16-byte NEON
+ * register holds 4 columns' k-quads (columns 4c .. 4c + 3 in register c), which is what the
+ * dot-product instructions consume against one activation quad taken by lane. The epilogue and
+ * LayerNorm are the same 16-lane GNU-vector source as on x86 (four q registers a vector), built
+ * with -ffp-contract=off like the rest of this extension: the same bits as every x86 variant.
+ * Register blocks (32 q registers):
+ *   neon     3 x 16   SMULL / SMULL2 of recentred activations (s = u - 128) by the weights into
+ *                     int16 (|s w| <= 128 * 127), SADALP pairs into int32 (8 accumulators a
+ *                     row), one ADDP a column at the end; 24 accumulators + 4 weights + 1 row
+ *   dotprod  4 x 16   SDOT by lane of recentred activations (16 bytes = 4 quads of a row in one
+ *                     register, a quad per lane): 16 accumulators, 4 weights, 4 rows
+ *   i8mm     4 x 16   USMMLA on row pairs x column pairs over 8 k (the weights' quads zipped
+ *                     into 8-k columns: ZIP1 / ZIP2 of two quads' registers), raw u8 activations
+ *                     (no recentring); 16 accumulators (2 x 2 each), 8 weight pairs, 2 row
+ *                     pairs. One row (a decode step) runs SUDOT by lane instead, which wastes
+ *                     no half of the matrix unit.
+ * The recentred variants add 128 * sum_k w back in the item (QG_TBIAS), as avx2 does: every
+ * variant's integers are the scalar reference's. */
+
+/* the 16-byte chunk [k, k + 16) of row xr recentred (u - 128, as s8) */
+static FA_ALWAYS_INLINE int8x16_t qg_arm_recentre16(const uint8_t *xr)
+{
+    return vreinterpretq_s8_u8(veorq_u8(vld1q_u8(xr), vdupq_n_u8(0x80)));
+}
+
+/* one k-quad of row xr at k recentred and repeated in all four 32-bit lanes */
+static FA_ALWAYS_INLINE int8x16_t qg_arm_quad_s8(const uint8_t *xr)
+{
+    return vreinterpretq_s8_u32(vdupq_n_u32((uint32_t)qg_quad(xr) ^ 0x80808080u));
+}
+
+/* ---- neon: the baseline (ARMv8.0, every AArch64 CPU) */
+#define FA_NAME(x) qg_##x##_neon
+#define FA_IS_DOUBLE 0
+#define FA_VW QG_VW
+#define GM_MR 6
+#define GM_NV 4
+#define GM_KC 256
+#define FA_TARGET
+#define GM_KEEP_INSTANCE
+#include "gemm_tile.h"
+
+static FA_ALWAYS_INLINE void qg_imk_neon(const uint8_t *x, ptrdiff_t kp, const int mr,
+                                         const int8_t *w, ptrdiff_t ps, int32_t *tile, int ahead)
+{
+    (void)ps;
+    int32x4_t acc[3][8];             /* row r, register c: [2c] columns 4c, 4c+1, [2c+1] the next two */
+    for (int r = 0; r < mr; r++)
+        for (int c = 0; c < 8; c++) acc[r][c] = vdupq_n_s32(0);
+    for (ptrdiff_t k = 0; k < kp; k += 4) {
+        const int8_t *q = w + k * 16;
+        if (ahead) FA_PREFETCH(q + QG_PF, 3);
+        int8x16_t wv[4];
+        for (int c = 0; c < 4; c++) wv[c] = vld1q_s8(q + 16 * c);
+        for (int r = 0; r < mr; r++) {
+            const int8x16_t xs = qg_arm_quad_s8(x + r * kp + k);
+            for (int c = 0; c < 4; c++) {
+                acc[r][2 * c] = vpadalq_s16(acc[r][2 * c], vmull_s8(vget_low_s8(wv[c]),
+                                                                     vget_low_s8(xs)));
+                acc[r][2 * c + 1] = vpadalq_s16(acc[r][2 * c + 1], vmull_high_s8(wv[c], xs));
+            }
+        }
+    }
+    /* lanes (column, k pair): [c0 k01, c0 k23, c1 k01, c1 k23] -> the columns' sums */
+    for (int r = 0; r < mr; r++)
+        for (int c = 0; c < 4; c++)
+            vst1q_s32(tile + r * 16 + 4 * c, vpaddq_s32(acc[r][2 * c], acc[r][2 * c + 1]));
+}
+#define QG_MR 3
+#define QG_NP 1
+#define QG_TBIAS 128
+#define QG_MK(x, kp, mr, w, ps, tile, ahead) qg_imk_neon(x, kp, mr, w, ps, tile, ahead)
+#include "qgemm_tile.h"
+
+/* ---- dotprod: SDOT (ARMv8.2 FEAT_DotProd: Graviton 2+, Apple M1+, Cortex-A76+) */
+#define FA_NAME(x) qg_##x##_dotprod
+#define FA_IS_DOUBLE 0
+#define FA_VW QG_VW
+#define GM_MR 6
+#define GM_NV 4
+#define GM_KC 256
+#define FA_TARGET FA_TARGET_DOTPROD
+#define GM_KEEP_INSTANCE
+#include "gemm_tile.h"
+
+/* four quads of the panel from quad k: SDOT of each of the 4 registers against lane L of the
+ * rows' recentred chunks */
+#define QG_SDOT_QUAD(L)                                                                      \
+    do {                                                                                     \
+        const int8_t *q = w + (k + 4 * (L)) * 16;                                            \
+        int8x16_t wv[4];                                                                     \
+        for (int c = 0; c < 4; c++) wv[c] = vld1q_s8(q + 16 * c);                            \
+        for (int r = 0; r < mr; r++)                                                         \
+            for (int c = 0; c < 4; c++)                                                      \
+                acc[r][c] = vdotq_laneq_s32(acc[r][c], wv[c], xs[r], (L));                   \
+    } while (0)
+
+FA_TARGET_DOTPROD static FA_ALWAYS_INLINE void
+qg_imk_dotprod(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, ptrdiff_t ps,
+               int32_t *tile, int ahead)
+{
+    (void)ps;
+    int32x4_t acc[4][4];
+    for (int r = 0; r < mr; r++)
+        for (int c = 0; c < 4; c++) acc[r][c] = vdupq_n_s32(0);
+    ptrdiff_t k = 0;
+    for (; k + 16 <= kp; k += 16) {
+        if (ahead) FA_PREFETCH(w + k * 16 + QG_PF, 3);
+        int8x16_t xs[4];
+        for (int r = 0; r < mr; r++) xs[r] = qg_arm_recentre16(x + r * kp + k);
+        QG_SDOT_QUAD(0);
+        QG_SDOT_QUAD(1);
+        QG_SDOT_QUAD(2);
+        QG_SDOT_QUAD(3);
+    }
+    for (; k < kp; k += 4) {          /* the last 1-3 quads: the quad in every lane */
+        int8x16_t xs[4];
+        for (int r = 0; r < mr; r++) xs[r] = qg_arm_quad_s8(x + r * kp + k);
+        const int8_t *q = w + k * 16;
+        for (int c = 0; c < 4; c++) {
+            const int8x16_t wv = vld1q_s8(q + 16 * c);
+            for (int r = 0; r < mr; r++) acc[r][c] = vdotq_s32(acc[r][c], wv, xs[r]);
+        }
+    }
+    for (int r = 0; r < mr; r++)
+        for (int c = 0; c < 4; c++) vst1q_s32(tile + r * 16 + 4 * c, acc[r][c]);
+}
+#undef QG_SDOT_QUAD
+#define QG_MR 4
+#define QG_NP 1
+#define QG_TBIAS 128
+#define QG_MK(x, kp, mr, w, ps, tile, ahead) qg_imk_dotprod(x, kp, mr, w, ps, tile, ahead)
+#include "qgemm_tile.h"
+
+/* ---- i8mm: USMMLA / SUDOT (ARMv8.6 FEAT_I8MM: Graviton 3+, Apple M2+, Neoverse V1 / N2+) */
+#define FA_NAME(x) qg_##x##_i8mm
+#define FA_IS_DOUBLE 0
+#define FA_VW QG_VW
+#define GM_MR 6
+#define GM_NV 4
+#define GM_KC 256
+#define FA_TARGET FA_TARGET_I8MM
+#define GM_KEEP_INSTANCE
+#include "gemm_tile.h"
+
+/* 8 bytes of row xr from k: two quads, or one quad and 4 zero bytes (the last odd quad) */
+static FA_ALWAYS_INLINE uint8x8_t qg_arm_row8(const uint8_t *xr, int two)
+{
+    uint64_t v = (uint32_t)qg_quad(xr);
+    if (two) v |= (uint64_t)(uint32_t)qg_quad(xr + 4) << 32;
+    return vcreate_u8(v);
+}
+
+/* the panel's 16 columns over 8 k from quad k (and quad k + 4 unless !two: zeros) as 8 column
+ * pairs, each [column 2p: k .. k+7, column 2p+1: k .. k+7] */
+FA_TARGET_I8MM static FA_ALWAYS_INLINE void qg_arm_wpairs(const int8_t *q, int two,
+                                                          int8x16_t wp[8])
+{
+    for (int c = 0; c < 4; c++) {
+        const int32x4_t lo = vreinterpretq_s32_s8(vld1q_s8(q + 16 * c));
+        const int32x4_t hi = two ? vreinterpretq_s32_s8(vld1q_s8(q + 64 + 16 * c))
+                                 : vdupq_n_s32(0);
+        wp[2 * c] = vreinterpretq_s8_s32(vzip1q_s32(lo, hi));
+        wp[2 * c + 1] = vreinterpretq_s8_s32(vzip2q_s32(lo, hi));
+    }
+}
+
+FA_TARGET_I8MM static FA_ALWAYS_INLINE void
+qg_imk_i8mm(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, ptrdiff_t ps,
+            int32_t *tile, int ahead)
+{
+    (void)ps;
+    if (mr == 1) {
+        /* one row: SUDOT by lane (signed weights x the unsigned quad in lane L) */
+        int32x4_t acc[4];
+        for (int c = 0; c < 4; c++) acc[c] = vdupq_n_s32(0);
+        ptrdiff_t k = 0;
+        for (; k + 16 <= kp; k += 16) {
+            if (ahead) FA_PREFETCH(w + k * 16 + QG_PF, 3);
+            const uint8x16_t xu = vld1q_u8(x + k);
+#define QG_SUDOT_QUAD(L)                                                                     \
+            for (int c = 0; c < 4; c++)                                                      \
+                acc[c] = vsudotq_laneq_s32(acc[c], vld1q_s8(w + (k + 4 * (L)) * 16 + 16 * c), \
+                                           xu, (L));
+            QG_SUDOT_QUAD(0)
+            QG_SUDOT_QUAD(1)
+            QG_SUDOT_QUAD(2)
+            QG_SUDOT_QUAD(3)
+#undef QG_SUDOT_QUAD
+        }
+        for (; k < kp; k += 4) {
+            const uint8x16_t xu = vreinterpretq_u8_u32(vdupq_n_u32((uint32_t)qg_quad(x + k)));
+            for (int c = 0; c < 4; c++)
+                acc[c] = vusdotq_s32(acc[c], xu, vld1q_s8(w + k * 16 + 16 * c));
+        }
+        for (int c = 0; c < 4; c++) vst1q_s32(tile + 4 * c, acc[c]);
+        return;
+    }
+    /* row pairs: acc[p][cp] = [r 2p: col 2cp, 2cp+1; r 2p+1: col 2cp, 2cp+1] */
+    enum { NP = 2 };
+    int32x4_t acc[NP][8];
+    const int npairs = (mr + 1) / 2;
+    for (int p = 0; p < npairs; p++)
+        for (int c = 0; c < 8; c++) acc[p][c] = vdupq_n_s32(0);
+    for (ptrdiff_t k = 0; k < kp; k += 8) {
+        const int two = k + 8 <= kp;
+        const int8_t *q = w + k * 16;
+        if (ahead) FA_PREFETCH(q + QG_PF, 3);
+        int8x16_t wp[8];
+        qg_arm_wpairs(q, two, wp);
+        for (int p = 0; p < npairs; p++) {
+            const uint8x8_t r0 = qg_arm_row8(x + (2 * p) * kp + k, two);
+            const uint8x8_t r1 = 2 * p + 1 < mr ? qg_arm_row8(x + (2 * p + 1) * kp + k, two)
+                                                : vdup_n_u8(0);
+            const uint8x16_t xp = vcombine_u8(r0, r1);
+            for (int c = 0; c < 8; c++) acc[p][c] = vusmmlaq_s32(acc[p][c], xp, wp[c]);
+        }
+    }
+    for (int p = 0; p < npairs; p++)
+        for (int c = 0; c < 8; c++) {
+            int32_t v[4];
+            vst1q_s32(v, acc[p][c]);
+            tile[(2 * p) * 16 + 2 * c] = v[0];
+            tile[(2 * p) * 16 + 2 * c + 1] = v[1];
+            if (2 * p + 1 < mr) {
+                tile[(2 * p + 1) * 16 + 2 * c] = v[2];
+                tile[(2 * p + 1) * 16 + 2 * c + 1] = v[3];
+            }
+        }
+}
+#define QG_MR 4
+#define QG_NP 1
+#define QG_MK(x, kp, mr, w, ps, tile, ahead) qg_imk_i8mm(x, kp, mr, w, ps, tile, ahead)
+#include "qgemm_tile.h"
+#endif /* FA_ARM64 */
+
 /* ------------------------------------------------------------------ tables, selection */
 static qg_kernels qg_tables[QG_N_VARIANTS];
 
@@ -673,6 +912,11 @@ void qg_setup(void)
     QG_FILL(QG_AVX512, avx512, 6, qg_quant_x86);
     QG_FILL(QG_AVX512_VNNI, avx512vnni, 6, qg_quant_x86);
 #endif
+#if FA_ARM64
+    QG_FILL(QG_NEON, neon, 3, qg_quant_scalar);
+    QG_FILL(QG_DOTPROD, dotprod, 4, qg_quant_scalar);
+    QG_FILL(QG_I8MM, i8mm, 4, qg_quant_scalar);
+#endif
 }
 
 const qg_kernels *qg_kernels_for(int variant) { return &qg_tables[variant]; }
@@ -690,6 +934,11 @@ int qg_variant_ok(int variant, unsigned features)
     case QG_AVX512: need = avx512; break;
     case QG_AVX512_VNNI: need = avx512 | FA_CPU_AVX512_VNNI; break;
 #endif
+#if FA_ARM64
+    case QG_NEON: need = FA_CPU_BASE; break;
+    case QG_DOTPROD: need = FA_CPU_BASE | FA_CPU_DOTPROD; break;
+    case QG_I8MM: need = FA_CPU_BASE | FA_CPU_DOTPROD | FA_CPU_I8MM; break;
+#endif
     default: return 0;
     }
     return (features & need) == need;
@@ -697,11 +946,14 @@ int qg_variant_ok(int variant, unsigned features)
 
 int qg_variant_for(int level, unsigned features)
 {
-    int order[QG_N_VARIANTS] = {QG_AVX512_VNNI, QG_AVX512, QG_AVX2_VNNI, QG_AVX2, QG_SCALAR};
+    /* (AArch64's run on the baseline kernel set, NEON; the x86 ones are never ok there) */
+    int order[] = {QG_AVX512_VNNI, QG_AVX512, QG_AVX2_VNNI, QG_AVX2, QG_I8MM, QG_DOTPROD,
+                   QG_NEON, QG_SCALAR};
     if (level == FA_ISA_AVX2_WIDE) level = FA_ISA_AVX2;   /* an AVX2 kernel set: the AVX2 variants */
-    for (int i = 0; i < QG_N_VARIANTS; i++) {
+    for (int i = 0; i < (int)(sizeof order / sizeof order[0]); i++) {
         int v = order[i];
-        int need = v >= QG_AVX512 ? FA_ISA_AVX512 : v >= QG_AVX2 ? FA_ISA_AVX2 : FA_ISA_SCALAR;
+        int need = v >= QG_NEON ? FA_ISA_BASE : v >= QG_AVX512 ? FA_ISA_AVX512
+                 : v >= QG_AVX2 ? FA_ISA_AVX2 : FA_ISA_SCALAR;
         if (need <= level && qg_variant_ok(v, features)) return v;
     }
     return QG_SCALAR;

@@ -36,7 +36,10 @@ enum {
     QG_AVX2_VNNI = 2,    /* AVX2 + AVX-VNNI: vpdpbusd on ymm */
     QG_AVX512 = 3,       /* AVX-512BW, vpmaddubsw as QG_AVX2 on zmm */
     QG_AVX512_VNNI = 4,  /* AVX-512 VNNI: vpdpbusd on zmm */
-    QG_N_VARIANTS = 5
+    QG_NEON = 5,         /* AArch64 NEON: SMULL + SADALP on recentred activations */
+    QG_DOTPROD = 6,      /* AArch64 FEAT_DotProd: SDOT on recentred activations */
+    QG_I8MM = 7,         /* AArch64 FEAT_I8MM: USMMLA (row pairs), SUDOT (one row) */
+    QG_N_VARIANTS = 8
 };
 
 #define QG_PANEL 16      /* columns per panel */

@@ -47,6 +47,11 @@
 #else
 #define FA_X86 0
 #endif
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
+#define FA_ARM64 1         /* AArch64: the baseline vectors are NEON (ASIMD, part of ARMv8-A) */
+#else
+#define FA_ARM64 0
+#endif
 #if defined(__GNUC__) || defined(__clang__)
 #define FA_GNU_VECTORS 1
 #else
@@ -55,6 +60,10 @@
 
 #if FA_X86
 #include <immintrin.h>     /* usable inside functions whose target attribute enables the ISA */
+#endif
+#if FA_ARM64
+#include <arm_neon.h>      /* NEON everywhere; the dot-product / i8mm intrinsics inside functions
+                            * whose target attribute enables them (FA_TARGET_DOTPROD / _I8MM) */
 #endif
 
 /* Portable spellings of two compiler extensions the kernel templates use on every ISA, the
@@ -83,15 +92,32 @@
 #define FA_TARGET_AVX2_NOFMA __attribute__((target("avx2")))
 #define FA_TARGET_AVX512_NOFMA __attribute__((target("avx512f")))
 #endif
+/* AArch64: the int8 GEMM's dot-product (ARMv8.2 SDOT / UDOT) and i8mm (ARMv8.6 USDOT / SUDOT /
+ * USMMLA) micro-kernels; everything else is NEON, the baseline. GCC 12 takes the extensions
+ * only after an architecture ("+dotprod" alone fails to inline the intrinsics): ARMv8.2-A, the
+ * first with either (a CPU with them has it); clang takes the extensions' names. */
+#if FA_ARM64 && defined(__clang__)
+#define FA_TARGET_DOTPROD __attribute__((target("dotprod")))
+#define FA_TARGET_I8MM __attribute__((target("dotprod,i8mm")))
+#elif FA_ARM64
+#define FA_TARGET_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+#define FA_TARGET_I8MM __attribute__((target("arch=armv8.2-a+dotprod+i8mm")))
+#endif
 
 /* Kernel sets, in increasing order of what they need from the CPU. */
 enum {
     FA_ISA_SCALAR = 0,   /* plain C, any compiler */
-    FA_ISA_BASE = 1,     /* generic vectors at the baseline ISA (SSE2 on x86-64) */
+    FA_ISA_BASE = 1,     /* generic vectors at the baseline ISA (SSE2 on x86-64, NEON on AArch64) */
     FA_ISA_AVX2 = 2,     /* AVX2 + FMA */
     FA_ISA_AVX512 = 3,   /* AVX-512F */
     FA_ISA_AVX2_WIDE = 4 /* tests only: the AVX-512 kernel shapes compiled for AVX2 */
 };
+/* A flag on a level (the attention driver's p->isa): the kernel set's *portable* attention
+ * (fa_portable.c), whose bits do not depend on the ISA or the architecture: every instance runs
+ * the same source at 16 float lanes with nothing fused (-ffp-contract=off) and its own exp, so
+ * x86-64 (any kernel set) and AArch64 give the same bits. The int8 models run it (with the int8
+ * layers, which are portable too): docs/int8.md. */
+#define FA_ISA_PORTABLE 0x100
 /* avx2-wide is built into FASTATTN_DEBUG builds only (ci/sanitize.sh's; not the wheel): the
  * AVX-512 build's template shapes run on an AVX2-only machine, where nothing else runs them. A
  * request for it elsewhere is clamped as one for a kernel set the CPU lacks. */
@@ -104,7 +130,9 @@ enum {
 /* The CPU's features, detected in one place (dispatch.c: CPUID, and XGETBV for what the OS
  * saves: an AVX extension counts only with the ymm state enabled, an AVX-512 one with the zmm
  * and opmask state, AMX with the tile state). FA_CPU_BASE is the baseline vector ISA the
- * extensions are built for (SSE2 on x86-64; any target with GNU C vectors). */
+ * extensions are built for (SSE2 on x86-64, NEON on AArch64; any target with GNU C vectors).
+ * The AArch64 bits (dispatch.c: getauxval's HWCAP / HWCAP2 on Linux, sysctlbyname on macOS)
+ * reuse no x86 bit, so one mask type serves both. */
 enum {
     FA_CPU_BASE = 1 << 0,
     FA_CPU_AVX2 = 1 << 1,
@@ -117,7 +145,10 @@ enum {
     FA_CPU_AMX_TILE = 1 << 8,      /* reported only: no kernel uses AMX */
     FA_CPU_AMX_INT8 = 1 << 9,
     FA_CPU_F16C = 1 << 10,         /* vcvtph2ps on xmm / ymm: the GEMM's binary16 panels */
-    FA_CPU_AVX512_BF16 = 1 << 11   /* vdpbf16ps on zmm: the bfloat16 GEMM (bgemm_kernels.h) */
+    FA_CPU_AVX512_BF16 = 1 << 11,  /* vdpbf16ps on zmm: the bfloat16 GEMM (bgemm_kernels.h) */
+    FA_CPU_DOTPROD = 1 << 12,      /* AArch64 SDOT / UDOT (FEAT_DotProd): the int8 GEMM */
+    FA_CPU_I8MM = 1 << 13,         /* AArch64 USDOT / SUDOT / USMMLA (FEAT_I8MM): the int8 GEMM */
+    FA_CPU_ARM_BF16 = 1 << 14      /* AArch64 BFDOT / BFMMLA (FEAT_BF16): reported only */
 };
 /* what the CPU (and OS, and compiler) offer: detected once */
 unsigned fa_cpu_features(void);

@@ -25,7 +25,9 @@ def cpu_model():
 
 def cpu_flags():
     wanted = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16",
-              "avx512_fp16", "amx_tile", "amx_int8")
+              "avx512_fp16", "amx_tile", "amx_int8",
+              # AArch64 (/proc/cpuinfo's Features line)
+              "asimd", "asimddp", "i8mm", "bf16", "sve", "sve2")
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:

@@ -187,13 +187,16 @@ class MultiHeadAttention(_Module):
         concat = _new_output((B * L, self.inner_dim), q.dtype)
         heads = concat.reshape(B, L, self.num_heads, self.head_dim).swapaxes(1, 2)
         thr = n_threads if attn_threads is None else attn_threads
+        # an int8 layer runs the portable attention: with its portable int8 projections, the
+        # same bits on every CPU (docs/int8.md)
+        portable = self.quantize == "int8"
         if need_weights:
             w = scaled_dot_product_attention(
                 q, k, v, mask, is_causal=causal, scale=self.scale, return_weights=True,
-                out=heads, n_threads=thr, _packed_only=padded)[1]
+                out=heads, n_threads=thr, _packed_only=padded, _portable=portable)[1]
         else:
             w = None
-            _attention_into(q, k, v, mask, heads, causal, self.scale, thr, padded)
+            _attention_into(q, k, v, mask, heads, causal, self.scale, thr, padded, portable)
         if keep is not None:
             concat = concat[keep.index]
         return self.out_proj._forward(concat, residual, None, norm, n_threads), w

@@ -14,7 +14,7 @@ from .._quant import Int8Rows
 from .._threads import _effective_n_threads
 from .._validation import check_dtype, check_eps, check_positive_int, check_real
 from ._module import _init_for, _Module
-from .norm import LayerNorm
+from .norm import LayerNorm, _portable_layer_norm
 
 __all__ = ["Embedding"]
 
@@ -114,6 +114,16 @@ class Embedding(_Module):
             flat, pos = (np.ascontiguousarray(a, dtype=np.intp) for a in (flat, pos))
             if tt is not None:
                 tt = np.ascontiguousarray(tt, dtype=np.intp)
+            if self.quantize == "int8" and self.dtype == np.float32:
+                # an int8 model: the same sums in the same order, then the int8 layers'
+                # LayerNorm (the same bits on every CPU: docs/int8.md)
+                x = np.take(weight, flat, axis=0)
+                if types is not None:
+                    x += np.take(types, np.zeros_like(flat) if tt is None else tt, axis=0)
+                return _portable_layer_norm(x, np.take(table, pos, axis=0),
+                                            self.norm._params["weight"],
+                                            self.norm._params.get("bias"), self.norm.eps,
+                                            n_threads)
             y = np.empty((flat.shape[0], d), dtype=self.dtype)
             _emb.embed_layer_norm(weight, flat, types, tt, table, pos,
                                 self.norm._params["weight"], self.norm._params.get("bias"),

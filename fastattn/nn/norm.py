@@ -3,6 +3,7 @@ import numpy as np
 
 from .._validation import check_dtype, check_eps, check_last_dim, check_option, check_positive_int
 from .._kernels import _gemm as _g
+from .._kernels import _qgemm as _qg
 from .._ops import _layer_norm_rows, layer_norm
 from .._threads import _effective_n_threads
 from ._module import _init_for, _Module
@@ -39,7 +40,11 @@ class LayerNorm(_Module):
         return config
 
     def _forward(self, x2d, residual=None, n_threads=None):
-        """LayerNorm(x2d + residual) in one pass: (N, d) -> a new (N, d) array."""
+        """LayerNorm(x2d + residual) in one pass: (N, d) -> a new (N, d) array. In an int8 model
+        the int8 layers' LayerNorm (the same bits on every CPU: docs/int8.md)."""
+        if self.quantize == "int8" and self.dtype == np.float32:
+            return _portable_layer_norm(x2d, residual, self._params["weight"],
+                                        self._params.get("bias"), self.eps, n_threads)
         if residual is None:
             return _layer_norm_rows(x2d, self._params["weight"], self._params.get("bias"),
                                     self.eps, n_threads)
@@ -50,6 +55,20 @@ class LayerNorm(_Module):
         arr = check_last_dim(x, self.normalized_shape)
         flat = np.ascontiguousarray(arr, dtype=self.dtype).reshape(-1, self.normalized_shape)
         return self._forward(flat).reshape(arr.shape)
+
+
+def _portable_layer_norm(x2d, residual, weight, bias, eps, n_threads=None):
+    """LayerNorm(x2d + residual) * weight + bias by the int8 layers' kernel (_qgemm's: 16 lanes,
+    nothing fused, the same bits on every ISA and architecture). float32."""
+    x2d = np.ascontiguousarray(x2d, dtype=np.float32)
+    if residual is not None:
+        residual = np.ascontiguousarray(residual, dtype=np.float32)
+        if residual.shape != x2d.shape:
+            raise ValueError(f"residual must have x's shape {x2d.shape}, got {residual.shape}")
+    y = np.empty_like(x2d)
+    _qg.layer_norm_rows(x2d, residual, weight, bias, float(eps), y,
+                        _effective_n_threads(n_threads))
+    return y
 
 
 class RMSNorm(_Module):
