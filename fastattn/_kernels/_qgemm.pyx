@@ -43,6 +43,13 @@ cdef extern from "qgemm_kernels.h" nogil:
                      Py_ssize_t res_rs, float *y, Py_ssize_t y_rs) noexcept nogil
         void (*ln)(const float *x, const float *res, Py_ssize_t n, const float *gamma,
                    const float *beta, double eps, float *y) noexcept nogil
+        int fnr, fkc
+        void (*fpack)(const float *w, Py_ssize_t w_rs, Py_ssize_t N, Py_ssize_t K,
+                      float *wp) noexcept nogil
+        void (*fitem)(const float *x, Py_ssize_t x_rs, Py_ssize_t m, Py_ssize_t K,
+                      const float *wp, Py_ssize_t npad, Py_ssize_t n0, Py_ssize_t nc,
+                      const float *bias, int act, const float *res, Py_ssize_t res_rs,
+                      float *y, Py_ssize_t y_rs, Py_ssize_t pf_n0) noexcept nogil
     void qg_setup()
     const qg_kernels *qg_kernels_for(int variant)
     int qg_variant_ok(int variant, unsigned features)
@@ -212,6 +219,55 @@ def gemm_int8(cnp.ndarray x, cnp.ndarray wp, cnp.ndarray sw, cnp.ndarray comp, P
 # y = act(bf16(x) @ Wb.T + bias) + res, then LayerNorm(y) when asked: bgemm_kernels.h (the
 # arithmetic every variant shares, the layout). The same parallel structure as gemm_int8: each
 # row of x rounded to bfloat16 into a workspace (M x Kp values, malloc'd at its exact size),
+
+def portable_panel_width():
+    """The packed layout of the portable float GEMM under the variant in use: its panel width
+    (pack_f32_portable's packing is valid while this stays the same)."""
+    return qg_kernels_for(_variant_now()).fnr
+
+
+def pack_f32_portable(cnp.ndarray w):
+    """w (N, K) float32 C-contiguous -> (packed panels, panel width) for gemm_f32_portable."""
+    if w.dtype.char != "f" or w.ndim != 2 or not w.flags.c_contiguous:
+        raise ValueError("w must be a C-contiguous 2-D float32 array")
+    cdef const qg_kernels *kern = qg_kernels_for(_variant_now())
+    cdef Py_ssize_t N = w.shape[0], K = w.shape[1], nr = kern.fnr
+    cdef Py_ssize_t npad = _cdiv(N, nr) * nr
+    cdef cnp.ndarray wp = cnp.PyArray_ZEROS(1, [max(npad * K, 1)], cnp.NPY_FLOAT32, 0)
+    kern.fpack(<const float *> cnp.PyArray_DATA(w), K, N, K, <float *> cnp.PyArray_DATA(wp))
+    return wp, nr
+
+
+def gemm_f32_portable(cnp.ndarray x, cnp.ndarray wp, int nr, Py_ssize_t N, cnp.ndarray y,
+                      int n_threads):
+    """y = x @ W.T with the portable float GEMM (qgemm_kernels.h: sums over k in order, nothing
+    fused: the same bits on every variant and architecture). x (M, K), y (M, N) float32
+    C-contiguous; wp, nr: pack_f32_portable's, under a variant of the same panel width."""
+    cdef const qg_kernels *kern = qg_kernels_for(_variant_now())
+    if kern.fnr != nr:
+        raise ValueError(f"the panels were packed {nr} wide; the variant in use reads "
+                         f"{kern.fnr} (pack again)")
+    cdef Py_ssize_t M = x.shape[0], K = x.shape[1]
+    if y.shape[0] != M or y.shape[1] != N or x.dtype.char != "f" or y.dtype.char != "f" \
+            or not x.flags.c_contiguous or not y.flags.c_contiguous:
+        raise ValueError("x (M, K) and y (M, N) must be C-contiguous float32 arrays")
+    cdef Py_ssize_t npad = _cdiv(N, nr) * nr
+    if wp.shape[0] < npad * K:
+        raise ValueError("the packed panels are smaller than (N, K) needs")
+    cdef const float *xp = <const float *> cnp.PyArray_DATA(x)
+    cdef const float *wpp = <const float *> cnp.PyArray_DATA(wp)
+    cdef float *yp = <float *> cnp.PyArray_DATA(y)
+    cdef Py_ssize_t n_mb = _cdiv(M, _MC), l, i0
+    if M == 0 or N == 0:
+        return
+    cdef fa_team_t team = fa_team_open(n_threads, n_mb)
+    with nogil, parallel(num_threads=team.n):
+        fa_team_place(&team)
+        for l in prange(n_mb, schedule='static'):
+            i0 = l * _MC
+            kern.fitem(xp + i0 * K, K, _MC if M - i0 > _MC else M - i0, K, wpp, npad, 0, N,
+                       NULL, 0, NULL, 0, yp + i0 * N, N, -1)
+
 
 def layer_norm_rows(cnp.ndarray x, object res, object gamma, object beta, double eps,
                     cnp.ndarray y, int n_threads):

@@ -898,6 +898,10 @@ static qg_kernels qg_tables[QG_N_VARIANTS];
         qg_tables[v].item = qg_qitem_##sfx;     \
         qg_tables[v].ln = qg_ln_row_##sfx;      \
         qg_tables[v].epi = qg_qepilogue_##sfx;  \
+        qg_tables[v].fnr = qg_nr_##sfx;         \
+        qg_tables[v].fkc = qg_kc_##sfx;         \
+        qg_tables[v].fpack = qg_pack_##sfx;     \
+        qg_tables[v].fitem = qg_item_##sfx;     \
     } while (0)
 
 void qg_setup(void)

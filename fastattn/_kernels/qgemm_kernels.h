@@ -62,6 +62,17 @@ typedef struct {
     /* y[j] = act(y[j] + bias[j]) + res[j], j < n (bias, res optional): the epilogue item runs
      * on a row's sums (qgemm_tile.h's qepilogue; the bfloat16 GEMM's too, bgemm_kernels.c) */
     void (*epi)(float *y, ptrdiff_t n, const float *bias, int act, const float *res);
+    /* The portable float32 GEMM (gemm_tile.h's pack and item of the variant's instance, built
+     * with -ffp-contract=off like this whole extension): every output is the sum over k in
+     * order of rounded products, one chain per element, whatever the register block, so every
+     * variant and architecture gives the same bits (the log-mel features' DFT and filterbank,
+     * fastattn/audio/features.py). fnr: the packed panels' width (the layout fpack writes:
+     * K blocks of fkc rows, N padded to fnr). */
+    int fnr, fkc;
+    void (*fpack)(const float *w, ptrdiff_t w_rs, ptrdiff_t N, ptrdiff_t K, float *wp);
+    void (*fitem)(const float *x, ptrdiff_t x_rs, ptrdiff_t m, ptrdiff_t K, const float *wp,
+                  ptrdiff_t npad, ptrdiff_t n0, ptrdiff_t nc, const float *bias, int act,
+                  const float *res, ptrdiff_t res_rs, float *y, ptrdiff_t y_rs, ptrdiff_t pf_n0);
 } qg_kernels;
 
 void qg_setup(void);

@@ -27,8 +27,10 @@ from numbers import Integral
 
 import numpy as np
 
+from .._kernels import _qgemm as _qg
 from .._memory import check_plan
 from .._ops import PackedLinear
+from .._threads import _effective_n_threads
 
 __all__ = ["log_mel_spectrogram", "mel_filters", "hz_to_mel", "mel_to_hz", "SAMPLE_RATE",
            "N_FFT", "HOP_LENGTH", "CHUNK_LENGTH", "N_SAMPLES", "N_FRAMES"]
@@ -45,13 +47,71 @@ N_FRAMES = N_SAMPLES // HOP_LENGTH      # 3000 feature frames per window
 _BREAK_HZ = 1000.0
 _BREAK_MEL = 15.0
 _HZ_PER_MEL = 200.0 / 3.0
-_MELS_PER_LOG_UNIT = 27.0 / math.log(6.4)
+_MELS_PER_LOG_UNIT = 27.0 / 1.8562979903656263      # 27 / ln 6.4 (a constant: no libm)
+
+
+# --- The same bits on every CPU. The features are portable: NumPy's exp / log / cos / sin (and
+# libm's) may differ in the last place between CPUs (SIMD builds, libms), so the tables and the
+# log below use these, made of + - * / and exact steps (frexp, ldexp, rint, integer arithmetic)
+# in a fixed order, accurate to a few ulp of float64; the DFT and the filterbank run the
+# portable float GEMM (_qgemm.gemm_f32_portable: sums in order, nothing fused). An int8 Whisper
+# model then gives the same transcript bits on x86-64 and AArch64 (docs/int8.md).
+_LN2_HI, _LN2_LO = 6.93147180369123816490e-01, 1.90821492927058770002e-10
+
+
+def _det_exp(x):
+    """exp(x) for float64 arrays (|x| < 700)."""
+    x = np.asarray(x, dtype=np.float64)
+    k = np.rint(x * 1.4426950408889634)
+    r = (x - k * _LN2_HI) - k * _LN2_LO
+    p = np.full_like(r, 1.0 / math.factorial(14))
+    for i in range(13, -1, -1):                                   # Horner: sum r^i / i!
+        p = p * r + 1.0 / math.factorial(i)
+    return np.ldexp(p, k.astype(np.int64))
+
+
+def _det_log(x):
+    """log(x) for positive finite float64 arrays: x = m 2^e with m in [sqrt(1/2), sqrt(2)),
+    log m = 2 atanh((m - 1) / (m + 1)) by its series (|s| <= 0.172: 12 terms)."""
+    m, e = np.frexp(np.asarray(x, dtype=np.float64))
+    low = m < 0.7071067811865476
+    m = np.where(low, m * 2.0, m)
+    e = np.where(low, e - 1, e).astype(np.float64)
+    s = (m - 1.0) / (m + 1.0)
+    s2 = s * s
+    p = np.full_like(s, 1.0 / 23.0)
+    for n in range(21, 0, -2):
+        p = p * s2 + 1.0 / n
+    return (2.0 * s * p + e * _LN2_LO) + e * _LN2_HI
+
+
+def _sincos_2pi(j, n):
+    """(sin, cos) of 2 pi j / n for integer arrays j: the octant found in integers, the angle
+    within it in [0, pi/4] by one rounding, Taylor series to the 19th power."""
+    q = 8 * (np.asarray(j, dtype=np.int64) % n)
+    octant, r = q // n, q % n
+    odd = octant % 2 == 1
+    x = np.where(odd, n - r, r).astype(np.float64) * (math.pi / (4.0 * n))
+    x2 = x * x
+    sp = np.full_like(x, -1.0 / math.factorial(19))
+    cp = np.full_like(x, -1.0 / math.factorial(18))
+    for t in range(17, 0, -2):
+        sp = sp * x2 + (-1.0) ** (t // 2) / math.factorial(t)
+    for t in range(16, -1, -2):
+        cp = cp * x2 + (-1.0) ** (t // 2) / math.factorial(t)
+    sn, cs = sp * x, cp
+    # octant o: the angle is o pi/4 + x (even o) or (o + 1) pi/4 - x (odd o)
+    sin_t = np.select([octant == 0, octant == 1, octant == 2, octant == 3, octant == 4,
+                       octant == 5, octant == 6], [sn, cs, cs, sn, -sn, -cs, -cs], -sn)
+    cos_t = np.select([octant == 0, octant == 1, octant == 2, octant == 3, octant == 4,
+                       octant == 5, octant == 6], [cs, sn, -sn, -cs, -cs, -sn, sn], cs)
+    return sin_t, cos_t
 
 
 def hz_to_mel(freq):
     """Frequency in Hz to Slaney mels (float or ndarray)."""
     f = np.asarray(freq, dtype=np.float64)
-    above = _BREAK_MEL + np.log(np.maximum(f, _BREAK_HZ) / _BREAK_HZ) * _MELS_PER_LOG_UNIT
+    above = _BREAK_MEL + _det_log(np.maximum(f, _BREAK_HZ) / _BREAK_HZ) * _MELS_PER_LOG_UNIT
     mel = np.where(f >= _BREAK_HZ, above, f / _HZ_PER_MEL)
     return mel if mel.ndim else float(mel)
 
@@ -59,7 +119,7 @@ def hz_to_mel(freq):
 def mel_to_hz(mel):
     """Slaney mels to Hz, the inverse of :func:`hz_to_mel`."""
     m = np.asarray(mel, dtype=np.float64)
-    above = _BREAK_HZ * np.exp((np.maximum(m, _BREAK_MEL) - _BREAK_MEL) / _MELS_PER_LOG_UNIT)
+    above = _BREAK_HZ * _det_exp((np.maximum(m, _BREAK_MEL) - _BREAK_MEL) / _MELS_PER_LOG_UNIT)
     freq = np.where(m >= _BREAK_MEL, above, m * _HZ_PER_MEL)
     return freq if freq.ndim else float(freq)
 
@@ -104,6 +164,27 @@ def mel_filters(n_mels=80, *, n_fft=N_FFT, sampling_rate=SAMPLE_RATE, f_min=0.0,
     return (tri * (2.0 / (upper - lower))).astype(dtype)
 
 
+class _PortableLinear:
+    """x @ w.T by the portable float GEMM (the same bits on every CPU), packed once per panel
+    width (the int8 variant in use decides it; a forced variant may change it)."""
+
+    def __init__(self, w):
+        self.w = np.ascontiguousarray(w, dtype=np.float32)
+        self._packed = {}
+
+    def __call__(self, x):
+        nr = _qg.portable_panel_width()
+        if nr not in self._packed:
+            self._packed[nr] = _qg.pack_f32_portable(self.w)[0]
+        N, K = self.w.shape
+        if N == 0 or K == 0 or x.size == 0:
+            return np.zeros(x.shape[:-1] + (N,), np.float32)
+        x2 = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, K)
+        y = np.empty((x2.shape[0], N), np.float32)
+        _qg.gemm_f32_portable(x2, self._packed[nr], nr, N, y, _effective_n_threads(None))
+        return y.reshape(x.shape[:-1] + (N,))
+
+
 class _Frontend:
     """The packed matrices for one (n_fft, n_mels, sampling_rate): built once, then cached."""
 
@@ -112,18 +193,17 @@ class _Frontend:
         self.half = (n_fft + 1) // 2          # pairs (n, N - n) are n = 1 .. half - 1
         self.even = n_fft % 2 == 0            # x[N/2] stands alone
         n = np.arange(n_fft)
-        window = 0.5 - 0.5 * np.cos(2.0 * np.pi * n / n_fft)   # periodic Hann (torch's default)
+        window = 0.5 - 0.5 * _sincos_2pi(n, n_fft)[1]          # periodic Hann (torch's default)
         k = np.arange(n_fft // 2 + 1)
         cos_n = np.arange(self.half + self.even)                # x[0], s[1..half-1], (x[N/2])
-        angle = 2.0 * np.pi * np.outer(k, cos_n) / n_fft
-        cos_w = np.cos(angle) * window[cos_n]
+        cos_w = _sincos_2pi(np.outer(k, cos_n), n_fft)[1] * window[cos_n]
         sin_n = np.arange(1, self.half)
         sin_k = np.arange(1, self.half)       # bins 0 and N/2 have no imaginary part
-        sin_w = -np.sin(2.0 * np.pi * np.outer(sin_k, sin_n) / n_fft) * window[sin_n]
-        self.cos = PackedLinear(cos_w.astype(np.float32))     # (bins, half + even)
-        self.sin = PackedLinear(sin_w.astype(np.float32))     # (half - 1, half - 1)
-        self.mel = PackedLinear(mel_filters(n_mels, n_fft=n_fft, sampling_rate=sampling_rate,
-                                            dtype=np.float32))
+        sin_w = -_sincos_2pi(np.outer(sin_k, sin_n), n_fft)[0] * window[sin_n]
+        self.cos = _PortableLinear(cos_w.astype(np.float32))     # (bins, half + even)
+        self.sin = _PortableLinear(sin_w.astype(np.float32))     # (half - 1, half - 1)
+        self.mel = _PortableLinear(mel_filters(n_mels, n_fft=n_fft, sampling_rate=sampling_rate,
+                                               dtype=np.float32))
 
     def power_spectrum(self, padded, hop_length, n_frames):
         """Rows of `padded` (batch, samples), float32, C-contiguous -> the power spectra of
@@ -285,7 +365,7 @@ def log_mel_spectrogram(audio, n_mels=80, *, n_fft=N_FFT, hop_length=HOP_LENGTH,
     power = frontend.power_spectrum(padded, hop_length, n_frames)  # (batch, frames, bins)
     mel = frontend.mel(power)                                  # (batch, frames, n_mels)
     np.maximum(mel, np.float32(1e-10), out=mel)
-    np.log10(mel, out=mel)
+    mel[...] = _det_log(mel) * (1.0 / 2.302585092994046)     # log10, the same on every CPU
     floor = mel.max(axis=(1, 2), keepdims=True) - np.float32(8.0)
     np.maximum(mel, floor, out=mel)
     mel += np.float32(4.0)
