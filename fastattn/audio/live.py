@@ -1,0 +1,725 @@
+"""Live transcription: audio in chunks of any size as it arrives, text as it settles.
+
+:meth:`Transcriber.live` returns a :class:`LiveSession`; feed it samples and it returns
+events:
+
+- :class:`SpeechStart` -- the voice-activity detector heard speech begin (an utterance opens);
+- :class:`Partial` -- the text of the utterance in progress (it may still change);
+- :class:`Confirmed` -- words that will not change again, with their times;
+- :class:`UtteranceEnd` -- the utterance closed (a pause of ``silence_ms``, or :meth:`finish`),
+  with all its text.
+
+The policy is whisper_streaming's LocalAgreement-n (Macháček et al., 2023), re-derived here:
+after every ``min_chunk`` seconds of new audio the whole buffer of the utterance (at most
+30 s) is decoded, prompted with the confirmed text that has left the buffer (this utterance's,
+then the previous ones'), with word timestamps; a word is confirmed when the last
+``agreement`` decodings agree on it and on every unconfirmed word before it (the same
+normalised text, starts within ``match_s`` seconds). When the buffer passes ``buffer_trim``
+seconds it is cut at the last confirmed segment or sentence end, so the decoded audio stays
+short; it never exceeds 30 s. The voice-activity detector (Silero or WebRTC, as in
+:mod:`.vad`) skips silence (nothing is decoded while nobody speaks) and closes an utterance
+after ``silence_ms`` of non-speech: then its last decoding is confirmed whole.
+
+The decode points depend only on the number of samples fed: the same samples give the same
+events whatever the chunk sizes, the wall clock or the thread count. Several sessions step
+together with :class:`LiveGroup` (:meth:`Transcriber.live_batch`): their decodings run as one
+batch, each session's events bitwise what it gives alone.
+"""
+import collections
+import re
+from dataclasses import dataclass
+from numbers import Integral, Real
+
+import numpy as np
+
+from .._validation import check_positive_int
+from ..generation.whisper import WindowDecoder, language_token, window_segments
+from ._longform import compression_ratio, plain_ids
+from .alignment import Word, add_word_timestamps
+from .features import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
+
+__all__ = ["LiveSession", "LiveGroup", "SpeechStart", "Partial", "Confirmed", "UtteranceEnd",
+           "LIVE_DEFAULTS"]
+
+_STRIDE = 2                                   # mel frames per encoder position
+_WINDOW_S = 30.0
+
+
+@dataclass(frozen=True)
+class SpeechStart:
+    """Speech began at `start` seconds (an utterance opens)."""
+    start: float
+
+
+@dataclass(frozen=True)
+class Partial:
+    """The text of the utterance in progress: its confirmed words, then the latest decoding's
+    unconfirmed ones (these may change)."""
+    text: str
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """Words confirmed for good (:class:`~fastattn.audio.Word`: start and end in seconds from
+    the session's first sample) and their text (the words joined)."""
+    words: tuple
+    text: str
+
+
+@dataclass(frozen=True)
+class UtteranceEnd:
+    """An utterance closed: all its confirmed text, and when it started and ended (seconds)."""
+    text: str
+    start: float
+    end: float
+
+
+LIVE_DEFAULTS = dict(min_chunk=1.0, agreement=2, buffer_trim=15.0, silence_ms=700,
+                     vad="silero", vad_threshold=0.5, speech_pad_ms=300, num_beams=5,
+                     language=None, initial_prompt=None, prompt_chars=200, match_s=1.0)
+
+
+def _number(value, name, low, high=None, integer=False):
+    ok = isinstance(value, Integral) if integer else isinstance(value, Real)
+    if isinstance(value, bool) or not ok or value != value or value < low or \
+            (high is not None and value > high):
+        span = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be a {'whole ' if integer else ''}number {span}, got "
+                         f"{value!r}")
+    return value
+
+
+class _Config:
+    """The checked options of a live session (:data:`LIVE_DEFAULTS`)."""
+
+    def __init__(self, tr, **options):
+        for key in options:
+            if key not in LIVE_DEFAULTS:
+                raise TypeError(f"live() got an unexpected keyword argument {key!r}")
+        o = dict(LIVE_DEFAULTS, **options)
+        self.min_chunk = float(_number(o["min_chunk"], "min_chunk", 0.1, 10.0))
+        self.step = int(round(self.min_chunk * SAMPLE_RATE))
+        self.agreement = int(_number(o["agreement"], "agreement", 1, 10, integer=True))
+        self.buffer_trim = float(_number(o["buffer_trim"], "buffer_trim", 2.0, 28.0))
+        # the buffer before a step adds its audio: one window, less that step
+        self.max_buffer = _WINDOW_S - self.min_chunk - 0.1
+        self.silence = int(_number(o["silence_ms"], "silence_ms", 100, 60000, integer=True)
+                           * SAMPLE_RATE // 1000)
+        if o["vad"] not in (None, "silero", "webrtc"):
+            raise ValueError(f"vad must be 'silero', 'webrtc' or None, got {o['vad']!r}")
+        self.vad = o["vad"]
+        self.threshold = float(_number(o["vad_threshold"], "vad_threshold", 0.01, 0.99))
+        self.pad = int(_number(o["speech_pad_ms"], "speech_pad_ms", 0, 2000, integer=True)
+                       * SAMPLE_RATE // 1000)
+        self.pad = min(self.pad, self.silence)
+        self.num_beams = check_positive_int(o["num_beams"], "num_beams")
+        self.prompt_chars = int(_number(o["prompt_chars"], "prompt_chars", 0, 2000,
+                                        integer=True))
+        self.match_s = float(_number(o["match_s"], "match_s", 0.0, 30.0))
+        if o["initial_prompt"] is not None and not isinstance(o["initial_prompt"], str):
+            raise TypeError(f"initial_prompt must be a string, got "
+                            f"{type(o['initial_prompt']).__name__}")
+        self.initial_prompt = o["initial_prompt"] or ""
+        gen = tr.model.generation_config
+        lang = o["language"]
+        if lang is not None:
+            if not gen.get("lang_to_id"):
+                if lang != "en":
+                    raise ValueError(f"language: this is an English-only Whisper; got "
+                                     f"{lang!r}, only 'en' applies")
+                lang = None
+            else:
+                inv = {v: k for k, v in gen["lang_to_id"].items()}
+                lang = inv[language_token(lang, gen["lang_to_id"])][2:-2]
+        self.language = lang
+        if self.vad is not None:                     # fail now, not at the first chunk
+            _StreamVad(self.vad)
+
+
+# -- input ----------------------------------------------------------------------------------
+
+def _as_samples(samples, sample_rate):
+    """A chunk -> 1-D float32 (not yet resampled), with errors naming the argument."""
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, Integral):
+        raise ValueError(f"sample_rate must be a positive whole number of Hz, got "
+                         f"{sample_rate!r}")
+    if not 1000 <= sample_rate <= 384000:
+        raise ValueError(f"sample_rate must be between 1000 and 384000 Hz, got {sample_rate}")
+    if isinstance(samples, (bytes, bytearray, memoryview)):
+        if len(samples) % 2:
+            raise ValueError("samples: bytes are 16-bit PCM and need an even length, got "
+                             f"{len(samples)}")
+        samples = np.frombuffer(bytes(samples), "<i2")
+    if isinstance(samples, (str, dict)) or samples is None:
+        raise TypeError(f"samples must be an array of audio samples, got "
+                        f"{type(samples).__name__}")
+    try:
+        arr = np.asarray(samples)
+    except Exception as exc:
+        raise TypeError(f"samples could not be converted to an array: {exc}") from None
+    if arr.dtype == np.int16:
+        arr = arr.astype(np.float32) * np.float32(1 / 32768)
+    elif arr.dtype.kind == "f" and arr.dtype.itemsize <= 8:
+        arr = arr.astype(np.float32, copy=False)
+    else:
+        raise ValueError(f"samples must hold float32 (or float16/64) or int16 samples, got "
+                         f"dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"samples must be 1-D (mono), got shape {arr.shape}")
+    if arr.size and not np.isfinite(arr).all():
+        raise ValueError("samples contain NaN or infinity")
+    return arr
+
+
+class _Resampler:
+    """A stream at `rate` Hz -> 16 kHz with FFmpeg's resampler (as :func:`load_audio`), fed
+    in blocks of 0.1 s whatever the chunks: the output depends on the samples alone."""
+
+    def __init__(self, rate):
+        from .decode import _require
+        self.av = _require("av", f"resampling live audio from {rate} Hz to {SAMPLE_RATE} Hz")
+        from av.audio.resampler import AudioResampler
+        self.rate, self.block = rate, max(1, rate // 10)
+        self.r = AudioResampler(format="fltp", layout="mono", rate=SAMPLE_RATE)
+        self.pending = np.zeros(0, np.float32)
+
+    def _run(self, frame):
+        return [o.to_ndarray().reshape(-1).astype(np.float32) for o in self.r.resample(frame)]
+
+    def _frame(self, x):
+        frame = self.av.AudioFrame.from_ndarray(np.ascontiguousarray(x[None]), format="fltp",
+                                                layout="mono")
+        frame.sample_rate = self.rate
+        return frame
+
+    def push(self, x, flush=False):
+        x = np.concatenate([self.pending, x]) if self.pending.size else x
+        n = x.size // self.block * self.block
+        out = []
+        for i in range(0, n, self.block):
+            out += self._run(self._frame(x[i:i + self.block]))
+        self.pending = x[n:].copy()
+        if flush:
+            if self.pending.size:
+                out += self._run(self._frame(self.pending))
+            out += self._run(None)
+            self.pending = np.zeros(0, np.float32)
+        return np.concatenate(out) if out else np.zeros(0, np.float32)
+
+
+class _StreamVad:
+    """Speech probabilities frame by frame as audio arrives: Silero (512-sample frames, the
+    64 samples before each as context, its recurrent state carried on) or WebRTC (10 ms
+    frames, aggressiveness 3: 1.0 or 0.0)."""
+
+    def __init__(self, kind):
+        from . import vad
+        self.kind = kind
+        if kind == "silero":
+            self.sess = vad._session(vad._SEQUENCE_MODEL)
+            self.frame = vad._FRAME
+            self.h = np.zeros((1, 1, 128), np.float32)
+            self.c = np.zeros((1, 1, 128), np.float32)
+            self.ctx = np.zeros(vad._CONTEXT, np.float32)
+        else:
+            from .._deps import require
+            webrtcvad = require("webrtcvad", 'vad="webrtc"', extra="vad")
+            self.v = webrtcvad.Vad(3)
+            self.frame = SAMPLE_RATE // 100
+        self.pending = np.zeros(0, np.float32)
+        self.pos = 0                           # the next frame's first sample
+
+    def push(self, x):
+        """(the first sample of the first frame, the probabilities of the frames `x`
+        completes (float32))."""
+        x = np.concatenate([self.pending, x])
+        n = x.size // self.frame
+        self.pending = x[n * self.frame:].copy()
+        first = self.pos
+        self.pos += n * self.frame
+        if n == 0:
+            return first, np.zeros(0, np.float32)
+        body = x[:n * self.frame]
+        if self.kind == "webrtc":
+            pcm = np.clip(np.round(body * 32767.0), -32768, 32767).astype(np.int16).tobytes()
+            step = 2 * self.frame
+            return first, np.array([self.v.is_speech(pcm[i * step:(i + 1) * step],
+                                                     SAMPLE_RATE) for i in range(n)],
+                                   np.float32)
+        full = np.concatenate([self.ctx, body])
+        c = self.ctx.size
+        idx = np.arange(n)[:, None] * self.frame + np.arange(self.frame + c)[None, :]
+        frames = full[idx]
+        self.ctx = body[-c:].copy()
+        out = []
+        for b in range(0, n, 512):
+            probs, self.h, self.c = self.sess.run(
+                ["speech_probs", "hn", "cn"], {"input": frames[b:b + 512], "h": self.h,
+                                               "c": self.c})
+            out.append(np.asarray(probs, np.float32).reshape(-1))
+        return first, np.concatenate(out)
+
+
+# -- decoding ---------------------------------------------------------------------------------
+
+@dataclass
+class _Request:
+    """One decoding a session asks for: its buffer, where it starts, the prompt."""
+    samples: np.ndarray
+    offset: float                    # seconds of the buffer's first sample
+    prompt: str
+    last_end: float                  # the end of the last confirmed word (alignment's rule)
+    session: object = None
+
+
+def _norm(word):
+    return re.sub(r"[^\w']", "", word.lower())
+
+
+def _decode(tr, cfg_of, requests):
+    """The requests (of one or several sessions) decoded together -> for each, its segments
+    [(start, end, [Word])] (seconds of the session). The encoder runs on all the windows at
+    once and the decoder on the windows of equal prefix length at once (each window's result
+    does not depend on the rest of its batch)."""
+    model = tr.model
+    gen = model.generation_config
+    feats = []
+    for r in requests:
+        f = log_mel_spectrogram(r.samples, tr.n_mels, padding="longest", truncation=False)
+        feats.append(f[:, :tr.n_frames])
+    windows = np.zeros((len(requests), tr.n_mels, tr.n_frames), np.float32)
+    for i, f in enumerate(feats):
+        windows[i, :, :f.shape[1]] = f
+    mem = tr._encode(windows)
+    cut = model.max_decoder_positions // 2 - 1
+    sots, rows = [], []
+    for i, r in enumerate(requests):
+        cfg = cfg_of(r)
+        sot = [tr.sot]
+        if tr.is_multilingual:
+            lang = cfg.language
+            if lang is None:
+                lang = r.session._detect(mem[i:i + 1])
+            sot += [gen["lang_to_id"][f"<|{lang}|>"], gen["task_to_id"]["transcribe"]]
+        sots.append(sot)
+        rows.append(_prefix(tr, r.prompt, sot, cut))
+    results = _decode_rows(tr, cfg_of, requests, mem, rows)
+    redo = [i for i, (toks, avg, cr, _) in enumerate(results)
+            if len(rows[i]) > len(sots[i]) and cr > 2.4]
+    if redo:                      # looping under the prompt: once more without it
+        again = _decode_rows(tr, cfg_of, [requests[i] for i in redo], mem[redo],
+                             [sots[i] for i in redo])
+        for i, res in zip(redo, again):
+            results[i] = res
+    out = []
+    tb = tr.timestamp_begin
+    for i, (r, (tokens, avg, cr, no_speech)) in enumerate(zip(requests, results)):
+        if no_speech > 0.6 and avg < -1.0:
+            out.append([])                                  # silence
+            continue
+        frames = feats[i].shape[1]
+        pieces, _ = window_segments(tokens, tb, frames, _STRIDE, tail=True)
+        segs = [{"tokens": t, "start": r.offset + a * 0.02, "end": r.offset + b * 0.02}
+                for t, a, b in pieces]
+        lang = cfg_of(r).language or getattr(r.session, "language", None)
+        timed, _ = add_word_timestamps(model, segs, mem[i:i + 1], sots[i], tr.tokenizer,
+                                       frames, r.offset, language=lang,
+                                       last_speech_timestamp=r.last_end,
+                                       n_threads=tr.n_threads)
+        end = r.offset + r.samples.size / SAMPLE_RATE
+        hyp = []
+        for a, b, words in timed:
+            words = [Word(min(max(w.start, r.offset), end), min(max(w.end, r.offset), end),
+                          w.word, w.probability) for w in words if w.word.strip()]
+            if words:
+                hyp.append((words[0].start, words[-1].end, words))
+        out.append(hyp)
+    return out
+
+
+def _prefix(tr, prompt, sot, cut):
+    if not prompt or tr.sot_prev is None:
+        return list(sot)
+    return [tr.sot_prev] + plain_ids(tr.tokenizer, " " + prompt.strip(), tr.eot)[-cut:] + sot
+
+
+def _decode_rows(tr, cfg_of, requests, mem, rows):
+    """[(tokens, avg_logprob, compression_ratio, no_speech_prob)] of windows `mem` decoded
+    after `rows`, those of one length and beam count together."""
+    groups = collections.defaultdict(list)
+    for i, (r, row) in enumerate(zip(requests, rows)):
+        groups[len(row), cfg_of(r).num_beams].append(i)
+    out = [None] * len(requests)
+    for (plen, beams), idx in groups.items():
+        decoder = WindowDecoder(tr.model, {"num_beams": beams})
+        p, procs = decoder.window(plen)
+        res = decoder.decode(mem[idx], np.asarray([rows[i] for i in idx], np.int64), p,
+                             procs, scores=True, n_threads=tr.n_threads)
+        for i, (tokens, total, no_speech) in zip(idx, res):
+            text = tr.tokenizer.decode([int(t) for t in tokens if t < tr.eot])
+            out[i] = (tokens, total / (tokens.size + 1), compression_ratio(text.strip()),
+                      no_speech)
+    return out
+
+
+# -- the session ------------------------------------------------------------------------------
+
+class LiveSession:
+    """A live transcription (see the module's notes; :meth:`Transcriber.live` makes one).
+
+    Options (:data:`LIVE_DEFAULTS`)
+    -------------------------------
+    min_chunk : float, seconds (1.0)
+        Decode after every this much new audio: lower is faster to confirm, more work.
+    agreement : int (2)
+        LocalAgreement-n: confirm what the last n decodings agree on (1: every decoding's
+        words at once, fastest and least stable).
+    buffer_trim : float, seconds (15)
+        Past this, the buffer is cut at its last confirmed segment or sentence end (it never
+        exceeds 30 s: past ~29 s it is cut at the last confirmed word, or, without one, the
+        decoding's words before ``buffer_trim`` from its end are confirmed).
+    silence_ms : int (700)
+        Non-speech that closes an utterance (with a voice-activity detector).
+    vad : "silero" (default), "webrtc" or None
+        The voice-activity detector (:mod:`fastattn.audio.vad`'s models); None decodes
+        everything and closes the utterance only at :meth:`finish`.
+    vad_threshold : float (0.5)
+        Speech probability that opens an utterance (non-speech: under it less 0.15).
+    speech_pad_ms : int (300)
+        Audio kept before speech begins and after it ends.
+    num_beams : int (5)
+        Beam search as the file transcriber's default; 1 (greedy) decodes faster and
+        confirms less accurately.
+    language : str, optional
+        A multilingual model's language (default: detected at the first decoding).
+    initial_prompt : str, optional
+        Text that prompts the first decodings (names, spelling).
+    prompt_chars : int (200)
+        The confirmed text that has left the buffer, at most this many characters, prompts
+        each decoding.
+    match_s : float (1.0)
+        Two decodings' words agree when their normalised text is the same and their starts
+        are at most this far apart.
+    """
+
+    def __init__(self, transcriber, _cfg=None, **options):
+        self._tr = transcriber
+        self._cfg = _cfg if _cfg is not None else _Config(transcriber, **options)
+        cfg = self._cfg
+        self.language = cfg.language
+        self._rate = None
+        self._resampler = None
+        self._vad = _StreamVad(cfg.vad) if cfg.vad else None
+        self._fed = 0                          # 16 kHz samples received
+        self._done = 0                         # ... processed (a step boundary)
+        self._queue = []                       # samples [_done, _fed)
+        self._audio = np.zeros(0, np.float32)  # the buffer: samples [_a0, _done)
+        self._a0 = 0
+        self._finished = False
+        # the utterance
+        self._open = cfg.vad is None           # without a detector: always open
+        self._utt_start = 0
+        self._silence_from = None
+        self._history = collections.deque(maxlen=max(cfg.agreement - 1, 0))
+        self._committed_end = 0.0
+        self._utt_words = []                   # confirmed words of this utterance
+        self._in_buffer = []                   # ... of them still in the buffer
+        self._context = cfg.initial_prompt     # confirmed text that left the buffer
+        self._partial = None
+
+    def __repr__(self):
+        return f"LiveSession({self._fed / SAMPLE_RATE:.1f} s fed)"
+
+    @property
+    def seconds(self):
+        """Seconds of audio fed so far (at 16 kHz)."""
+        return self._fed / SAMPLE_RATE
+
+    # -- input ----------------------------------------------------------------------------
+
+    def push(self, samples, sample_rate=SAMPLE_RATE):
+        """Queue a chunk without decoding (a :class:`LiveGroup` decodes it): `samples` 1-D
+        float32 (or float16/64, int16, or bytes of 16-bit little-endian PCM) at
+        `sample_rate` Hz (the first chunk's rate holds for the session; another rate is
+        resampled to 16 kHz)."""
+        if self._finished:
+            raise ValueError("samples: this live session is finished")
+        x = _as_samples(samples, sample_rate)
+        if self._rate is None:
+            self._rate = int(sample_rate)
+            if self._rate != SAMPLE_RATE:
+                self._resampler = _Resampler(self._rate)
+        elif sample_rate != self._rate:
+            raise ValueError(f"sample_rate changed from {self._rate} to {sample_rate} within "
+                             "the session")
+        if self._resampler is not None:
+            x = self._resampler.push(x)
+        if x.size:
+            self._queue.append(x)
+            self._fed += x.size
+
+    def feed(self, samples, sample_rate=SAMPLE_RATE):
+        """Take a chunk and return the events it brings ([] until a step's worth of audio
+        is in): a list of :class:`SpeechStart`, :class:`Partial`, :class:`Confirmed`,
+        :class:`UtteranceEnd`."""
+        self.push(samples, sample_rate)
+        return self._run_alone()
+
+    def finish(self):
+        """The end of the audio: the rest decoded, the open utterance confirmed whole and
+        closed. Returns the last events; the session takes no more audio."""
+        if self._finished:
+            return []
+        if self._resampler is not None:
+            x = self._resampler.push(np.zeros(0, np.float32), flush=True)
+            if x.size:
+                self._queue.append(x)
+                self._fed += x.size
+        events = self._run_alone()
+        self._finished = True
+        return events + _drive(self._tr, [(self, self._steps(self._fed, final=True))])[self]
+
+    def _run_alone(self):
+        out = []
+        while self.due():
+            out += _drive(self._tr, [(self, self._step())])[self]
+        return out
+
+    def due(self):
+        """Whether a step's worth of audio waits to be decoded."""
+        return not self._finished and self._fed >= self._done + self._cfg.step
+
+    def _step(self):
+        return self._steps(self._done + self._cfg.step)
+
+    def _take(self, end):
+        """The queued samples up to absolute sample `end`, appended to the buffer."""
+        need = end - self._done
+        parts, got = [], 0
+        while got < need:
+            q = self._queue[0]
+            k = min(q.size, need - got)
+            parts.append(q[:k])
+            got += k
+            if k == q.size:
+                self._queue.pop(0)
+            else:
+                self._queue[0] = q[k:]
+        new = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+        self._audio = np.concatenate([self._audio, new])
+        self._done = end
+        return new
+
+    def _cut(self, at):
+        """Drop the buffer's samples before absolute sample `at`."""
+        at = min(max(at, self._a0), self._done)
+        self._audio = self._audio[at - self._a0:].copy()
+        self._a0 = at
+
+    def _detect(self, mem):
+        if self.language is None:
+            self.language = self._tr._language_probs(mem)[0][0]
+        return self.language
+
+    # -- one step: a generator that yields _Requests and gets their hypotheses -----------
+
+    def _steps(self, end, final=False):
+        cfg, events = self._cfg, []
+        new = self._take(end) if end > self._done else np.zeros(0, np.float32)
+        if self._vad is not None:
+            first, probs = self._vad.push(new)
+            neg = max(cfg.threshold - 0.15, 0.01)
+            for k, p in enumerate(probs):
+                f0 = first + k * self._vad.frame
+                f1 = f0 + self._vad.frame
+                if p >= cfg.threshold:
+                    self._silence_from = None
+                    if not self._open:
+                        self._open = True
+                        self._utt_start = f0
+                        self._cut(f0 - cfg.pad)
+                        events.append(SpeechStart(round(f0 / SAMPLE_RATE, 3)))
+                elif p < neg and self._open:
+                    if self._silence_from is None:
+                        self._silence_from = f0
+                    if f1 - self._silence_from >= cfg.silence:
+                        stop = self._silence_from + cfg.pad
+                        events += yield from self._close(stop, self._silence_from)
+            if not self._open:
+                self._cut(self._done - cfg.pad)            # silence: keep a lead-in only
+        if self._open:
+            if final:
+                stop = self._done if self._silence_from is None else \
+                    min(self._done, self._silence_from + cfg.pad)
+                events += yield from self._close(stop, stop if self._silence_from is None
+                                                 else self._silence_from)
+            elif self._done - max(self._a0, self._utt_start) >= cfg.step // 2:
+                events += yield from self._advance()
+        return events
+
+    def _request(self, stop=None):
+        stop = self._done if stop is None else stop
+        samples = self._audio[:max(stop - self._a0, 0)]
+        prompt = self._context[-self._cfg.prompt_chars:] if self._cfg.prompt_chars else ""
+        return _Request(samples, self._a0 / SAMPLE_RATE, prompt, self._committed_end, self)
+
+    def _fresh(self, hyp):
+        """A decoding's words not yet confirmed (whisper_streaming's rule: those starting
+        after the last confirmed end, less a repeat of the last confirmed words)."""
+        words = [w for _, _, ws in hyp for w in ws if w.start > self._committed_end - 0.1]
+        if words and self._utt_words and abs(words[0].start - self._committed_end) < 1.0:
+            tail = [_norm(w.word) for w in self._utt_words[-5:]]
+            for n in range(min(len(tail), len(words), 5), 0, -1):
+                if tail[-n:] == [_norm(w.word) for w in words[:n]]:
+                    words = words[n:]
+                    break
+        return words
+
+    def _confirm(self, words):
+        if not words:
+            return []
+        self._committed_end = words[-1].end
+        self._utt_words += words
+        self._in_buffer += words
+        return [Confirmed(tuple(words), "".join(w.word for w in words))]
+
+    def _advance(self):
+        """Decode the buffer, confirm what the last decodings agree on, trim the buffer."""
+        cfg = self._cfg
+        if self._done - self._a0 < 400:
+            return []
+        hyp = yield self._request()
+        fresh = self._fresh(hyp)
+        if cfg.agreement == 1:
+            agreed = fresh
+        elif len(self._history) < cfg.agreement - 1:
+            agreed = []
+        else:
+            others = [self._fresh(h) for h in self._history]
+            n = 0
+            while n < len(fresh) and all(
+                    n < len(o) and _norm(o[n].word) == _norm(fresh[n].word) and
+                    abs(o[n].start - fresh[n].start) <= cfg.match_s for o in others):
+                n += 1
+            agreed = fresh[:n]
+        events = self._confirm(agreed)
+        if cfg.agreement > 1:
+            self._history.append(hyp)
+        rest = fresh[len(agreed):]
+        text = ("".join(w.word for w in self._utt_words + rest)).strip()
+        if text and text != self._partial:
+            self._partial = text
+            events.append(Partial(text))
+        events += self._trim(hyp)
+        return events
+
+    def _trim(self, hyp):
+        """Cut the buffer at the last confirmed segment / sentence end once it passes
+        buffer_trim; keep it under 30 s whatever it takes."""
+        cfg = self._cfg
+        length = (self._done - self._a0) / SAMPLE_RATE
+        events = []
+        if length <= cfg.buffer_trim:
+            return events
+        limit = self._committed_end + 0.005
+        ends = [e for _, e, _ in hyp if e <= limit]
+        ends += [w.end for w in self._in_buffer if w.word.rstrip().endswith((".", "?", "!"))]
+        ends = [e for e in ends if e > self._a0 / SAMPLE_RATE]
+        cut = max(ends) if ends else None
+        if cut is None and length > cfg.max_buffer:
+            if self._committed_end > self._a0 / SAMPLE_RATE:
+                cut = self._committed_end
+            else:                    # nothing confirmed for ~30 s: confirm the older part
+                cut = self._done / SAMPLE_RATE - cfg.buffer_trim
+                events += self._confirm([w for w in self._fresh(hyp) if w.end <= cut])
+        if cut is not None:
+            gone = [w for w in self._in_buffer if w.end <= cut + 0.005]
+            self._in_buffer = self._in_buffer[len(gone):]
+            self._add_context(gone)
+            self._cut(int(round(cut * SAMPLE_RATE)))
+            self._history.clear()          # their times are those of another buffer
+        return events
+
+    def _add_context(self, words):
+        if words:
+            self._context = (self._context + "".join(w.word for w in words))[-2000:]
+
+    def _close(self, stop, speech_end):
+        """The utterance ends at absolute sample `stop`: its last decoding confirmed whole."""
+        events = []
+        if stop - self._a0 >= 400:
+            hyp = yield self._request(stop)
+            events += self._confirm(self._fresh(hyp))
+        text = "".join(w.word for w in self._utt_words).strip()
+        start = self._utt_start / SAMPLE_RATE
+        if self._cfg.vad is None and self._utt_words:
+            start = self._utt_words[0].start
+        if self._cfg.vad is not None or self._utt_words:
+            events.append(UtteranceEnd(text, round(start, 3),
+                                       round(max(speech_end, self._utt_start) / SAMPLE_RATE,
+                                             3)))
+        self._add_context(self._in_buffer)
+        self._in_buffer, self._utt_words = [], []
+        self._history.clear()
+        self._partial = None
+        self._silence_from = None
+        self._open = self._cfg.vad is None
+        self._utt_start = stop
+        self._cut(stop)
+        return events
+
+
+def _drive(tr, steps):
+    """Run step generators [(session, generator)] to their ends, each round's requests
+    decoded as one batch -> {session: events}."""
+    out = {s: [] for s, _ in steps}
+    live = []
+    for s, g in steps:
+        try:
+            live.append((s, g, next(g)))
+        except StopIteration as stop:
+            out[s] += stop.value
+    while live:
+        hyps = _decode(tr, lambda r: r.session._cfg, [req for _, _, req in live])
+        nxt = []
+        for (s, g, _), h in zip(live, hyps):
+            try:
+                nxt.append((s, g, g.send(h)))
+            except StopIteration as stop:
+                out[s] += stop.value
+        live = nxt
+    return out
+
+
+class LiveGroup:
+    """Live sessions stepped together (:meth:`Transcriber.live_batch`): :meth:`session` opens
+    one (options as :class:`LiveSession`'s, the group's by default), ``session.push(...)``
+    queues its audio, :meth:`run` decodes every session's due steps, the sessions' decodings
+    of a round as one batch, and returns ``{session: events}``. Each session's events are
+    bitwise those it gives alone (:meth:`LiveSession.feed`)."""
+
+    def __init__(self, transcriber, **options):
+        self._tr = transcriber
+        self._options = options
+        _Config(transcriber, **options)
+        self.sessions = []
+
+    def session(self, **options):
+        s = LiveSession(self._tr, **dict(self._options, **options))
+        self.sessions.append(s)
+        return s
+
+    def close(self, session):
+        """Take `session` out of the group (after its :meth:`~LiveSession.finish`)."""
+        self.sessions = [s for s in self.sessions if s is not session]
+
+    def run(self, sessions=None):
+        """Decode all due steps of `sessions` (default: the group's) -> {session: events}."""
+        sessions = list(self.sessions if sessions is None else sessions)
+        out = {s: [] for s in sessions}
+        while True:
+            due = [s for s in sessions if s.due()]
+            if not due:
+                return out
+            for s, ev in _drive(self._tr, [(s, s._step()) for s in due]).items():
+                out[s] += ev
