@@ -39,7 +39,7 @@ from .alignment import Word, add_word_timestamps
 from .features import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
 
 __all__ = ["LiveSession", "LiveGroup", "SpeechStart", "Partial", "Confirmed", "UtteranceEnd",
-           "LIVE_DEFAULTS"]
+           "LIVE_DEFAULTS", "transcription"]
 
 _STRIDE = 2                                   # mel frames per encoder position
 _WINDOW_S = 30.0
@@ -723,3 +723,35 @@ class LiveGroup:
                 return out
             for s, ev in _drive(self._tr, [(s, s._step()) for s in due]).items():
                 out[s] += ev
+
+
+def transcription(events, duration, language="en", max_segment_s=12.0):
+    """A :class:`~fastattn.audio.Transcription` of a live session's events (what
+    :func:`~fastattn.audio.write_transcript` writes: SRT / VTT / JSON): its confirmed words,
+    one segment per sentence (cut at sentence ends, at utterance ends and before
+    `max_segment_s`), with their words."""
+    from ._longform import Segment, Transcription
+    segments, cur = [], []
+
+    def close():
+        if cur:
+            text = "".join(w.word for w in cur)
+            segments.append(Segment(id=len(segments), seek=0, start=cur[0].start,
+                                    end=cur[-1].end, text=text, tokens=[], temperature=0.0,
+                                    avg_logprob=0.0, compression_ratio=compression_ratio(text),
+                                    no_speech_prob=0.0, words=list(cur)))
+            cur.clear()
+
+    for e in events:
+        if isinstance(e, Confirmed):
+            for w in e.words:
+                if cur and w.end - cur[0].start > max_segment_s:
+                    close()
+                cur.append(w)
+                if w.word.rstrip().endswith((".", "?", "!")):
+                    close()
+        elif isinstance(e, UtteranceEnd):
+            close()
+    close()
+    return Transcription(text="".join(s.text for s in segments), segments=segments,
+                         language=language, language_probability=1.0, duration=duration)

