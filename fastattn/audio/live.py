@@ -475,9 +475,33 @@ class LiveSession:
             if x.size:
                 self._queue.append(x)
                 self._fed += x.size
-        events = self._run_alone()
+        events = self.commit()
         self._finished = True
+        return events
+
+    def commit(self):
+        """Close the utterance now (the audio so far decoded, the open utterance confirmed
+        whole: an :class:`UtteranceEnd`), without waiting for a pause; the session goes on
+        (the next decode points count from here). Returns the events."""
+        if self._finished:
+            return []
+        events = self._run_alone()
         return events + _drive(self._tr, [(self, self._steps(self._fed, final=True))])[self]
+
+    def clear(self):
+        """Drop the audio not yet confirmed and the utterance in progress (no events)."""
+        if self._finished:
+            return
+        self._queue, self._done = [], self._fed
+        self._audio, self._a0 = np.zeros(0, np.float32), self._fed
+        self._in_buffer, self._utt_words = [], []
+        self._history.clear()
+        self._partial, self._silence_from = None, None
+        self._open = self._cfg.vad is None
+        self._utt_start = self._fed
+        if self._vad is not None:                  # the detector starts afresh here
+            self._vad = _StreamVad(self._cfg.vad)
+            self._vad.pos = self._fed
 
     def _run_alone(self):
         out = []

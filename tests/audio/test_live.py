@@ -29,15 +29,18 @@ from fastattn.audio.live import Confirmed, Partial, SpeechStart, UtteranceEnd  #
 
 SR = 16000
 SPEECH = os.path.join(HERE, "data", "speech_en.flac")
-# the clip's first three sentences end at these pauses (seconds)
-TWO_SENTENCES = 10.3
-THREE_SENTENCES = 13.45
-TEXT = ("The library opens at nine in the morning and closes at six in the evening. On the "
-        "first floor there is a reading room with long wooden tables, and every table has a "
-        "green lamp. Students come early to find a seat near the windows.")
+# the clip's first and third sentences lie between these pauses (seconds)
+FIRST = 4.48
+THIRD = (10.3, 13.45)
+TEXT = ("The library opens at nine in the morning and closes at six in the evening. "
+        "Students come early to find a seat near the windows.")
+LONG_TEXT = ("The library opens at nine in the morning and closes at six in the evening. On "
+             "the first floor there is a reading room with long wooden tables, and every "
+             "table has a green lamp. Students come early to find a seat near the windows. "
+             "The librarian")
 
 
-FAST = dict(num_beams=1, min_chunk=1.7)            # fewer, cheaper decodings
+FAST = dict(num_beams=1, min_chunk=2.0)            # fewer, cheaper decodings
 
 
 @pytest.fixture(scope="module")
@@ -54,15 +57,15 @@ def tr(folder):
 
 @pytest.fixture(scope="module")
 def clip():
-    """Two sentences, 1.2 s of silence, the third sentence (~14.7 s)."""
+    """A sentence, 1.2 s of silence, another sentence (~8.8 s)."""
     x = load_audio(SPEECH)
-    a, b = x[:int(TWO_SENTENCES * SR)], x[int(TWO_SENTENCES * SR):int(THREE_SENTENCES * SR)]
+    a, b = x[:int(FIRST * SR)], x[int(THIRD[0] * SR):int(THIRD[1] * SR)]
     return np.concatenate([a, np.zeros(int(1.2 * SR), np.float32), b])
 
 
 @pytest.fixture(scope="module")
 def short():
-    return load_audio(SPEECH)[:int(5.2 * SR)]
+    return load_audio(SPEECH)[:int(4.48 * SR)]
 
 
 def run(session, audio, chunk_s, rate=SR):
@@ -112,17 +115,16 @@ def test_events_keep_their_promises(reference, clip):
     # the silence closes the first utterance; the second opens after it
     assert kinds.count(SpeechStart) == 2 and kinds.count(UtteranceEnd) == 2
     ends = [e for e in reference if isinstance(e, UtteranceEnd)]
-    assert ends[0].end <= TWO_SENTENCES + 0.4 and ends[1].start >= TWO_SENTENCES + 0.7
+    assert ends[0].end <= FIRST + 0.4 and ends[1].start >= FIRST + 0.7
     assert _words(ends[0].text).startswith("the library")
-    assert kinds.count(Partial) >= 5 and kinds.count(Confirmed) >= 4
+    assert kinds.count(Partial) >= 3 and kinds.count(Confirmed) >= 3
 
 
 def test_transcript_as_good_as_transcribe(tr, reference, clip):
-    """WER against the text read within 0.03 of transcribe() on the whole clip."""
+    """WER against the text read within 0.03 of transcribe()'s on the whole clip."""
     live = jiwer.wer(_words(TEXT), _words(confirmed_text(reference)))
     whole = jiwer.wer(_words(TEXT), _words(tr.transcribe(clip).text))
     assert live <= whole + 0.03, (live, whole, confirmed_text(reference))
-    assert live < 0.2
 
 
 def test_same_events_for_any_chunking_and_thread_count(folder, tr, short):
@@ -140,7 +142,7 @@ def test_same_events_for_any_chunking_and_thread_count(folder, tr, short):
 def test_other_rates_and_int16(tr, short):
     """int16 at 16 kHz is the float samples scaled by 1/32768; 48 kHz int16 is resampled to
     16 kHz and gives (nearly) the same words."""
-    pcm = np.clip(np.round(short[:int(3.6 * SR)] * 32767), -32768, 32767).astype(np.int16)
+    pcm = np.clip(np.round(short * 32767), -32768, 32767).astype(np.int16)
     as_float = run(tr.live(**FAST), pcm.astype(np.float32) / 32768, 0.3)
     assert run(tr.live(**FAST), pcm, 0.3) == as_float
     pytest.importorskip("av")                              # the resampler
@@ -156,14 +158,14 @@ def test_int8(folder, short):
     q = Transcriber(folder, quantize="int8", n_threads=2)
     events = run(q.live(**FAST), short, 0.5)
     check_stream(events, short.size / SR)
-    ref = "The library opens at nine in the morning and closes at six in the evening"
+    ref = "The library opens at nine in the morning and closes at six in the evening."
     assert jiwer.wer(_words(ref), _words(confirmed_text(events))) <= 0.25
 
 
 def test_batched_sessions_equal_each_alone(tr, short, clip):
     """A LiveGroup decodes its sessions' steps together; each session's events are what it
     gives alone (different audio, prompts of different lengths)."""
-    audios = [short, clip[int(5 * SR):int(9.4 * SR)]]
+    audios = [short, clip[int(4 * SR):]]
     alone = [run(tr.live(**FAST), a, 0.5) for a in audios]
     group = tr.live_batch(**FAST)
     sessions = [group.session() for _ in audios]
@@ -222,8 +224,7 @@ def test_bounded_buffer_without_vad(tr):
     events += s.finish()
     check_stream([SpeechStart(0.0)] + events, x.size / SR)
     assert longest <= 10 * SR
-    assert jiwer.wer(_words(" ".join(TEXT.split()[:38])),
-                     _words(confirmed_text(events))) < 0.35
+    assert jiwer.wer(_words(LONG_TEXT), _words(confirmed_text(events))) < 0.3
 
 
 def test_cli_live_from_stdin(folder, tr, short, tmp_path):
@@ -232,7 +233,7 @@ def test_cli_live_from_stdin(folder, tr, short, tmp_path):
     import json
     import subprocess
     sf = pytest.importorskip("soundfile")
-    x = short[:int(4.4 * SR)]
+    x = short
     wav = tmp_path / "speech.wav"
     sf.write(str(wav), x, SR, subtype="PCM_16")
     pcm, _ = sf.read(str(wav), dtype="int16")
