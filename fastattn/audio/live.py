@@ -36,7 +36,7 @@ from .._validation import check_positive_int
 from ..generation.whisper import WindowDecoder, language_token, window_segments
 from ._longform import compression_ratio, plain_ids
 from .alignment import Word, add_word_timestamps
-from .features import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
+from .features import SAMPLE_RATE, log_mel_spectrogram
 
 __all__ = ["LiveSession", "LiveGroup", "SpeechStart", "Partial", "Confirmed", "UtteranceEnd",
            "LIVE_DEFAULTS", "transcription"]

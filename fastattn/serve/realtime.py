@@ -1,4 +1,4 @@
-"""OpenAI's Realtime API transcription sessions over WebSocket: ``/v1/realtime?intent=transcription``.
+"""OpenAI's Realtime API transcription sessions over WebSocket: /v1/realtime?intent=transcription.
 
 A client connects (``Authorization: Bearer KEY`` where the server has an API key), configures
 the session (``session.update`` with ``session.type = "transcription"``, or the beta API's
