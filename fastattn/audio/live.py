@@ -36,13 +36,12 @@ from .._validation import check_positive_int
 from ..generation.whisper import WindowDecoder, language_token, window_segments
 from ._longform import compression_ratio, plain_ids
 from .alignment import Word, add_word_timestamps
-from .features import SAMPLE_RATE, log_mel_spectrogram
+from .features import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
 
 __all__ = ["LiveSession", "LiveGroup", "SpeechStart", "Partial", "Confirmed", "UtteranceEnd",
            "LIVE_DEFAULTS", "transcription"]
 
 _STRIDE = 2                                   # mel frames per encoder position
-_WINDOW_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -101,8 +100,13 @@ class _Config:
         self.step = int(round(self.min_chunk * SAMPLE_RATE))
         self.agreement = int(_number(o["agreement"], "agreement", 1, 10, integer=True))
         self.buffer_trim = float(_number(o["buffer_trim"], "buffer_trim", 2.0, 28.0))
-        # the buffer before a step adds its audio: one window, less that step
-        self.max_buffer = _WINDOW_S - self.min_chunk - 0.1
+        # the buffer before a step adds its audio: one window (30 s), less that step
+        window = tr.n_frames * HOP_LENGTH / SAMPLE_RATE
+        self.max_buffer = window - self.min_chunk - 0.1
+        if self.max_buffer < 1.0:
+            raise ValueError(f"min_chunk={self.min_chunk:g} s leaves no room in the model's "
+                             f"{window:g} s window")
+        self.buffer_trim = min(self.buffer_trim, self.max_buffer / 2)
         self.silence = int(_number(o["silence_ms"], "silence_ms", 100, 60000, integer=True)
                            * SAMPLE_RATE // 1000)
         if o["vad"] not in (None, "silero", "webrtc"):
@@ -650,11 +654,12 @@ class LiveSession:
         ends += [w.end for w in self._in_buffer if w.word.rstrip().endswith((".", "?", "!"))]
         ends = [e for e in ends if e > self._a0 / SAMPLE_RATE]
         cut = max(ends) if ends else None
-        if cut is None and length > cfg.max_buffer:
-            if self._committed_end > self._a0 / SAMPLE_RATE:
+        now = self._done / SAMPLE_RATE
+        if length > cfg.max_buffer and (cut is None or now - cut > cfg.max_buffer):
+            if self._a0 / SAMPLE_RATE < self._committed_end >= now - cfg.max_buffer:
                 cut = self._committed_end
             else:                    # nothing confirmed for ~30 s: confirm the older part
-                cut = self._done / SAMPLE_RATE - cfg.buffer_trim
+                cut = now - cfg.buffer_trim
                 events += self._confirm([w for w in self._fresh(hyp) if w.end <= cut])
         if cut is not None:
             gone = [w for w in self._in_buffer if w.end <= cut + 0.005]
@@ -693,9 +698,9 @@ class LiveSession:
         return events
 
 
-def _drive(tr, steps):
+def _drive(tr, steps, on_batch=None):
     """Run step generators [(session, generator)] to their ends, each round's requests
-    decoded as one batch -> {session: events}."""
+    decoded as one batch (its size passed to `on_batch`) -> {session: events}."""
     out = {s: [] for s, _ in steps}
     live = []
     for s, g in steps:
@@ -704,6 +709,8 @@ def _drive(tr, steps):
         except StopIteration as stop:
             out[s] += stop.value
     while live:
+        if on_batch is not None:
+            on_batch(len(live))
         hyps = _decode(tr, lambda r: r.session._cfg, [req for _, _, req in live])
         nxt = []
         for (s, g, _), h in zip(live, hyps):
@@ -737,15 +744,16 @@ class LiveGroup:
         """Take `session` out of the group (after its :meth:`~LiveSession.finish`)."""
         self.sessions = [s for s in self.sessions if s is not session]
 
-    def run(self, sessions=None):
-        """Decode all due steps of `sessions` (default: the group's) -> {session: events}."""
+    def run(self, sessions=None, on_batch=None):
+        """Decode all due steps of `sessions` (default: the group's) -> {session: events}.
+        on_batch(n): called with the number of decodings of each batch."""
         sessions = list(self.sessions if sessions is None else sessions)
         out = {s: [] for s in sessions}
         while True:
             due = [s for s in sessions if s.due()]
             if not due:
                 return out
-            for s, ev in _drive(self._tr, [(s, s._step()) for s in due]).items():
+            for s, ev in _drive(self._tr, [(s, s._step()) for s in due], on_batch).items():
                 out[s] += ev
 
 

@@ -57,6 +57,7 @@ class RealtimeHub:
     clear, close) and steps them together (:class:`~fastattn.audio.live.LiveGroup`)."""
 
     def __init__(self, name, transcriber, *, max_sessions, metrics=None):
+        """metrics: a prometheus Histogram of the decodings per batch, or None."""
         from ..audio.live import LiveGroup
         self.name, self.tr = name, transcriber
         self.group = LiveGroup(transcriber)
@@ -69,6 +70,10 @@ class RealtimeHub:
         self.thread = threading.Thread(target=self._loop, name=f"fastattn-realtime-{name}",
                                        daemon=True)
         self.thread.start()
+
+    def _observe(self, n):
+        if self.metrics is not None:
+            self.metrics.observe(n)
 
     def open(self, conn):
         with self.cond:
@@ -110,7 +115,7 @@ class RealtimeHub:
             live = [c for c in list(self.conns) if c.session is not None and not c.closed]
             by_session = {c.session: c for c in live}
             try:
-                results = self.group.run([c.session for c in live])
+                results = self.group.run([c.session for c in live], self._observe)
             except Exception as exc:                      # noqa: BLE001
                 print(f"fastattn serve: realtime: {type(exc).__name__}: {exc}",
                       file=sys.stderr)
@@ -424,7 +429,13 @@ def _receive(conn, hub, msg, settings, models):
 def hubs_for(workers, settings, metrics=None):
     """{name: RealtimeHub} for the Transcriber models among the app's workers."""
     from ..audio import Transcriber
+    batch = None
+    if metrics is not None:
+        from prometheus_client import Histogram
+        batch = Histogram("fastattn_realtime_batch_sessions", "live sessions' decodings per "
+                          "batch (realtime transcription)", registry=metrics.registry,
+                          buckets=(1, 2, 4, 8, 16, 32, 64))
     return {name: RealtimeHub(name, w.model, max_sessions=settings.realtime_max_sessions,
-                              metrics=metrics)
+                              metrics=batch)
             for name, w in workers.items() if isinstance(getattr(w, "model", None),
                                                          Transcriber)}

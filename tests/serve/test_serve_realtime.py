@@ -156,25 +156,6 @@ def test_openai_client_equals_live_session(start_server, folder, tr):
     # item ids: one per utterance, the deltas and the completion of an utterance share it
 
 
-def test_concurrent_sessions_each_equal_alone(start_server, folder, tr):
-    """Several sessions streaming at once (their decodings batched by the server) each get
-    the events of its own audio alone."""
-    srv = start_server({"whisper": folder})
-    n = 4
-    clips = [pcm24(2.2, start=1.1 * i) for i in range(n)]
-    wants = [expected(tr, c, 9600, dict(OPTIONS, vad=None)) for c in clips]
-    update = json.loads(json.dumps(UPDATE))
-    update["audio"]["input"]["turn_detection"] = None
-    with cf.ThreadPoolExecutor(n) as ex:
-        gots = list(ex.map(lambda c: ws_session(srv, c, 9600, update), clips))
-    for got, want in zip(gots, wants):
-        got = [summary(g) for g in got if g["type"].startswith(("input_audio_buffer.",
-                                                                  "conversation.item"))]
-        assert got == want
-    assert b"fastattn_realtime_sessions" in __import__("httpx").get(
-        srv.url + "/metrics", headers=srv.headers).content
-
-
 def test_hostile_frames_keep_the_connection(start_server, folder):
     srv = start_server({"whisper": folder}, "--realtime-max-buffer-bytes", "96000",
                        "--realtime-max-sessions", "2")
@@ -233,3 +214,39 @@ def test_hostile_frames_keep_the_connection(start_server, folder):
         "turn_detection": None}}})
     assert got[-1]["type"] == "conversation.item.input_audio_transcription.completed"
     assert srv.proc.poll() is None
+
+
+def test_sixteen_sessions_on_one_server(start_server, tmp_path_factory):
+    """16 concurrent sessions on one server (a small random Whisper, 3 s windows, so that it
+    is quick): each session's events equal its audio's alone, in process."""
+    import whisper_checkpoints as W       # tests/models, on sys.path through serve_helpers
+    from fastattn.audio.decode import _resample
+    folder = str(tmp_path_factory.mktemp("realtime_small"))
+    W.make_checkpoint(folder, multilingual=False, seed=5)
+    W.write_tokenizer(folder)
+    small = Transcriber(folder, n_threads=1)
+    srv = start_server({"small": folder})
+    n = 16
+    clips = []
+    for i in range(n):
+        x = W.speech_like(3.0 + 0.25 * i, seed=i)
+        y = _resample(x, 16000, 24000, "test")
+        clips.append(np.clip(np.round(y * 32767), -32768, 32767).astype("<i2").tobytes())
+    wants = [expected(small, c, 4800, dict(vad=None, silence_ms=500)) for c in clips]
+    assert len({json.dumps(w) for w in wants}) == n           # different sessions
+    update = {"type": "transcription", "audio": {"input": {"turn_detection": None}}}
+    with cf.ThreadPoolExecutor(n) as ex:
+        gots = list(ex.map(lambda c: ws_session(srv, c, 4800, update), clips))
+    for got, want in zip(gots, wants):
+        got = [summary(g) for g in got if g["type"].startswith(("input_audio_buffer.",
+                                                                  "conversation.item"))]
+        assert got == want
+    # the sessions' decodings shared batches
+    import httpx
+    metrics = httpx.get(srv.url + "/metrics", headers=srv.headers).text
+    assert "fastattn_realtime_sessions" in metrics
+    sizes = [line for line in metrics.splitlines()
+             if line.startswith("fastattn_realtime_batch_sessions_bucket") and 'le="1.0"' in line]
+    count = [line for line in metrics.splitlines()
+             if line.startswith("fastattn_realtime_batch_sessions_count")]
+    assert sizes and count and float(sizes[0].split()[-1]) < float(count[0].split()[-1])
