@@ -63,8 +63,22 @@ def clip():
 
 
 @pytest.fixture(scope="module")
-def short():
-    return load_audio(SPEECH)[:int(4.48 * SR)]
+def short_pcm():
+    """The first sentence (4.48 s) as int16 PCM."""
+    x = load_audio(SPEECH)[:int(4.48 * SR)]
+    return np.clip(np.round(x * 32768), -32768, 32767).astype(np.int16)
+
+
+@pytest.fixture(scope="module")
+def short(short_pcm):
+    return short_pcm.astype(np.float32) / 32768
+
+
+@pytest.fixture(scope="module")
+def fast_events(tr, short):
+    """`short` fed in chunks of 300 ms with the FAST options: the events every chunking, thread
+    count, batch and the command line must give."""
+    return run(tr.live(**FAST), short, 0.3)
 
 
 def run(session, audio, chunk_s, rate=SR):
@@ -128,10 +142,10 @@ def test_transcript_as_good_as_transcribe(tr, reference, clip):
     assert live <= whole + max(0.03, 1 / n) + 1e-9, (live, whole, confirmed_text(reference))
 
 
-def test_same_events_for_any_chunking_and_thread_count(folder, tr, short):
+def test_same_events_for_any_chunking_and_thread_count(folder, tr, short, fast_events):
     """The decode points depend on the sample count alone: 20 ms, 300 ms and 2 s chunks, and
     1 or 2 threads, give the same events."""
-    base = run(tr.live(**FAST), short, 0.3)
+    base = fast_events
     assert sum(isinstance(e, Confirmed) for e in base) >= 2
     check_stream(base, short.size / SR)
     assert run(tr.live(**FAST), short, 0.02) == base
@@ -140,14 +154,15 @@ def test_same_events_for_any_chunking_and_thread_count(folder, tr, short):
     assert run(one.live(**FAST), short, 0.7) == base
 
 
-def test_other_rates_and_int16(tr, short):
+def test_other_rates_and_int16(tr, short_pcm):
     """int16 at 16 kHz is the float samples scaled by 1/32768; 48 kHz is resampled to 16 kHz
     as load_audio resamples (FFmpeg's swresample), in blocks that do not depend on the
     chunks."""
     from fastattn.audio.live import _Resampler
-    pcm = np.clip(np.round(short[:int(2.4 * SR)] * 32767), -32768, 32767).astype(np.int16)
-    as_float = run(tr.live(**FAST), pcm.astype(np.float32) / 32768, 0.3)
-    assert run(tr.live(**FAST), pcm, 0.3) == as_float
+    from fastattn.audio.live import _as_samples
+    pcm = short_pcm[:int(2.4 * SR)]
+    assert np.array_equal(_as_samples(pcm, SR), pcm.astype(np.float32) / 32768)
+    assert np.array_equal(_as_samples(pcm.tobytes(), SR), pcm.astype(np.float32) / 32768)
     pytest.importorskip("av")
     from fastattn.audio.decode import _resample
     up = np.repeat(pcm, 3)                                 # 48 kHz
@@ -176,11 +191,11 @@ def test_int8(folder, short):
     assert jiwer.wer(_words(ref), _words(confirmed_text(events))) <= 0.25
 
 
-def test_batched_sessions_equal_each_alone(tr, short, clip):
+def test_batched_sessions_equal_each_alone(tr, short, clip, fast_events):
     """A LiveGroup decodes its sessions' steps together; each session's events are what it
     gives alone (different audio, prompts of different lengths)."""
     audios = [short, clip[int(5 * SR):]]
-    alone = [run(tr.live(**FAST), a, 0.5) for a in audios]
+    alone = [fast_events, run(tr.live(**FAST), audios[1], 0.5)]
     group = tr.live_batch(**FAST)
     sessions = [group.session() for _ in audios]
     got = {s: [] for s in sessions}
@@ -230,7 +245,7 @@ def test_bounded_buffer_without_vad(tr):
     """Without a detector nothing closes the utterance: the buffer still stays under 30 s
     (it is cut at confirmed words), on speech that never pauses for long."""
     x = load_audio(SPEECH)[:int(12 * SR)]
-    s = tr.live(vad=None, num_beams=1, min_chunk=2.0, buffer_trim=5.0)
+    s = tr.live(vad=None, num_beams=1, min_chunk=2.4, buffer_trim=4.0)
     events, longest = [], 0
     for i in range(0, x.size, SR):
         events += s.feed(x[i:i + SR])
@@ -241,20 +256,18 @@ def test_bounded_buffer_without_vad(tr):
     assert jiwer.wer(_words(LONG_TEXT), _words(confirmed_text(events))) < 0.3
 
 
-def test_cli_live_from_stdin(folder, tr, short, tmp_path):
+def test_cli_live_from_stdin(folder, short_pcm, fast_events, tmp_path):
     """`fastattn transcribe FOLDER --live --input -` on PCM piped from a WAV: the confirmed
     text as the Python session gives it, and the final JSON / SRT written at the end."""
     import json
     import subprocess
     sf = pytest.importorskip("soundfile")
-    x = short
     wav = tmp_path / "speech.wav"
-    sf.write(str(wav), x, SR, subtype="PCM_16")
-    pcm, _ = sf.read(str(wav), dtype="int16")
-    ref = run(tr.live(**FAST), pcm, 0.1)
+    sf.write(str(wav), short_pcm, SR, subtype="PCM_16")
+    ref = fast_events
     out = tmp_path / "live.json"
     cmd = [sys.executable, "-m", "fastattn", "transcribe", folder, "--live", "--input", "-",
-           "--beams", "1", "--min-chunk", "1.7", "--threads", "2", "--output", str(out)]
+           "--beams", "1", "--min-chunk", "2", "--threads", "2", "--output", str(out)]
     with open(wav, "rb") as f:
         f.seek(44)                                   # the PCM after the RIFF header
         proc = subprocess.run(cmd, stdin=f, capture_output=True, text=True, timeout=120)
