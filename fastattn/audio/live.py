@@ -34,6 +34,7 @@ import numpy as np
 
 from .._validation import check_positive_int
 from ..generation.whisper import WindowDecoder, language_token, window_segments
+from ._live_input import _as_samples, _Resampler, _StreamVad  # noqa: F401 (re-exported)
 from ._longform import compression_ratio, plain_ids
 from .alignment import Word, add_word_timestamps
 from .features import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
@@ -75,7 +76,8 @@ class UtteranceEnd:
 
 LIVE_DEFAULTS = dict(min_chunk=1.0, agreement=2, buffer_trim=15.0, silence_ms=700,
                      vad="silero", vad_threshold=0.5, speech_pad_ms=300, num_beams=5,
-                     language=None, initial_prompt=None, prompt_chars=200, match_s=1.0)
+                     language=None, initial_prompt=None, prompt_chars=200, match_s=1.0,
+                     max_utterance_s=60.0)
 
 
 def _number(value, name, low, high=None, integer=False):
@@ -120,6 +122,7 @@ class _Config:
         self.prompt_chars = int(_number(o["prompt_chars"], "prompt_chars", 0, 2000,
                                         integer=True))
         self.match_s = float(_number(o["match_s"], "match_s", 0.0, 30.0))
+        self.max_utterance = float(_number(o["max_utterance_s"], "max_utterance_s", 1.0))
         if o["initial_prompt"] is not None and not isinstance(o["initial_prompt"], str):
             raise TypeError(f"initial_prompt must be a string, got "
                             f"{type(o['initial_prompt']).__name__}")
@@ -138,130 +141,6 @@ class _Config:
         self.language = lang
         if self.vad is not None:                     # fail now, not at the first chunk
             _StreamVad(self.vad)
-
-
-# -- input ----------------------------------------------------------------------------------
-
-def _as_samples(samples, sample_rate):
-    """A chunk -> 1-D float32 (not yet resampled), with errors naming the argument."""
-    if isinstance(sample_rate, bool) or not isinstance(sample_rate, Integral):
-        raise ValueError(f"sample_rate must be a positive whole number of Hz, got "
-                         f"{sample_rate!r}")
-    if not 1000 <= sample_rate <= 384000:
-        raise ValueError(f"sample_rate must be between 1000 and 384000 Hz, got {sample_rate}")
-    if isinstance(samples, (bytes, bytearray, memoryview)):
-        if len(samples) % 2:
-            raise ValueError("samples: bytes are 16-bit PCM and need an even length, got "
-                             f"{len(samples)}")
-        samples = np.frombuffer(bytes(samples), "<i2")
-    if isinstance(samples, (str, dict)) or samples is None:
-        raise TypeError(f"samples must be an array of audio samples, got "
-                        f"{type(samples).__name__}")
-    try:
-        arr = np.asarray(samples)
-    except Exception as exc:
-        raise TypeError(f"samples could not be converted to an array: {exc}") from None
-    if arr.dtype == np.int16:
-        arr = arr.astype(np.float32) * np.float32(1 / 32768)
-    elif arr.dtype.kind == "f" and arr.dtype.itemsize <= 8:
-        arr = arr.astype(np.float32, copy=False)
-    else:
-        raise ValueError(f"samples must hold float32 (or float16/64) or int16 samples, got "
-                         f"dtype {arr.dtype}")
-    if arr.ndim != 1:
-        raise ValueError(f"samples must be 1-D (mono), got shape {arr.shape}")
-    if arr.size and not np.isfinite(arr).all():
-        raise ValueError("samples contain NaN or infinity")
-    return arr
-
-
-class _Resampler:
-    """A stream at `rate` Hz -> 16 kHz with FFmpeg's resampler (as :func:`load_audio`), fed
-    in blocks of 0.1 s whatever the chunks: the output depends on the samples alone."""
-
-    def __init__(self, rate):
-        from .decode import _require
-        self.av = _require("av", f"resampling live audio from {rate} Hz to {SAMPLE_RATE} Hz")
-        from av.audio.resampler import AudioResampler
-        self.rate, self.block = rate, max(1, rate // 10)
-        self.r = AudioResampler(format="fltp", layout="mono", rate=SAMPLE_RATE)
-        self.pending = np.zeros(0, np.float32)
-
-    def _run(self, frame):
-        return [o.to_ndarray().reshape(-1).astype(np.float32) for o in self.r.resample(frame)]
-
-    def _frame(self, x):
-        frame = self.av.AudioFrame.from_ndarray(np.ascontiguousarray(x[None]), format="fltp",
-                                                layout="mono")
-        frame.sample_rate = self.rate
-        return frame
-
-    def push(self, x, flush=False):
-        x = np.concatenate([self.pending, x]) if self.pending.size else x
-        n = x.size // self.block * self.block
-        out = []
-        for i in range(0, n, self.block):
-            out += self._run(self._frame(x[i:i + self.block]))
-        self.pending = x[n:].copy()
-        if flush:
-            if self.pending.size:
-                out += self._run(self._frame(self.pending))
-            out += self._run(None)
-            self.pending = np.zeros(0, np.float32)
-        return np.concatenate(out) if out else np.zeros(0, np.float32)
-
-
-class _StreamVad:
-    """Speech probabilities frame by frame as audio arrives: Silero (512-sample frames, the
-    64 samples before each as context, its recurrent state carried on) or WebRTC (10 ms
-    frames, aggressiveness 3: 1.0 or 0.0)."""
-
-    def __init__(self, kind):
-        from . import vad
-        self.kind = kind
-        if kind == "silero":
-            self.sess = vad._session(vad._SEQUENCE_MODEL)
-            self.frame = vad._FRAME
-            self.h = np.zeros((1, 1, 128), np.float32)
-            self.c = np.zeros((1, 1, 128), np.float32)
-            self.ctx = np.zeros(vad._CONTEXT, np.float32)
-        else:
-            from .._deps import require
-            webrtcvad = require("webrtcvad", 'vad="webrtc"', extra="vad")
-            self.v = webrtcvad.Vad(3)
-            self.frame = SAMPLE_RATE // 100
-        self.pending = np.zeros(0, np.float32)
-        self.pos = 0                           # the next frame's first sample
-
-    def push(self, x):
-        """(the first sample of the first frame, the probabilities of the frames `x`
-        completes (float32))."""
-        x = np.concatenate([self.pending, x])
-        n = x.size // self.frame
-        self.pending = x[n * self.frame:].copy()
-        first = self.pos
-        self.pos += n * self.frame
-        if n == 0:
-            return first, np.zeros(0, np.float32)
-        body = x[:n * self.frame]
-        if self.kind == "webrtc":
-            pcm = np.clip(np.round(body * 32767.0), -32768, 32767).astype(np.int16).tobytes()
-            step = 2 * self.frame
-            return first, np.array([self.v.is_speech(pcm[i * step:(i + 1) * step],
-                                                     SAMPLE_RATE) for i in range(n)],
-                                   np.float32)
-        full = np.concatenate([self.ctx, body])
-        c = self.ctx.size
-        idx = np.arange(n)[:, None] * self.frame + np.arange(self.frame + c)[None, :]
-        frames = full[idx]
-        self.ctx = body[-c:].copy()
-        out = []
-        for b in range(0, n, 512):
-            probs, self.h, self.c = self.sess.run(
-                ["speech_probs", "hn", "cn"], {"input": frames[b:b + 512], "h": self.h,
-                                               "c": self.c})
-            out.append(np.asarray(probs, np.float32).reshape(-1))
-        return first, np.concatenate(out)
 
 
 # -- decoding ---------------------------------------------------------------------------------
@@ -404,6 +283,10 @@ class LiveSession:
     match_s : float (1.0)
         Two decodings' words agree when their normalised text is the same and their starts
         are at most this far apart.
+    max_utterance_s : float (60)
+        An utterance longer than this (speech without a pause, or no detector) is closed at
+        the next buffer cut (an :class:`UtteranceEnd`, then a :class:`SpeechStart` where
+        there is a detector): the events and the session's state stay bounded.
     """
 
     def __init__(self, transcriber, _cfg=None, **options):
@@ -427,6 +310,7 @@ class LiveSession:
         self._history = collections.deque(maxlen=max(cfg.agreement - 1, 0))
         self._committed_end = 0.0
         self._utt_words = []                   # confirmed words of this utterance
+        self._tail = collections.deque(maxlen=5)   # the last confirmed words
         self._in_buffer = []                   # ... of them still in the buffer
         self._context = cfg.initial_prompt     # confirmed text that left the buffer
         self._partial = None
@@ -499,6 +383,7 @@ class LiveSession:
         self._queue, self._done = [], self._fed
         self._audio, self._a0 = np.zeros(0, np.float32), self._fed
         self._in_buffer, self._utt_words = [], []
+        self._tail.clear()
         self._history.clear()
         self._partial, self._silence_from = None, None
         self._open = self._cfg.vad is None
@@ -595,8 +480,8 @@ class LiveSession:
         """A decoding's words not yet confirmed (whisper_streaming's rule: those starting
         after the last confirmed end, less a repeat of the last confirmed words)."""
         words = [w for _, _, ws in hyp for w in ws if w.start > self._committed_end - 0.1]
-        if words and self._utt_words and abs(words[0].start - self._committed_end) < 1.0:
-            tail = [_norm(w.word) for w in self._utt_words[-5:]]
+        if words and self._tail and abs(words[0].start - self._committed_end) < 1.0:
+            tail = [_norm(w.word) for w in self._tail]
             for n in range(min(len(tail), len(words), 5), 0, -1):
                 if tail[-n:] == [_norm(w.word) for w in words[:n]]:
                     words = words[n:]
@@ -608,6 +493,7 @@ class LiveSession:
             return []
         self._committed_end = words[-1].end
         self._utt_words += words
+        self._tail.extend(words)
         self._in_buffer += words
         return [Confirmed(tuple(words), "".join(w.word for w in words))]
 
@@ -667,6 +553,24 @@ class LiveSession:
             self._add_context(gone)
             self._cut(int(round(cut * SAMPLE_RATE)))
             self._history.clear()          # their times are those of another buffer
+            if cut - self._utt_start / SAMPLE_RATE > cfg.max_utterance:
+                events += self._split(cut)
+        return events
+
+    def _split(self, cut):
+        """A long utterance closed with its confirmed words at a buffer cut (seconds); the
+        next one opens after them."""
+        done, self._utt_words = self._utt_words, []
+        start = self._utt_start / SAMPLE_RATE
+        if self._cfg.vad is None and done:
+            start = done[0].start
+        end = max(cut, self._committed_end)              # all its confirmed words
+        events = [UtteranceEnd("".join(w.word for w in done).strip(), round(start, 3),
+                               round(end, 3))]
+        self._utt_start = int(round(end * SAMPLE_RATE))
+        self._partial = None
+        if self._cfg.vad is not None:
+            events.append(SpeechStart(round(cut, 3)))
         return events
 
     def _add_context(self, words):
@@ -689,6 +593,7 @@ class LiveSession:
                                              3)))
         self._add_context(self._in_buffer)
         self._in_buffer, self._utt_words = [], []
+        self._tail.clear()
         self._history.clear()
         self._partial = None
         self._silence_from = None

@@ -39,17 +39,22 @@ class _Conn:
 
     def __init__(self, loop, out, options, model):
         self.loop, self.out = loop, out
+        self.loop_thread = threading.get_ident()     # made in the event loop's thread
         self.options, self.model = options, model
         self.session = None                      # the LiveSession, made at the first audio
         self.item = None                         # the utterance's item id
         self.previous = None
         self.pending_bytes = 0
+        self.queued = 0                          # commands the hub has not finished
         self.closed = False
 
     def emit(self, event):
         if not self.closed:
             event.setdefault("event_id", _id("event"))
-            self.loop.call_soon_threadsafe(self.out.put_nowait, event)
+            if threading.get_ident() == self.loop_thread:
+                self.out.put_nowait(event)           # in order with the handler's own puts
+            else:
+                self.loop.call_soon_threadsafe(self.out.put_nowait, event)
 
 
 class RealtimeHub:
@@ -82,9 +87,10 @@ class RealtimeHub:
             self.conns.add(conn)
         return True
 
-    def send(self, *command):
+    def send(self, kind, conn, *args):
         with self.cond:
-            self.commands.append(command)
+            conn.queued += 1
+            self.commands.append((kind, conn) + args)
             self.cond.notify()
 
     def close(self):
@@ -102,6 +108,8 @@ class RealtimeHub:
                     return
                 commands, self.commands = self.commands, []
             for command in commands:
+                if command[0] in ("commit", "clear"):
+                    self._step_all()      # everyone's due steps batched before a commit
                 try:
                     self._apply(*command)
                 except Exception as exc:                  # noqa: BLE001: the session's error
@@ -112,20 +120,26 @@ class RealtimeHub:
                     if code == "server_error":
                         print(f"fastattn serve: realtime: {type(exc).__name__}: {exc}",
                               file=sys.stderr)
-            live = [c for c in list(self.conns) if c.session is not None and not c.closed]
-            by_session = {c.session: c for c in live}
-            try:
-                results = self.group.run([c.session for c in live], self._observe)
-            except Exception as exc:                      # noqa: BLE001
-                print(f"fastattn serve: realtime: {type(exc).__name__}: {exc}",
-                      file=sys.stderr)
-                for c in live:
-                    c.emit(_error("internal server error", code="server_error"))
-                continue
-            for session, events in results.items():
-                conn = by_session[session]
-                conn.pending_bytes = 2 * (session._fed - session._done) * INPUT_RATE // 16000
-                _deliver(conn, events)
+            self._step_all()
+            with self.cond:
+                for command in commands:
+                    command[1].queued -= 1
+
+    def _step_all(self):
+        """Every open session's due steps, their decodings batched; events delivered."""
+        live = [c for c in list(self.conns) if c.session is not None and not c.closed]
+        by_session = {c.session: c for c in live}
+        try:
+            results = self.group.run([c.session for c in live], self._observe)
+        except Exception as exc:                          # noqa: BLE001
+            print(f"fastattn serve: realtime: {type(exc).__name__}: {exc}", file=sys.stderr)
+            for c in live:
+                c.emit(_error("internal server error", code="server_error"))
+            return
+        for session, events in results.items():
+            conn = by_session[session]
+            conn.pending_bytes = 2 * (session._fed - session._done) * INPUT_RATE // 16000
+            _deliver(conn, events)
 
     def _apply(self, kind, conn, *args):
         if kind == "close":
@@ -333,6 +347,8 @@ def realtime_route(hubs, settings, metrics=None):
                 try:
                     msg = await asyncio.wait_for(ws.receive(), settings.realtime_idle_timeout)
                 except asyncio.TimeoutError:
+                    if conn.queued:          # the client waits for its audio's transcription
+                        continue
                     conn.emit(_error(f"no event for {settings.realtime_idle_timeout:g} s: "
                                      "closing the session", code="idle_timeout"))
                     break

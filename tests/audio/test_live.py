@@ -93,11 +93,11 @@ def confirmed_text(events):
     return "".join(e.text for e in events if isinstance(e, Confirmed))
 
 
-def check_stream(events, duration):
+def check_stream(events, duration, vad=True):
     """The event stream's promises: every partial extends the utterance's confirmed text,
     confirmed words run forward in time inside the audio, every utterance that opened closes
-    with exactly its confirmed text."""
-    confirmed, open_, last_end = "", False, 0.0
+    with exactly its confirmed text (without a detector, utterances open by themselves)."""
+    confirmed, open_, last_end = "", not vad, 0.0
     for e in events:
         if isinstance(e, SpeechStart):
             assert not open_
@@ -112,8 +112,8 @@ def check_stream(events, duration):
             assert e.text.startswith(confirmed.strip()), (e.text, confirmed)
         elif isinstance(e, UtteranceEnd):
             assert open_ and e.text == confirmed.strip() and e.start <= e.end <= duration
-            open_ = False
-    assert not open_
+            open_, confirmed = not vad, ""
+    assert open_ == (not vad)
 
 
 @pytest.fixture(scope="module")
@@ -242,17 +242,21 @@ def test_hostile_input(tr):
 
 
 def test_bounded_buffer_without_vad(tr):
-    """Without a detector nothing closes the utterance: the buffer still stays under 30 s
-    (it is cut at confirmed words), on speech that never pauses for long."""
+    """Without a detector no pause closes the utterance: the buffer still stays short (it is
+    cut at confirmed words), and the utterance is closed at a cut past max_utterance_s, on
+    speech that never pauses for long."""
     x = load_audio(SPEECH)[:int(12 * SR)]
-    s = tr.live(vad=None, num_beams=1, min_chunk=2.4, buffer_trim=4.0)
+    s = tr.live(vad=None, num_beams=1, min_chunk=2.4, buffer_trim=4.0, max_utterance_s=4.0)
     events, longest = [], 0
     for i in range(0, x.size, SR):
         events += s.feed(x[i:i + SR])
         longest = max(longest, s._audio.size)
     events += s.finish()
-    check_stream([SpeechStart(0.0)] + events, x.size / SR)
+    check_stream(events, x.size / SR, vad=False)
     assert longest <= 10 * SR
+    ends = [e for e in events if isinstance(e, UtteranceEnd)]
+    assert len(ends) >= 2 and all(e.text for e in ends)
+    assert " ".join(e.text for e in ends).split() == confirmed_text(events).split()
     assert jiwer.wer(_words(LONG_TEXT), _words(confirmed_text(events))) < 0.3
 
 

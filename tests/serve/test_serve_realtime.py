@@ -158,7 +158,7 @@ def test_openai_client_equals_live_session(start_server, folder, tr):
 
 def test_hostile_frames_keep_the_connection(start_server, folder):
     srv = start_server({"whisper": folder}, "--realtime-max-buffer-bytes", "96000",
-                       "--realtime-max-sessions", "2")
+                       "--realtime-max-sessions", "2", "--realtime-idle-timeout", "2")
     url = srv.url.replace("http", "ws") + "/v1/realtime?intent=transcription"
     auth = {"Authorization": "Bearer test-key"}
     with connect(url, additional_headers=auth, open_timeout=30) as ws:
@@ -213,7 +213,23 @@ def test_hostile_frames_keep_the_connection(start_server, folder):
     got = ws_session(srv, pcm24(1.5), 9600, {"type": "transcription", "audio": {"input": {
         "turn_detection": None}}})
     assert got[-1]["type"] == "conversation.item.input_audio_transcription.completed"
+    # an idle client: an error event, then the close
+    with connect(url, additional_headers=auth, open_timeout=30) as ws:
+        ws.recv(30), ws.recv(30)
+        e = json.loads(ws.recv(30))
+        assert e["type"] == "error" and e["error"]["code"] == "idle_timeout"
+        with pytest.raises(Exception):
+            ws.recv(10)
     assert srv.proc.poll() is None
+    # every session is gone from the gauge
+    import httpx
+    import time
+    for _ in range(50):
+        metrics = httpx.get(srv.url + "/metrics", headers=srv.headers).text
+        if 'fastattn_realtime_sessions{model="whisper"} 0.0' in metrics:
+            break
+        time.sleep(0.1)
+    assert 'fastattn_realtime_sessions{model="whisper"} 0.0' in metrics
 
 
 def test_sixteen_sessions_on_one_server(start_server, tmp_path_factory):
