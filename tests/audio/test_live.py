@@ -289,3 +289,23 @@ def test_cli_live_from_stdin(folder, short_pcm, fast_events, tmp_path):
     odd = subprocess.run(cmd[:-2], input=b"\x00\x00\x01", capture_output=True, timeout=60)
     assert odd.returncode == 2 and b"half a sample" in odd.stderr and b"Traceback" not in \
         odd.stderr
+
+
+def test_multilingual_language(tmp_path):
+    """A multilingual model (a small random one): the language is detected at the first
+    decoding (detect_language on that buffer), or the given one is used."""
+    sys.path.insert(0, os.path.join(HERE, "..", "models"))
+    import whisper_checkpoints as W
+    W.make_checkpoint(str(tmp_path), multilingual=True, seed=3)
+    W.write_tokenizer(str(tmp_path))
+    small = Transcriber(str(tmp_path), n_threads=1)
+    x = W.speech_like(4.0, seed=1)
+    s = small.live(vad=None)
+    events = run(s, x, 0.25)
+    assert s.language == small.detect_language(x[:SR])[0][0]
+    check_stream(events, x.size / SR, vad=False)
+    s = small.live(vad=None, language="de")
+    run(s, x, 0.25)
+    assert s.language == "de"
+    with pytest.raises(ValueError, match="language"):
+        small.live(language="klingon")
