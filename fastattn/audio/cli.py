@@ -7,6 +7,7 @@ it and renamed when its transcript is complete, so a failed run leaves no partia
 import os
 import shutil
 import sys
+import time
 
 from .._cli import CommandError, Output, positive_int
 from .formats import FORMATS, write_transcript
@@ -208,8 +209,15 @@ def _run_live(args):
             sys.stdout.flush()
 
         block = max(2, int(args.input_rate * 0.1) * 2)         # 0.1 s reads
+        t0, warned = time.monotonic(), args.quiet
         for data in _read_pcm(src, block):
             show(session.feed(data, sample_rate=args.input_rate))
+            lag = time.monotonic() - t0 - session.seconds
+            if not warned and lag > max(5.0, 3 * args.min_chunk):
+                warned = True            # live input read slower than it arrives
+                print(f"fastattn transcribe: decoding runs {lag:.0f} s behind the audio; try "
+                      "--min-chunk 2, --beams 1 or --quantize int8", file=sys.stderr,
+                      flush=True)
         show(session.finish())
         if line:
             sys.stdout.write("\n")

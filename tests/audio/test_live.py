@@ -309,3 +309,27 @@ def test_multilingual_language(tmp_path):
     assert s.language == "de"
     with pytest.raises(ValueError, match="language"):
         small.live(language="klingon")
+
+
+def test_state_stays_bounded(tmp_path):
+    """Four minutes through a small random model (3 s windows, fast): the buffer, the words
+    kept, the prompt context and the queue stay bounded; utterances keep closing."""
+    sys.path.insert(0, os.path.join(HERE, "..", "models"))
+    import whisper_checkpoints as W
+    W.make_checkpoint(str(tmp_path), multilingual=False, seed=4)
+    W.write_tokenizer(str(tmp_path))
+    small = Transcriber(str(tmp_path), n_threads=1)
+    s = small.live(vad=None, num_beams=1, min_chunk=1.0, max_utterance_s=20.0)
+    x = W.speech_like(10.0, seed=2)
+    ends, sizes = 0, []
+    for _ in range(24):                                   # 240 s in 2.5 s chunks
+        for i in range(0, x.size, 40000):
+            ends += sum(isinstance(e, UtteranceEnd) for e in s.feed(x[i:i + 40000]))
+        sizes.append((s._audio.size, len(s._utt_words), len(s._in_buffer), len(s._context),
+                      len(s._queue)))
+    ends += sum(isinstance(e, UtteranceEnd) for e in s.finish())
+    assert s.seconds == 240
+    assert max(a for a, *_ in sizes) <= 3 * SR               # one window of this model
+    assert max(u for _, u, *_ in sizes) <= 200 and max(b for _, _, b, *_ in sizes) <= 100
+    assert max(c for *_, c, _ in sizes) <= 2000 and max(q for *_, q in sizes) <= 1
+    assert ends >= 5
