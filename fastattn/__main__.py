@@ -3,6 +3,7 @@
   fastattn translate MODEL [options]   UTF-8 lines in, translations out (stdin / stdout by default)
   fastattn embed MODEL --input FILE --output FILE.npy   sentence embeddings
   fastattn transcribe FOLDER --input AUDIO... [--output FILE.{txt,srt,vtt,json}]   speech to text
+  fastattn transcribe FOLDER --live --input -   live: raw PCM on stdin, text as it settles
   fastattn convert FOLDER OUT [--quantize int8]   a fastattn folder that loads by memory map
   fastattn bench [options]   fastattn side by side with the NumPy formula, PyTorch and ONNX Runtime,
                              then whole models against transformers, CTranslate2 and ONNX Runtime

@@ -5,7 +5,9 @@ stderr and exit status 2, never a traceback; every output is written to a tempor
 it and renamed when its transcript is complete, so a failed run leaves no partial file.
 """
 import os
+import shutil
 import sys
+import time
 
 from .._cli import CommandError, Output, positive_int
 from .formats import FORMATS, write_transcript
@@ -18,7 +20,8 @@ def add_arguments(p):
                    "`fastattn convert`ed): openai/whisper-*, distil-whisper, fine-tunes")
     p.add_argument("--input", metavar="AUDIO", nargs="+", required=True,
                    help="audio files: WAV / FLAC, or anything FFmpeg reads (mp3, m4a, ogg, "
-                        "video) with fastattn[audio]")
+                        "video) with fastattn[audio]; with --live, - (standard input) or a "
+                        "raw PCM file")
     p.add_argument("--output", metavar="FILE", help="the transcript of the one input (format "
                    "from its suffix, or --format); default stdout")
     p.add_argument("--output-dir", metavar="DIR", help="write INPUT_STEM.FORMAT here for "
@@ -49,6 +52,22 @@ def add_arguments(p):
     p.add_argument("--quantize", choices=("int8", "bfloat16"), help="int8 or bfloat16 weights")
     p.add_argument("--threads", type=positive_int, metavar="N", help="threads (default: all)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    g = p.add_argument_group("live (--live: raw PCM as it arrives, text as it settles)")
+    g.add_argument("--live", action="store_true",
+                   help="live transcription of raw 16-bit little-endian mono PCM: --input - "
+                        "reads standard input (arecord -f S16_LE -r 16000 -c 1, ffmpeg -f "
+                        "s16le -ac 1 -); confirmed text is printed as it comes (partials too "
+                        "on a terminal); --output writes the final srt / vtt / json / txt")
+    g.add_argument("--input-rate", type=positive_int, default=16000, metavar="HZ",
+                   help="the PCM's sample rate (default 16000; others are resampled)")
+    g.add_argument("--min-chunk", type=float, default=1.0, metavar="SECONDS",
+                   help="decode after this much new audio (default 1.0)")
+    g.add_argument("--agreement", type=positive_int, default=2, metavar="N",
+                   help="confirm what the last N decodings agree on (default 2)")
+    g.add_argument("--silence-ms", type=positive_int, default=700, metavar="MS",
+                   help="the pause that closes an utterance (default 700)")
+    g.add_argument("--no-vad", action="store_true",
+                   help="no voice-activity detection: decode everything, one utterance")
 
 
 def _format(args, path):
@@ -84,6 +103,8 @@ def _targets(args):
 
 def run(args):
     from .transcriber import Transcriber
+    if args.live:
+        return _run_live(args)
     targets = _targets(args)
     for src, _, _ in targets:                      # unreadable input: fail before loading
         if not os.path.isfile(src):
@@ -118,5 +139,94 @@ def run(args):
             write_transcript(stream.result(segments), out.f, fmt)
             out.commit()
         finally:
+            out.discard()
+    return 0
+
+
+def _read_pcm(src, block):
+    """Blocks of at most `block` bytes of `src` ('-': standard input), an even count each."""
+    f = sys.stdin.buffer if src == "-" else open(src, "rb")
+    try:
+        carry = b""
+        while True:
+            data = f.read1(block) if hasattr(f, "read1") else f.read(block)
+            if not data:
+                break
+            data = carry + data
+            n = len(data) // 2 * 2
+            carry = data[n:]
+            if n:
+                yield data[:n]
+        if carry:
+            raise CommandError("--input: the PCM ends in half a sample (an odd byte count)")
+    finally:
+        if src != "-":
+            f.close()
+
+
+def _run_live(args):
+    """--live: PCM in, confirmed text out as it comes, the final transcript to --output."""
+    from .live import Confirmed, Partial, UtteranceEnd, transcription
+    from .transcriber import Transcriber
+    if len(args.input) != 1:
+        raise CommandError("--live takes one --input: - (standard input) or a raw PCM file")
+    src = args.input[0]
+    if src != "-" and not os.path.isfile(src):
+        raise CommandError(f"--input {src}: no such file")
+    if args.output_dir or args.batch_size:
+        raise CommandError("--live writes one transcript: give --output, not --output-dir / "
+                           "--batch-size")
+    fmt = _format(args, args.output)
+    out = Output(args.output) if args.output else None
+    options = {"num_beams": args.beams, "min_chunk": args.min_chunk,
+               "agreement": args.agreement, "silence_ms": args.silence_ms,
+               "vad": None if args.no_vad else args.vad_model}
+    if args.language:
+        options["language"] = args.language
+    if args.initial_prompt:
+        options["initial_prompt"] = args.initial_prompt
+    try:
+        tr = Transcriber(args.model, quantize=args.quantize, n_threads=args.threads)
+        session = tr.live(**options)
+        tty = sys.stdout.isatty()
+        events, line = [], ""
+
+        def show(evs):
+            nonlocal line
+            for e in evs:
+                events.append(e)
+                if isinstance(e, Confirmed):
+                    text = e.text.lstrip() if not line else e.text
+                    line += text
+                    if not tty:
+                        sys.stdout.write(text)
+                elif isinstance(e, Partial) and tty:
+                    width = shutil.get_terminal_size().columns - 1
+                    sys.stdout.write("\r" + e.text[-width:] + "\x1b[K")
+                elif isinstance(e, UtteranceEnd) and (line or tty):
+                    sys.stdout.write(("\r" + e.text + "\x1b[K" if tty else "") + "\n")
+                    line = ""
+            sys.stdout.flush()
+
+        block = max(2, int(args.input_rate * 0.1) * 2)         # 0.1 s reads
+        t0, warned = time.monotonic(), args.quiet
+        for data in _read_pcm(src, block):
+            show(session.feed(data, sample_rate=args.input_rate))
+            lag = time.monotonic() - t0 - session.seconds
+            if not warned and lag > max(5.0, 3 * args.min_chunk):
+                warned = True            # live input read slower than it arrives
+                print(f"fastattn transcribe: decoding runs {lag:.0f} s behind the audio; try "
+                      "--min-chunk 2, --beams 1 or --quantize int8", file=sys.stderr,
+                      flush=True)
+        show(session.finish())
+        if line:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        if out is not None:
+            write_transcript(transcription(events, session.seconds,
+                                           session.language or "en"), out.f, fmt)
+            out.commit()
+    finally:
+        if out is not None:
             out.discard()
     return 0

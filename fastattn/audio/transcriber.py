@@ -307,6 +307,22 @@ class Transcriber:
         streams = [self.stream(a, batch_size=batch_size, **options) for a in audios]
         return decode_across(self, streams)
 
+    def live(self, **options):
+        """A live transcription: a :class:`~fastattn.audio.live.LiveSession` that takes audio
+        in chunks as it arrives (``session.feed(samples, sample_rate=16000)``) and returns
+        events (partial text, confirmed words with times, utterance ends), LocalAgreement-2
+        over the decodings of a growing buffer with voice-activity detection. Options:
+        :class:`~fastattn.audio.live.LiveSession` (docs/live.md)."""
+        from .live import LiveSession
+        return LiveSession(self, **options)
+
+    def live_batch(self, **options):
+        """A :class:`~fastattn.audio.live.LiveGroup`: live sessions whose decodings run
+        together as one batch (a server's case), each session's events bitwise its own
+        alone. Options: as :meth:`live`'s, for every session of the group."""
+        from .live import LiveGroup
+        return LiveGroup(self, **options)
+
     def _samples(self, audio):
         samples = load_audio(audio)
         if samples.size == 0:

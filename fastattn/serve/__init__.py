@@ -52,6 +52,12 @@ def add_arguments(p):
                         "default: one file at a time, sequential long form")
     p.add_argument("--vad-model", choices=("silero", "webrtc"), default="silero",
                    help="the voice-activity detector of --audio-batch-size (default silero)")
+    p.add_argument("--realtime-max-sessions", type=int, default=16, metavar="N",
+                   help="open /v1/realtime transcription sessions at most (default 16)")
+    p.add_argument("--realtime-max-buffer-bytes", type=int, default=4 << 20, metavar="N",
+                   help="PCM16 a realtime session may hold undecoded (default 4 MiB)")
+    p.add_argument("--realtime-idle-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="close a realtime session silent this long (default 60)")
     p.add_argument("--api-key", default=None,
                    help="require Authorization: Bearer KEY (default: FASTATTN_API_KEY if set; "
                         "/health stays open)")
@@ -87,7 +93,10 @@ def run(args):
                             timeout=args.timeout, body_timeout=args.body_timeout,
                             api_key=key or None, batching=not args.no_batching,
                             max_audio_bytes=args.max_audio_bytes,
-                            audio_batch_size=args.audio_batch_size, vad_model=args.vad_model)
+                            audio_batch_size=args.audio_batch_size, vad_model=args.vad_model,
+                            realtime_max_sessions=args.realtime_max_sessions,
+                            realtime_max_buffer_bytes=args.realtime_max_buffer_bytes,
+                            realtime_idle_timeout=args.realtime_idle_timeout)
         application = app(_model_specs(args.model), quantize=args.quantize,
                           threads=args.threads, settings=settings)
     except Exception as exc:                      # noqa: BLE001: one line, never a traceback

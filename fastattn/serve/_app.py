@@ -6,6 +6,7 @@ import json
 import sys
 import time
 
+from . import realtime
 from ._scheduler import (Dropped, EmbeddingWorker, Job, QueueFull, TranscriptionWorker,
                          TranslationWorker)
 
@@ -18,14 +19,19 @@ class Settings:
     def __init__(self, *, max_batch_tokens=8192, max_queue=64, max_inputs=2048,
                  max_body_bytes=4 << 20, timeout=60.0, body_timeout=10.0, api_key=None,
                  batching=True, max_num_beams=16, max_new_tokens=1024,
-                 max_audio_bytes=25 << 20, audio_batch_size=None, vad_model="silero"):
+                 max_audio_bytes=25 << 20, audio_batch_size=None, vad_model="silero",
+                 realtime_max_sessions=16, realtime_max_buffer_bytes=4 << 20,
+                 realtime_idle_timeout=60.0):
         for name, v in (("max_batch_tokens", max_batch_tokens), ("max_queue", max_queue),
                         ("max_inputs", max_inputs), ("max_body_bytes", max_body_bytes),
                         ("max_num_beams", max_num_beams), ("max_new_tokens", max_new_tokens),
-                        ("max_audio_bytes", max_audio_bytes)):
+                        ("max_audio_bytes", max_audio_bytes),
+                        ("realtime_max_sessions", realtime_max_sessions),
+                        ("realtime_max_buffer_bytes", realtime_max_buffer_bytes)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        for name, v in (("timeout", timeout), ("body_timeout", body_timeout)):
+        for name, v in (("timeout", timeout), ("body_timeout", body_timeout),
+                        ("realtime_idle_timeout", realtime_idle_timeout)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
                 raise ValueError(f"{name} must be a positive number of seconds, got {v!r}")
         if api_key is not None and (not isinstance(api_key, str) or not api_key):
@@ -45,6 +51,9 @@ class Settings:
             raise ValueError(f"vad_model must be 'silero' or 'webrtc', got {vad_model!r}")
         self.max_audio_bytes, self.audio_batch_size = max_audio_bytes, audio_batch_size
         self.vad_model = vad_model
+        self.realtime_max_sessions = realtime_max_sessions
+        self.realtime_max_buffer_bytes = realtime_max_buffer_bytes
+        self.realtime_idle_timeout = float(realtime_idle_timeout)
 
 
 # -- errors ------------------------------------------------------------------------------------
@@ -609,6 +618,8 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         yield
+        for hub in hubs.values():
+            await asyncio.get_running_loop().run_in_executor(None, hub.close)
         for w in workers.values():
             await asyncio.get_running_loop().run_in_executor(None, w.close)
 
@@ -620,6 +631,9 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
               endpoint("/v1/models", list_models, ["GET"]),
               endpoint("/health", health, ["GET"], open_=True),
               endpoint("/metrics", prometheus, ["GET"])]
+    hubs = realtime.hubs_for(workers, s, metrics)
+    if hubs:
+        routes.append(realtime.realtime_route(hubs, s, metrics))
     application = Starlette(routes=routes, lifespan=lifespan,
                             exception_handlers={HTTPException: http_error})
     application.state.fastattn_workers = workers
