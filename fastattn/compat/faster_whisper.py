@@ -422,8 +422,17 @@ class WhisperModel:
                       suppress_blank=a["suppress_blank"],
                       suppress_tokens=list(resolved or ()),
                       without_timestamps=a["without_timestamps"],
-                      max_new_tokens=a["max_new_tokens"])
+                      max_new_tokens=self._max_new_tokens(a["max_new_tokens"]))
         return common, options
+
+    def _max_new_tokens(self, value):
+        """Transcriber's max_new_tokens of faster-whisper's: by default CTranslate2's limit,
+        at most half the decoder's positions a window (``max_length / 2`` = 224 new tokens;
+        transformers' rule, Transcriber's default, lets a window that repeats itself run to
+        the last position, twice the decoding before the fallback rejects it)."""
+        if value is None:
+            return self.transcriber.model.max_decoder_positions // 2
+        return value
 
     def _suppressed(self, tokens):
         """faster-whisper's suppress list: -1 stands for the non-speech symbols (the folder's

@@ -230,3 +230,27 @@ def test_hallucination_silence_threshold_is_the_transcribers(model, audio):
     assert segs and [s.text for s in segs] == [s.text for s in want.segments]
     with pytest.raises(ValueError, match="hallucination_silence_threshold"):
         next(model.transcribe(audio, hallucination_silence_threshold=2.0)[0])
+
+
+def test_max_new_tokens_default_is_ctranslate2s(model, audio, monkeypatch):
+    """faster-whisper asks CTranslate2 for max_length=448, and CTranslate2 decodes at most
+    max_length / 2 = 224 new tokens a window: the compat layer gives Transcriber that limit
+    (its own default, transformers', runs a looping window to the last position); a value
+    given is passed as it is."""
+    seen = []
+    stream = model.transcriber.stream
+
+    def spy(samples, **kw):
+        seen.append(kw["max_new_tokens"])
+        return stream(samples, **kw)
+    monkeypatch.setattr(model.transcriber, "stream", spy)
+    clip = audio[:16000 * 3]
+    for kw in (dict(), dict(max_new_tokens=7)):
+        segs, _ = model.transcribe(clip, beam_size=1, temperature=0.0, **kw)
+        list(segs)
+        segs, _ = compat.BatchedInferencePipeline(model).transcribe(clip, batch_size=2, **kw)
+        list(segs)
+    assert seen == [224, 224, 7, 7]
+    segs, _ = model.transcribe(clip, beam_size=1, temperature=0.0, without_timestamps=True,
+                               max_new_tokens=3)
+    assert [len(s.tokens) for s in segs] == [3]
