@@ -136,7 +136,8 @@ def test_decode_audio_is_faster_whispers():
 def test_language_en_and_beam_size(model, audio):
     clip = audio[:16000 * 8]
     kw = dict(temperature=0.0, condition_on_previous_text=False)
-    ref = list(model.transcriber.stream(clip, num_beams=2, **kw))
+    ref = list(model.transcriber.stream(clip, num_beams=2, beam_rule="ctranslate2",
+                                        max_new_tokens=224, **kw))
     segs, info = model.transcribe(clip, language="en", beam_size=2, **kw)
     assert info.language == "en" and [s.text for s in segs] == [s.text for s in ref]
     # as faster-whisper: another language on an English-only model is English, with a warning
@@ -226,7 +227,8 @@ def test_hallucination_silence_threshold_is_the_transcribers(model, audio):
     segs, _ = model.transcribe(audio, word_timestamps=True, hallucination_silence_threshold=2.0)
     segs = list(segs)
     want = model.transcriber.transcribe(audio, word_timestamps=True,
-                                        hallucination_silence_threshold=2.0)
+                                        hallucination_silence_threshold=2.0,
+                                        beam_rule="ctranslate2", max_new_tokens=224)
     assert segs and [s.text for s in segs] == [s.text for s in want.segments]
     with pytest.raises(ValueError, match="hallucination_silence_threshold"):
         next(model.transcribe(audio, hallucination_silence_threshold=2.0)[0])
