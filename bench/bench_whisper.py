@@ -217,8 +217,29 @@ _EQUAL_WORK = dict(temperature=0.0, without_timestamps=True, condition_on_previo
                    compression_ratio_threshold=None)
 
 
-def _fastattn(a, int8, batched, count):
+def _count_decodings(count):
+    """Count the tokens of every window decoding of fastattn's long form (Transcriber's and
+    the compat layer's, which runs it) in count["decoded"]."""
     from fastattn.audio import transcriber
+    decode = getattr(transcriber.TranscriptionStream, "_decode", None)
+    if decode is None:              # one window decoding: (tokens, ...); the count is lost
+        count["unknown"] = True
+        return
+    def counted(self, *args):
+        out = decode(self, *args)
+        count["decoded"] += out[0].size
+        return out
+    transcriber.TranscriptionStream._decode = counted
+    batch_decode = transcriber.TranscriptionStream._decode_batch
+
+    def counted_batch(self, *args):
+        out = batch_decode(self, *args)
+        count["decoded"] += sum(r[0].size for r in out)
+        return out
+    transcriber.TranscriptionStream._decode_batch = counted_batch
+
+
+def _fastattn(a, int8, batched, count):
     from fastattn.audio.transcriber import Transcriber
     # max_new_tokens=224: CTranslate2 decodes at most max_length / 2 = 224 new tokens a window
     # (openai-whisper's sample_len); fastattn's default is transformers' (up to 448 - prompt)
@@ -237,22 +258,7 @@ def _fastattn(a, int8, batched, count):
         # faster-whisper's BatchedInferencePipeline defaults: Silero VAD, no timestamps
         kw.update(batch_size=a.batch_size, vad_filter=True, without_timestamps=True)
     model = Transcriber(a.hf, quantize="int8" if int8 else None, n_threads=a.threads)
-    decode = getattr(transcriber.TranscriptionStream, "_decode", None)
-    if decode is None:              # one window decoding: (tokens, ...); the count is lost
-        count["unknown"] = True
-    else:
-        def counted(self, *args):
-            out = decode(self, *args)
-            count["decoded"] += out[0].size
-            return out
-        transcriber.TranscriptionStream._decode = counted
-        batch_decode = transcriber.TranscriptionStream._decode_batch
-
-        def counted_batch(self, *args):
-            out = batch_decode(self, *args)
-            count["decoded"] += sum(r[0].size for r in out)
-            return out
-        transcriber.TranscriptionStream._decode_batch = counted_batch
+    _count_decodings(count)
 
     def run():
         r = model.transcribe(a.wav, **kw)
@@ -291,7 +297,7 @@ def _compat(a, int8, batched, count):
     the CTranslate2 folders faster-whisper reads."""
     from fastattn.compat import faster_whisper
     run, why = _faster_whisper(a, int8, batched, count, module=faster_whisper)
-    count["unknown"] = True         # the compat model's decodings are not counted
+    _count_decodings(count)         # fastattn's long form underneath: its decodings counted
     return run, why
 
 

@@ -187,6 +187,8 @@ class TranscriptionStream:
             user["suppress_tokens"] = list(opts.suppress_tokens)
         if not opts.suppress_blank:
             user["begin_suppress_tokens"] = []
+        if opts.beam_rule != "transformers":
+            user["beam_rule"] = opts.beam_rule
         decoder = WindowDecoder(model, user, timestamps=not opts.without_timestamps)
         return (decoder,) + decoder.window(prefix_len)
 

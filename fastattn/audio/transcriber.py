@@ -14,6 +14,7 @@ import types
 import numpy as np
 
 from .._validation import check_option, check_positive_int
+from ..generation.beam_ct2 import check_beam_rule
 from ..generation.whisper import language_token
 from ._longform import (Segment, Transcription, TranscriptionStream, compression_ratio,
                         decode_across)
@@ -63,8 +64,9 @@ class _Options:
                  no_speech_threshold, condition_on_previous_text, prompt_reset_on_temperature,
                  initial_prompt, word_timestamps, without_timestamps, max_new_tokens,
                  suppress_tokens, suppress_blank, seed, batch_size, vad_filter,
-                 vad_parameters, vad_model, hallucination_silence_threshold):
+                 vad_parameters, vad_model, hallucination_silence_threshold, beam_rule):
         gen = model.generation_config
+        self.beam_rule = check_beam_rule(beam_rule)
         self.task = task
         if task is not None and task not in ("transcribe", "translate"):
             raise ValueError(f"task must be 'transcribe' or 'translate', got {task!r}")
@@ -244,7 +246,8 @@ class Transcriber:
                    initial_prompt=None, word_timestamps=False, without_timestamps=False,
                    max_new_tokens=None, suppress_tokens=None, suppress_blank=True, seed=0,
                    batch_size=None, vad_filter=False, vad_parameters=None, vad_model="silero",
-                   hallucination_silence_threshold=None, beam_size=None):
+                   hallucination_silence_threshold=None, beam_size=None,
+                   beam_rule="transformers"):
         """Transcribe (or, ``task="translate"``, translate to English) `audio`: a path (WAV,
         FLAC, anything FFmpeg reads) or 16 kHz samples. Returns a :class:`Transcription`.
 
@@ -266,6 +269,10 @@ class Transcriber:
           whose words look hallucinated (improbable, too short or too long) with a silence
           longer than this before and after it is dropped and the silence skipped
           (faster-whisper's option).
+
+        - ``beam_rule``: beam search's rule, transformers' (default) or "ctranslate2"
+          (faster-whisper's decoding: CTranslate2's stopping rule and scores,
+          :mod:`fastattn.generation.beam_ct2`; the compat layer's choice).
 
         A window whose decoding fails the fallback checks while conditioned on the previous text
         is decoded again without it before any sampled temperature (docs/whisper.md).

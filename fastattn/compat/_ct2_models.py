@@ -6,7 +6,9 @@ and ``WhisperGenerationResult``.
 ``<|startoftranscript|>``, a language, a task, ``<|notimestamps|>``, a ``<|startofprev|>``
 text before them) with CTranslate2's rules as fastattn implements them for transformers: the
 timestamp rules when the prompt has no ``<|notimestamps|>``, the folder's suppress lists
-(``suppress_tokens=[-1]``; ``suppress_blank`` the begin-suppress list), greedy or beam search.
+(``suppress_tokens=[-1]``; ``suppress_blank`` the begin-suppress list), greedy or beam search
+(CTranslate2's rule: :mod:`fastattn.generation.beam_ct2`), at most ``max_length / 2`` new
+tokens.
 ``sequences`` / ``sequences_ids`` are the generated tokens without the prompt and EOS;
 ``scores`` (``return_scores``) CTranslate2's: the tokens' log-probabilities (EOS included)
 summed and divided by ``len(tokens) ** length_penalty``; ``no_speech_prob`` the probability of
@@ -35,7 +37,7 @@ class WhisperGenerationResult(_Result):
 
 _REFUSED = {
     "asynchronous": (False, "decoding runs in the calling thread"),
-    "patience": (1, "beam search stops by transformers' rule"),
+    "patience": (1, "beam search stops when beam_size hypotheses have finished"),
     "num_hypotheses": (1, "one hypothesis per clip"),
     "return_logits_vocab": (False, "the logits are not kept"),
     "sampling_topk": (1, "Whisper's sampling is the temperature fallback of "
@@ -121,7 +123,8 @@ class Whisper(LoadedModel):
             sup = sorted(set(gen.get("suppress_tokens") or []) | {t for t in sup if t != -1})
         settings = dict(num_beams=int(beam_size), length_penalty=float(length_penalty),
                         repetition_penalty=float(repetition_penalty),
-                        no_repeat_ngram_size=int(no_repeat_ngram_size), suppress_tokens=sup)
+                        no_repeat_ngram_size=int(no_repeat_ngram_size), suppress_tokens=sup,
+                        beam_rule="ctranslate2")
         if not suppress_blank:
             settings["begin_suppress_tokens"] = None
         notimestamps = gen.get("no_timestamps_token_id")
@@ -135,8 +138,10 @@ class Whisper(LoadedModel):
             if P >= limit:
                 raise ValueError(f"a prompt of {P} tokens leaves no room below "
                                  f"max_target_positions={limit}")
-            dec = WindowDecoder(self.model, dict(settings, max_new_tokens=int(
-                min(max_length, limit - P))), timestamps=not no_stamps)
+            # CTranslate2 decodes at most max_length / 2 tokens after the prompt's last one
+            # (and max_length positions in all)
+            dec = WindowDecoder(self.model, dict(settings, max_new_tokens=int(max(1, min(
+                max_length // 2, max_length - P + 1, limit - P)))), timestamps=not no_stamps)
             p, procs = dec.window(P)
             res = dec.decode(memory[idx], np.array([rows[i] for i in idx], np.int64), p, procs,
                              scores=want, n_threads=self._threads)

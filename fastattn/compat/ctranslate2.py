@@ -10,10 +10,11 @@ by :class:`fastattn.Seq2SeqTransformer`, :class:`fastattn.EncoderModel` and
 :class:`fastattn.WhisperModel`; inputs and outputs are tokens of the folder's vocabulary, as
 there (a token not in it is the unknown token). Semantics are CTranslate2 4.x's:
 
-- ``translate_batch``: greedy search (``beam_size=1``) gives CTranslate2's tokens; beam search
-  is transformers' (fastattn's): it ranks finished hypotheses by the same length-normalised
-  score, but its stopping rule and candidate set are transformers' (CTranslate2 stops a source
-  when its best beam has finished), so a hypothesis may differ where two beams are close.
+- ``translate_batch``: greedy search (``beam_size=1``) and beam search give CTranslate2's
+  tokens: beam search runs CTranslate2's rule (``beam_rule="ctranslate2"``,
+  :mod:`fastattn.generation.beam_ct2`: the processors on the logits, a source done when
+  ``beam_size`` hypotheses have finished, CTranslate2's ranking and scores); a hypothesis may
+  still differ where two beams are within float rounding of each other.
   ``target_prefix`` (ragged: rows are decoded in groups of one prefix length, which changes
   nothing, results being batch-independent), ``max_decoding_length`` / ``min_decoding_length``
   counting the prefix, ``num_hypotheses``, ``length_penalty``, ``repetition_penalty``,
@@ -25,11 +26,7 @@ there (a token not in it is the unknown token). Semantics are CTranslate2 4.x's:
 - ``scores`` (``return_scores=True``): CTranslate2's, the hypothesis' log-probabilities
   (log-softmax of the processed logits) of the generated tokens, EOS included, summed and
   divided by ``length ** length_penalty``, the length counting the target prefix (whose tokens
-  are not scored) and EOS. Beam search accumulates
-  transformers' way (log-softmax, then the processors): its scores are not renormalised after
-  the processors as CTranslate2's are, so they differ from CTranslate2's by the probability the
-  processors remove (``min_decoding_length``'s banned EOS, by default at the first step;
-  ``repetition_penalty``, ``no_repeat_ngram_size``, ``disable_unk``, ``suppress_sequences``).
+  are not scored) and EOS, beam search's and greedy search's alike.
 - ``score_batch``: teacher forcing (:meth:`fastattn.Seq2SeqTransformer.score`), CTranslate2's
   tokens (the target, then EOS) and ``offset``.
 - ``Encoder.forward_batch``: ``last_hidden_state`` as a NumPy float32 array (CTranslate2 returns
@@ -90,7 +87,7 @@ class EncoderForwardOutput(_Result):
 
 # translate_batch's options fastattn does not honour: (default, why)
 _REFUSED = {
-    "patience": (1, "beam search stops by transformers' rule"),
+    "patience": (1, "beam search stops when beam_size hypotheses have finished"),
     "coverage_penalty": (0, "needs the attention weights"),
     "prefix_bias_beta": (0, "biased decoding is not implemented"),
     "use_vmap": (False, "vocabulary maps are not read"),
@@ -202,6 +199,8 @@ class Translator(LoadedModel):
                   length_penalty=float(length_penalty),
                   repetition_penalty=float(repetition_penalty),
                   no_repeat_ngram_size=int(no_repeat_ngram_size), n_threads=self._threads)
+        if beam_size > 1:
+            kw["beam_rule"] = "ctranslate2"
         if disable_unk and self._tgt.unk is not None:
             kw["suppress_tokens"] = [self._tgt.unk]
         if suppress_sequences:
@@ -266,9 +265,9 @@ class Translator(LoadedModel):
                 toks = row[:L] + gen
                 if o["scores"]:
                     total = float(sc[r * R + k])
-                    if beam:       # transformers' score: the sum / generated length ** lp
-                        total *= max(len(gen), 1) ** o["lp"]
-                    scores.append(total / max(len(toks), 1) ** o["lp"])
+                    if not beam:   # CTranslate2's rule gives its score; greedy: the sum
+                        total /= max(len(toks), 1) ** o["lp"]
+                    scores.append(total)
                 if ended and not o["end"]:
                     toks = toks[:-1]
                 hyps.append(self._tgt.to_tokens(toks))

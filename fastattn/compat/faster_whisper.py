@@ -13,7 +13,8 @@ order, defaults), ``(segments generator, TranscriptionInfo)`` as the result, its
 dataclasses (the same fields in the same order; segment ids from 1), ``decode_audio``,
 ``format_timestamp``, ``available_models``. The decoding is Transcriber's (its long form, its
 log-mel features: the text is faster-whisper's within what different features change, not
-token for token).
+token for token), with faster-whisper's decoding: beam search by CTranslate2's rule
+(``beam_rule="ctranslate2"``) and at most 224 new tokens a window.
 
 Models: a folder (CTranslate2 as faster-whisper reads it, or Hugging Face), or a size name /
 hub id whose snapshot is already in the Hugging Face cache (``download_root``, else
@@ -422,8 +423,18 @@ class WhisperModel:
                       suppress_blank=a["suppress_blank"],
                       suppress_tokens=list(resolved or ()),
                       without_timestamps=a["without_timestamps"],
-                      max_new_tokens=a["max_new_tokens"])
+                      max_new_tokens=self._max_new_tokens(a["max_new_tokens"]),
+                      beam_rule="ctranslate2")
         return common, options
+
+    def _max_new_tokens(self, value):
+        """Transcriber's max_new_tokens of faster-whisper's: by default CTranslate2's limit,
+        at most half the decoder's positions a window (``max_length / 2`` = 224 new tokens;
+        transformers' rule, Transcriber's default, lets a window that repeats itself run to
+        the last position, twice the decoding before the fallback rejects it)."""
+        if value is None:
+            return self.transcriber.model.max_decoder_positions // 2
+        return value
 
     def _suppressed(self, tokens):
         """faster-whisper's suppress list: -1 stands for the non-speech symbols (the folder's

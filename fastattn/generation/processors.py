@@ -60,7 +60,8 @@ class RepetitionPenalty:
     def __call__(self, seqs, scores):
         pen = scores.dtype.type(self.penalty)
         got = np.take_along_axis(scores, seqs, axis=1)
-        got = np.where(got < 0, got * pen, got / pen)
+        with np.errstate(over="ignore"):      # a logit at float32's minimum: -inf
+            got = np.where(got < 0, got * pen, got / pen)
         # a token present several times gets the same value from each copy
         np.put_along_axis(scores, seqs, got, axis=1)
         return scores

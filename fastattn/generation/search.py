@@ -34,6 +34,7 @@ from .._memory import check_plan
 from .._threads import _effective_n_threads
 from .._validation import check_generation_setting, check_labels, check_token_ids
 from ..functional import log_softmax
+from .beam_ct2 import beam_search_ct2, check_beam_rule
 from .config import resolve_settings
 from .processors import Temperature, apply, build_processors, history
 
@@ -139,7 +140,7 @@ GENERATE_KWARGS = ("max_new_tokens", "min_new_tokens", "num_beams", "length_pena
                    "early_stopping", "suppress_tokens", "bad_words_ids", "do_sample",
                    "temperature", "top_k", "top_p", "repetition_penalty", "no_repeat_ngram_size",
                    "encoder_no_repeat_ngram_size", "num_return_sequences", "decoder_input_ids",
-                   "return_scores", "streamer", "forced_bos_token_id")
+                   "return_scores", "streamer", "forced_bos_token_id", "beam_rule")
 
 
 def _decoder_prefix(dec, start, vocab):
@@ -198,6 +199,13 @@ def generate(model, input_ids, attention_mask=None, *, seed=None, n_threads=None
         log-probability under the processed scores, ``log_softmax(processed)[token]``, computed
         in float64 and rounded once: transformers'
         ``compute_transition_scores(..., normalize_logits=True)`` summed over the same tokens.
+    beam_rule : "transformers" (default) or "ctranslate2"
+        Beam search's rule: transformers' (above), or CTranslate2's
+        (:mod:`fastattn.generation.beam_ct2`: the processed logits renormalised, a source
+        stopping when num_beams hypotheses have finished, the finished ranked by
+        ``score / length ** length_penalty`` with the prefix after the start token and EOS in
+        the length, its scores CTranslate2's). Greedy search and sampling are the same under
+        both.
     streamer : object with ``put(token_ids)`` and ``end()``, optional
         transformers' streamer protocol: ``put`` gets the prefix (an int64 array (1, P)), then
         each new token (an int64 array (1,)), then ``end()`` is called. Batch size 1 and
@@ -207,6 +215,7 @@ def generate(model, input_ids, attention_mask=None, *, seed=None, n_threads=None
         if key not in GENERATE_KWARGS:
             raise TypeError(f"generate() got an unexpected keyword argument {key!r}")
     want_scores = bool(check_generation_setting("return_scores", user.get("return_scores")))
+    rule = check_beam_rule(user.get("beam_rule"))
     streamer = user.get("streamer")
     start = model.decoder_start_id
     dec = user.get("decoder_input_ids")
@@ -246,6 +255,13 @@ def generate(model, input_ids, attention_mask=None, *, seed=None, n_threads=None
                what + f"max_new_tokens={max_len - P})")
     if K > 1:
         state = model.start(ids, mask, num_beams=K, max_length=max_len, n_threads=n_threads)
+        if rule == "ctranslate2":
+            if rng is not None:
+                raise ValueError("beam_rule='ctranslate2' with do_sample=True: CTranslate2 has "
+                                 "no beam sampling")
+            return beam_search_ct2(state, procs, p, B, K, n_threads, prefix=prefix,
+                                   num_return_sequences=R, return_scores=want_scores,
+                                   length_offset=P - 1)
         return beam_search(state, procs, p, B, K, rng, n_threads, prefix=prefix,
                            num_return_sequences=R, return_scores=want_scores)
     streams = None

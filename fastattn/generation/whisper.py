@@ -24,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..functional import log_softmax
+from .beam_ct2 import beam_search_ct2, check_beam_rule
 from .config import resolve_settings
 from .processors import SuppressTokens, _token_list, build_processors
 from .search import beam_search, greedy_search
@@ -338,7 +339,7 @@ class WindowDecoder:
 
     SETTINGS = ("max_new_tokens", "num_beams", "length_penalty", "early_stopping",
                 "suppress_tokens", "begin_suppress_tokens", "repetition_penalty",
-                "no_repeat_ngram_size")
+                "no_repeat_ngram_size", "beam_rule")
 
     def __init__(self, model, settings=None, *, timestamps=True):
         self.model = model
@@ -361,6 +362,7 @@ class WindowDecoder:
             mnt = gen.get("max_new_tokens")
         p = resolve_settings(model, dict(user, max_new_tokens=1), 1)
         p["do_sample"], p["max_new_tokens"] = False, mnt
+        p["beam_rule"] = check_beam_rule(user.get("beam_rule"))
         if gen.get("min_new_tokens") is not None:     # counted after the whole prefix
             p["min_length"] = gen["min_new_tokens"] + prefix_len
         limit = model.max_decoder_positions
@@ -473,6 +475,12 @@ class WindowDecoder:
                 streams=[g for s in streams for g in s], sources=np.repeat(np.arange(n), K),
                 return_scores=True, on_logits=on_logits, draw_temperature=temperature,
                 score_dtype=np.float64)
+        elif K > 1 and p.get("beam_rule") == "ctranslate2":
+            # CTranslate2's Whisper: neither the prompt nor EOS in the length
+            got = beam_search_ct2(state, procs, p, n, K, n_threads, prefix=rows,
+                                  return_scores=scores, on_logits=on_logits,
+                                  eos_in_length=False)
+            seqs, sums = got if scores else (got, None)
         elif K > 1:
             if scores:
                 seqs, sums, norm = beam_search(state, procs, p, n, K, None, n_threads,
@@ -507,6 +515,9 @@ class WindowDecoder:
                 tokens = strip_generated(seqs[i, P:], pad, eos)
                 if scores:
                     total = float(sums[i])
+                if K > 1 and not sampled and p.get("beam_rule") == "ctranslate2" and scores:
+                    # CTranslate2's score: the renormalised sum / (tokens, EOS not counted)
+                    total = total * tokens.size ** p["length_penalty"]
                 if norm is not None:      # the beam score is sum / length ** length_penalty
                     end = P + tokens.size
                     length = tokens.size + (end < seqs.shape[1] and seqs[i, end] == eos)

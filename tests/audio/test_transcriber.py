@@ -161,6 +161,10 @@ def test_english_only_equals_transformers(folders, hf_models, transcribers):
                          **NO_FALLBACK) == res
     with pytest.raises(TypeError, match="num_beams=3 and beam_size=2"):
         tr.transcribe(audio, num_beams=3, beam_size=2)
+    with pytest.raises(ValueError, match="beam_rule"):
+        tr.transcribe(audio, beam_rule="fairseq")
+    assert tr.transcribe(audio, num_beams=2, condition_on_previous_text=True,
+                         beam_rule="transformers", **NO_FALLBACK) == res
     with pytest.raises(ValueError, match="English-only"):
         tr.transcribe(audio, language="de")
     with pytest.raises(ValueError, match="English-only"):

@@ -136,7 +136,8 @@ def test_decode_audio_is_faster_whispers():
 def test_language_en_and_beam_size(model, audio):
     clip = audio[:16000 * 8]
     kw = dict(temperature=0.0, condition_on_previous_text=False)
-    ref = list(model.transcriber.stream(clip, num_beams=2, **kw))
+    ref = list(model.transcriber.stream(clip, num_beams=2, beam_rule="ctranslate2",
+                                        max_new_tokens=224, **kw))
     segs, info = model.transcribe(clip, language="en", beam_size=2, **kw)
     assert info.language == "en" and [s.text for s in segs] == [s.text for s in ref]
     # as faster-whisper: another language on an English-only model is English, with a warning
@@ -226,7 +227,32 @@ def test_hallucination_silence_threshold_is_the_transcribers(model, audio):
     segs, _ = model.transcribe(audio, word_timestamps=True, hallucination_silence_threshold=2.0)
     segs = list(segs)
     want = model.transcriber.transcribe(audio, word_timestamps=True,
-                                        hallucination_silence_threshold=2.0)
+                                        hallucination_silence_threshold=2.0,
+                                        beam_rule="ctranslate2", max_new_tokens=224)
     assert segs and [s.text for s in segs] == [s.text for s in want.segments]
     with pytest.raises(ValueError, match="hallucination_silence_threshold"):
         next(model.transcribe(audio, hallucination_silence_threshold=2.0)[0])
+
+
+def test_max_new_tokens_default_is_ctranslate2s(model, audio, monkeypatch):
+    """faster-whisper asks CTranslate2 for max_length=448, and CTranslate2 decodes at most
+    max_length / 2 = 224 new tokens a window: the compat layer gives Transcriber that limit
+    (its own default, transformers', runs a looping window to the last position); a value
+    given is passed as it is."""
+    seen = []
+    stream = model.transcriber.stream
+
+    def spy(samples, **kw):
+        seen.append(kw["max_new_tokens"])
+        return stream(samples, **kw)
+    monkeypatch.setattr(model.transcriber, "stream", spy)
+    clip = audio[:16000 * 3]
+    for kw in (dict(), dict(max_new_tokens=7)):
+        segs, _ = model.transcribe(clip, beam_size=1, temperature=0.0, **kw)
+        list(segs)
+        segs, _ = compat.BatchedInferencePipeline(model).transcribe(clip, batch_size=2, **kw)
+        list(segs)
+    assert seen == [224, 224, 7, 7]
+    segs, _ = model.transcribe(clip, beam_size=1, temperature=0.0, without_timestamps=True,
+                               max_new_tokens=3)
+    assert [len(s.tokens) for s in segs] == [3]

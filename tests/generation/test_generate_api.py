@@ -199,3 +199,28 @@ def test_beam_sampling_reproducible(ids):
     # top_k=1 leaves one token per beam: the beams can only follow the best continuations
     assert m.generate(ids, max_new_tokens=10, num_beams=2, do_sample=True, seed=5,
                       top_k=1).shape[0] == 3
+
+
+def test_beam_rule(ids):
+    """beam_rule: "transformers" is the default (the same tokens and scores as not giving it);
+    "ctranslate2" (CTranslate2 itself is the reference in tests/compat) returns its score: the
+    log-probabilities of the tokens after the start token (EOS included) summed and divided by
+    their number ** length_penalty, best first; a bad value is a ValueError naming it."""
+    m = _model()
+    kw = dict(num_beams=3, max_new_tokens=8, num_return_sequences=2, return_scores=True,
+              bad_words_ids=None)
+    a, sa = m.generate(ids, **kw)
+    b, sb = m.generate(ids, beam_rule="transformers", **kw)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(sa, sb)
+    c, sc = m.generate(ids, beam_rule="ctranslate2", length_penalty=0.5, **kw)
+    assert c.shape[0] == 6 and np.all(c[:, 0] == m.decoder_start_id)
+    assert np.all(sc[0::2] >= sc[1::2])                      # best first, per source
+    for r, (row, s) in enumerate(zip(c, sc)):
+        gen = row[1:].tolist()
+        if m.eos_id in gen:
+            gen = gen[:gen.index(m.eos_id) + 1]
+        lp = m.score(ids[r // 2][None], np.array([gen]))[0]
+        assert s == pytest.approx(lp.sum() / len(gen) ** 0.5, abs=1e-4)
+    with pytest.raises(ValueError, match="beam_rule"):
+        m.generate(ids, num_beams=2, beam_rule="fairseq")
