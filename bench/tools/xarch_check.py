@@ -13,10 +13,9 @@ no audio decoder) and compares:
 
   - int8 (quantize="int8"): sentence embeddings, Marian translations and their logits, Whisper's
     encoder output and greedy tokens from the reference machine's log-mel features: bitwise;
-  - float32: the same within tolerance (max |difference| printed);
-  - the log-mel features computed here from the same samples: within tolerance (float kernels:
-    the feature extractor's DFT runs the float GEMM of the CPU's kernel set), and the int8
-    transcript from them: the same tokens.
+  - the log-mel features computed here from the same samples (portable on every CPU), and the
+    int8 transcript from them: bitwise;
+  - float32: within tolerance (max |difference| printed); texts and tokens: equal.
 Exit status 1 on any mismatch.
 """
 import argparse
@@ -108,12 +107,13 @@ def check(d):
     bad = 0
     for k in sorted(out):
         a, b = out[k], ref[k]
-        if "/int8/" in k or k.endswith(("/text", "/tokens", "tokens_from_own_features")):
+        if "/int8/" in k or k.startswith("features") or \
+                k.endswith(("/text", "/tokens", "tokens_from_own_features")):
             same = a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
             verdict = "bitwise equal" if same else "DIFFERENT"
         else:
             diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
-            tol = 5e-3 if k.startswith("features") else 1e-3
+            tol = 1e-3
             same = a.shape == b.shape and diff <= tol
             verdict = f"max |diff| {diff:.2e} ({'within' if same else 'ABOVE'} {tol:g})"
         bad += not same
