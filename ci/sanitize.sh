@@ -99,13 +99,16 @@ set +e
 # tests/dask is left out: a LocalCluster of sanitized worker processes adds minutes and no
 # native code of its own (its kernels are the ones the other tests run); so is tests/test_wheel.py:
 # it builds, repairs and tests an ordinary wheel in subprocesses, nothing of the sanitized build;
-# and so is sentence-transformers' own encode suite ported onto fastattn.compat (485 tests of the
-# adapter's Python; test_sentence_transformers_compat.py runs the same calls under the sanitizer),
-# and the long form's two-minute recall test (four minutes sanitized: the same kernels as the
-# other Whisper tests, which run here, over a longer file)
+# and so are the compatibility layers (tests/compat: Python adapters over the models the other
+# tests run here, with peers' reference runs), the live sessions and the Realtime endpoint
+# (test_live.py, test_serve_realtime.py: Python over the Transcriber's kernels, which
+# tests/audio runs here), and the long form's two-minute recall test (four minutes sanitized:
+# the same kernels as the other Whisper tests over a longer file). CI's budget: every native
+# path still runs here (kernels, workspaces, the portable attention and GEMM, the features)
 "$PY" -m pytest -p no:cacheprovider -q --durations=40 \
     ${SANITIZE_PYTEST_ARGS:-tests --ignore=tests/dask --ignore=tests/test_wheel.py \
-        --ignore=tests/compat/test_sentence_transformers_suite.py \
+        --ignore=tests/compat --ignore=tests/audio/test_live.py \
+        --ignore=tests/serve/test_serve_realtime.py \
         --deselect tests/audio/test_longform_robust.py::test_defaults_keep_every_word} > "$LOG" 2>&1
 rc=$?
 set -e

@@ -70,9 +70,26 @@ double fa_exp_det(double x)
     return p * scale;
 }
 
+#if FA_ARM64
+/* "is any lane true" for a 64-byte mask (VANY) in NEON: GCC 12's generic lane loop on such a
+ * vector, a call taking it by value, was seen to answer wrong in the int8 GEMM's AArch64
+ * instances (qgemm_kernels.c), so the AArch64 instance here does not use it either */
+static inline int fa_any64_neon(const void *m)
+{
+    const uint32_t *p = (const uint32_t *)m;
+    uint32x4_t a = vorrq_u32(vorrq_u32(vld1q_u32(p), vld1q_u32(p + 4)),
+                             vorrq_u32(vld1q_u32(p + 8), vld1q_u32(p + 12)));
+    return vmaxvq_u32(a) != 0;
+}
+#define FA_PANY(m) ({ __typeof__(m) fa_m_ = (m); fa_any64_neon(&fa_m_); })
+#endif
+
 #if FA_GNU_VECTORS
 /* ---- baseline: SSE2 on x86-64, NEON on AArch64 (and the scalar kernel set's portable one) */
 #define FA_NAME(x) x##_f32_pbase
+#ifdef FA_PANY
+#define FA_ANY(m) FA_PANY(m)
+#endif
 #define FA_IS_DOUBLE 0
 #define FA_VW 16
 #define FA_MR 4
@@ -82,6 +99,9 @@ double fa_exp_det(double x)
 #include "fa_tile.h"
 
 #define FA_NAME(x) x##_f64_pbase
+#ifdef FA_PANY
+#define FA_ANY(m) FA_PANY(m)
+#endif
 #define FA_IS_DOUBLE 1
 #define FA_VW 8
 #define FA_MR 4

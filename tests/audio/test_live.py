@@ -185,10 +185,15 @@ def test_other_rates_and_int16(tr, short_pcm):
 
 def test_int8(folder, short):
     q = Transcriber(folder, quantize="int8", n_threads=2)
-    events = run(q.live(**FAST), short, 0.5)
+    # the default beams (greedy int8 decodes of a growing buffer wander more: "opened that
+    # night ... that six", where beam 5 and transcribe say "opens at night ... at six")
+    events = run(q.live(min_chunk=2.0), short, 0.5)
     check_stream(events, short.size / SR)
     ref = "The library opens at nine in the morning and closes at six in the evening."
-    assert jiwer.wer(_words(ref), _words(confirmed_text(events))) <= 0.25
+    # within a word (or 0.03) of the int8 model's transcribe of the same audio
+    whole = jiwer.wer(_words(ref), _words(q.transcribe(short).text))
+    live = jiwer.wer(_words(ref), _words(confirmed_text(events)))
+    assert live <= whole + max(0.03, 1.0 / len(ref.split())) + 1e-9, (live, whole)
 
 
 def test_batched_sessions_equal_each_alone(tr, short, clip, fast_events):

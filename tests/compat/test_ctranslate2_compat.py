@@ -142,12 +142,22 @@ def test_asynchronous_and_compute_types(pair, tokens, marian):
     assert compat.Translator(marian["float16"], compute_type="float16").model.quantize is None
     with pytest.raises(ValueError, match="compute_type='float32': .* holds int8 weights"):
         compat.Translator(marian["int8"], compute_type="float32")
-    # the int8 folder: CTranslate2's int8 tokens on most rows (CTranslate2 quantizes the
-    # activations its own way: 7 of 10 here)
+    # the int8 folder: as accurate as CTranslate2's own int8. Both score CTranslate2's int8
+    # hypotheses against CTranslate2 float32's scores of the same tokens (the two quantize
+    # activations differently, so on this random, chaotic model greedy tokens part ways on
+    # some rows -- how many depends on CTranslate2's int8 path on the CPU: 7 of 10 on a Zen 4,
+    # 1 of 10 on a Zen 3 without VNNI)
     theirs = ct2.Translator(marian["int8"], compute_type="int8")
-    a = int8.translate_batch(tokens, beam_size=1, max_decoding_length=20)
+    exact = ct2.Translator(marian["float32"], compute_type="float32")
     b = theirs.translate_batch(tokens, beam_size=1, max_decoding_length=20)
-    assert sum(x.hypotheses == y.hypotheses for x, y in zip(a, b)) >= 6
+    hyps = [r.hypotheses[0] for r in b]
+    ref = [r.log_probs for r in exact.score_batch(tokens, hyps)]
+    err = {}
+    for name, system in (("fastattn", int8), ("ctranslate2", theirs)):
+        got = [r.log_probs for r in system.score_batch(tokens, hyps)]
+        assert [len(x) for x in got] == [len(x) for x in ref]
+        err[name] = np.mean(np.abs(np.concatenate(got) - np.concatenate(ref)))
+    assert err["fastattn"] <= max(1.5 * err["ctranslate2"], 0.02), err
 
 
 @pytest.mark.parametrize("option, value", [
