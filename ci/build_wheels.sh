@@ -6,6 +6,10 @@
 #                                     python -m build -> sdist + a wheel built from that sdist,
 #                                     check the sdist holds sources only, then on Linux
 #                                     auditwheel repair -> a manylinux wheel bundling libgomp
+#   ci/build_wheels.sh --aarch64 [OUTDIR] [ROOT]
+#                                     Linux aarch64 cross-built on x86-64 (ci/build_aarch64.sh:
+#                                     gcc-aarch64-linux-gnu against the arm64 root's Python
+#                                     headers, auditwheel bundling libgomp)
 #   ci/build_wheels.sh --cibuildwheel [OUTDIR]
 #                                     CI: every platform/Python in [tool.cibuildwheel]
 #                                     (pyproject.toml), which repairs and tests each wheel
@@ -16,6 +20,10 @@ cd "$(dirname "$0")/.."
 export FASTATTN_FAIL_NO_OPENMP=1   # never ship a serial wheel
 
 MODE=local
+if [[ "${1:-}" == "--aarch64" ]]; then
+    shift
+    exec bash ci/build_aarch64.sh "${1:-dist-aarch64}" "${2:-.arm64-root}"
+fi
 if [[ "${1:-}" == "--cibuildwheel" ]]; then
     MODE=cibuildwheel
     shift

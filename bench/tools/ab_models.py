@@ -10,7 +10,7 @@ a fresh interpreter that builds the model (random weights, fixed seeds), warms u
 the median and minimum of its timed repeats. Printed: per workload the medians over rounds of each
 build, the ratio old / new (> 1: the new build is faster), and the ratio of the two builds'
 fastest calls over all rounds (on a shared machine, the figure least touched by other load).
-Workloads (2 threads, float32):
+Workloads (2 threads, float32; --quantize int8 / bfloat16 the same models quantized):
 
 - transformer: nn.Transformer(d_model=512, nhead=8), 6 + 6 layers, forward 8 x 128 -> 8 x 128
 - greedy8 / beam4 / greedy1: the base Marian shape (vocab 32000), random unit-scale weights,
@@ -31,6 +31,7 @@ import json, os, sys, tempfile, time
 import numpy as np
 import fastattn as fa
 work, repeats = sys.argv[1], int(sys.argv[2])
+Q = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] != "none" else None
 fa.set_num_threads(2)
 rng = np.random.default_rng(0)
 
@@ -50,11 +51,17 @@ def unit_weights(m, dt=np.float32):
 
 if work == "transformer":
     m = fa.Transformer(d_model=512, nhead=8, seed=0)
+    if Q:
+        m.quantize_(Q)
     src = rng.standard_normal((8, 128, 512), dtype=np.float32)
     tgt = rng.standard_normal((8, 128, 512), dtype=np.float32)
     run = lambda: m(src, tgt, tgt_is_causal=True)
 elif work in ("greedy8", "beam4", "greedy1"):
     m = unit_weights(fa.Seq2SeqTransformer(tie_word_embeddings=False, seed=0))
+    if Q:
+        m = fa.Seq2SeqTransformer.from_state_dict(m.state_dict(), quantize=Q,
+                                                  **{k: v for k, v in m.config.items()
+                                                     if k not in ("dtype", "quantize")})
     B = 1 if work == "greedy1" else 8
     ids = rng.integers(1, 31999, size=(B, 128))
     ids[:, -1] = 0
@@ -67,7 +74,7 @@ else:
     write_numpy_bert(d, vocab_size=30522, hidden_size=384, num_hidden_layers=6,
                      num_attention_heads=12, intermediate_size=1536,
                      max_position_embeddings=512)
-    m = fa.EncoderModel.from_pretrained(d)
+    m = fa.EncoderModel.from_pretrained(d, quantize=Q)
     B, S = (32, 128) if work == "encoder32" else (1, 16)
     ids = rng.integers(1000, 30000, size=(B, S))
     mask = np.ones_like(ids)
@@ -81,6 +88,7 @@ print(json.dumps({"where": os.path.dirname(os.path.dirname(fa.__file__)),
                   "median_ms": 1e3 * ts[len(ts) // 2], "min_ms": 1e3 * ts[0]}))
 ''')
 
+QUANTIZE = "none"
 REPEATS = {"transformer": 5, "greedy8": 3, "beam4": 3, "greedy1": 5, "encoder32": 7,
            "encoder1": 201}
 
@@ -88,7 +96,7 @@ REPEATS = {"transformer": 5, "greedy8": 3, "beam4": 3, "greedy1": 5, "encoder32"
 def run(tree, work, repeats):
     env = dict(os.environ, PYTHONPATH=os.path.abspath(tree),
                AB_REPO=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    out = subprocess.run([sys.executable, "-c", CHILD, work, str(repeats)], env=env,
+    out = subprocess.run([sys.executable, "-c", CHILD, work, str(repeats), QUANTIZE], env=env,
                          capture_output=True, text=True, cwd="/")
     if out.returncode:
         raise SystemExit(f"{tree} {work} failed:\n{out.stderr[-2000:]}")
@@ -105,11 +113,16 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--works", default=",".join(REPEATS))
     ap.add_argument("--repeats", type=int, help="timed calls per run (default: per work)")
+    ap.add_argument("--quantize", choices=["none", "int8", "bfloat16"], default="none",
+                    help="the models' quantize (default none: float32)")
     args = ap.parse_args()
+    global QUANTIZE
+    QUANTIZE = args.quantize
     flags = sorted({f for ln in open("/proc/cpuinfo") if ln.startswith("flags")
                     for f in ln.split()[2:] if f.startswith(("avx", "amx", "fma"))})
     print("CPU flags:", " ".join(flags))
-    print(f"old = {args.old}\nnew = {args.new}\nrounds = {args.rounds}, 2 threads, float32, "
+    print(f"old = {args.old}\nnew = {args.new}\nrounds = {args.rounds}, 2 threads, "
+          f"quantize={args.quantize}, "
           "each run a fresh process, medians of its repeats")
     print(f"{'work':12s} {'old ms':>10s} {'new ms':>10s} {'old/new':>8s} {'min o/n':>8s}   "
           "per round (old/new)")
