@@ -85,55 +85,95 @@ static inline int fa_any64_neon(const void *m)
 #endif
 
 #if FA_GNU_VECTORS
-/* ---- baseline: SSE2 on x86-64, NEON on AArch64 (and the scalar kernel set's portable one) */
-#define FA_NAME(x) x##_f32_pbase
-#ifdef FA_PANY
-#define FA_ANY(m) FA_PANY(m)
+/* Each instance at its native width and register block, its sums across lanes at 16 float /
+ * 8 double lanes (FA_LANES: fa_tile.h keeps 16 / VW vectors per sum and folds them as a
+ * 16-lane butterfly): the bits of a 16-lane instance. p16 is that 16-lane instance itself, at
+ * the baseline ISA: the scalar kernel set's portable attention and the reference the others are
+ * tested against (tests/kernels/test_portable_attention.py). */
+#if FA_ARM64
+#define FA_PB_MR 6
+#define FA_PB_NV 4
+#else
+#define FA_PB_MR 4
+#define FA_PB_NV 2
 #endif
+/* ---- p16: 16 lanes (8 double) at the baseline ISA */
+#define FA_NAME(x) x##_f32_p16
 #define FA_IS_DOUBLE 0
 #define FA_VW 16
 #define FA_MR 4
 #define FA_NV 1
 #define FA_TARGET
 #define FA_DEXP(x) fa_exp_det(x)
-#include "fa_tile.h"
-
-#define FA_NAME(x) x##_f64_pbase
 #ifdef FA_PANY
 #define FA_ANY(m) FA_PANY(m)
 #endif
+#include "fa_tile.h"
+
+#define FA_NAME(x) x##_f64_p16
 #define FA_IS_DOUBLE 1
 #define FA_VW 8
 #define FA_MR 4
 #define FA_NV 1
 #define FA_TARGET
 #define FA_DEXP(x) fa_exp_det(x)
+#ifdef FA_PANY
+#define FA_ANY(m) FA_PANY(m)
+#endif
+#include "fa_tile.h"
+
+/* ---- baseline: SSE2 (x86-64) or NEON (AArch64) at 4 float / 2 double lanes */
+#define FA_NAME(x) x##_f32_pbase
+#define FA_IS_DOUBLE 0
+#define FA_VW 4
+#define FA_LANES 16
+#define FA_MR FA_PB_MR
+#define FA_NV FA_PB_NV
+#define FA_TARGET
+#define FA_DEXP(x) fa_exp_det(x)
+#include "fa_tile.h"
+
+#define FA_NAME(x) x##_f64_pbase
+#define FA_IS_DOUBLE 1
+#define FA_VW 2
+#define FA_LANES 8
+#define FA_MR FA_PB_MR
+#define FA_NV FA_PB_NV
+#define FA_TARGET
+#define FA_DEXP(x) fa_exp_det(x)
 #include "fa_tile.h"
 
 #if FA_X86
+/* ---- AVX2 (no FMA: nothing is fused here anyway) at 8 / 4 lanes, AVX2's block */
 #define FA_NAME(x) x##_f32_pavx2
 #define FA_IS_DOUBLE 0
-#define FA_VW 16
-#define FA_MR 4
-#define FA_NV 1
+#define FA_VW 8
+#define FA_LANES 16
+#define FA_MR 6
+#define FA_NV 2
+#define FA_VMAX _mm256_max_ps
 #define FA_TARGET FA_TARGET_AVX2_NOFMA
 #define FA_DEXP(x) fa_exp_det(x)
 #include "fa_tile.h"
 
 #define FA_NAME(x) x##_f64_pavx2
 #define FA_IS_DOUBLE 1
-#define FA_VW 8
-#define FA_MR 4
-#define FA_NV 1
+#define FA_VW 4
+#define FA_LANES 8
+#define FA_MR 6
+#define FA_NV 2
+#define FA_VMAX _mm256_max_pd
 #define FA_TARGET FA_TARGET_AVX2_NOFMA
 #define FA_DEXP(x) fa_exp_det(x)
 #include "fa_tile.h"
 
+/* ---- AVX-512F at 16 / 8 lanes, AVX-512's block */
 #define FA_NAME(x) x##_f32_pavx512
 #define FA_IS_DOUBLE 0
 #define FA_VW 16
-#define FA_MR 4
-#define FA_NV 1
+#define FA_MR 6
+#define FA_NV 4
+#define FA_VMAX _mm512_max_ps
 #define FA_TARGET FA_TARGET_AVX512_NOFMA
 #define FA_DEXP(x) fa_exp_det(x)
 #include "fa_tile.h"
@@ -141,8 +181,9 @@ static inline int fa_any64_neon(const void *m)
 #define FA_NAME(x) x##_f64_pavx512
 #define FA_IS_DOUBLE 1
 #define FA_VW 8
-#define FA_MR 4
-#define FA_NV 1
+#define FA_MR 6
+#define FA_NV 4
+#define FA_VMAX _mm512_max_pd
 #define FA_TARGET FA_TARGET_AVX512_NOFMA
 #define FA_DEXP(x) fa_exp_det(x)
 #include "fa_tile.h"
@@ -154,6 +195,7 @@ static inline int fa_any64_neon(const void *m)
      .pack_k = pack_k_##sfx, .pack_v = pack_v_##sfx, .scale_rows = scale_rows_##sfx,         \
      .store_rows = store_rows_##sfx, .qk_direct = qk_direct_##sfx,                          \
      .pv_direct = pv_direct_##sfx, .exp_array = exp_array_##sfx}
+static const fa_kernels fa_p16 = {FA_OPS(f32_p16), FA_OPS(f64_p16)};
 static const fa_kernels fa_pbase = {FA_OPS(f32_pbase), FA_OPS(f64_pbase)};
 #if FA_X86
 static const fa_kernels fa_pavx2 = {FA_OPS(f32_pavx2), FA_OPS(f64_pavx2)};
@@ -166,8 +208,7 @@ const fa_kernels *fa_portable_kernels_for(int level)
     if (level == FA_ISA_AVX512) return &fa_pavx512;
     if (level == FA_ISA_AVX2 || level == FA_ISA_AVX2_WIDE) return &fa_pavx2;
 #endif
-    (void)level;
-    return &fa_pbase;
+    return level == FA_ISA_SCALAR ? &fa_p16 : &fa_pbase;
 }
 #else
 /* no GNU vectors (MSVC): the scalar kernels, portable among such builds only */

@@ -16,6 +16,15 @@
  */
 
 #include "simd.h"
+/* FA_LANES (the includer's, default FA_VW): the lane count of the sums across lanes (the
+ * softmax's row sums, the decode path's dot products). An instance with FA_LANES > FA_VW keeps
+ * FA_LANES / FA_VW vectors per sum, lane t of the FA_LANES-lane sum in vector t / FA_VW, and
+ * folds them as an FA_LANES-lane butterfly would: the bits of an FA_LANES-wide instance at its
+ * native width (the portable instances: 16 float / 8 double lanes on every ISA). */
+#ifndef FA_LANES
+#define FA_LANES FA_VW
+#endif
+#define FA_SUB (FA_LANES / FA_VW)
 /* the double exp of the online-softmax rescale (x <= 0): libm's, or the includer's (the
  * portable instances: fa_exp_det) */
 #ifndef FA_DEXP
@@ -452,6 +461,15 @@ FA_TARGET static inline FA_T FA_NAME(hsum)(V a)
 #endif
     return a[0];
 }
+/* FA_SUB vectors of an FA_LANES-lane sum folded into one, as the first steps of an FA_LANES-lane
+ * butterfly would (lanes t and t + FA_LANES / 2 first ...): hsum of the result is the
+ * FA_LANES-lane hsum's number. FA_SUB = 1: the vector itself. */
+FA_TARGET static FA_ALWAYS_INLINE V FA_NAME(fold)(V *a)
+{
+    for (int w = FA_SUB / 2; w >= 1; w /= 2)
+        for (int i = 0; i < w; i++) a[i] = a[i] + a[i + w];
+    return a[0];
+}
 /* s[u] = hsum(a[u]) for four vectors at once, bit for bit: the same butterfly (every lane pair
  * added in the same tree), but with the four vectors' halves packed side by side, so that each
  * shuffle-add step works for several of them (VW = 16: 13 shuffles and adds for the four instead
@@ -575,22 +593,26 @@ FA_NAME(qk_group)(const FA_T *q, ptrdiff_t q_rs, const int g, int E, const FA_T 
                              k + (j + 3) * k_rs};
         if (j + FA_DPF + 4 <= nk)
             for (int u = 0; u < 4; u++) FA_NAME(prefetch_row)(kr[u] + FA_DPF * k_rs, E);
-        V a[FA_DG][4];
+        V a[FA_DG][4][FA_SUB];
         for (int r = 0; r < g; r++)
-            for (int u = 0; u < 4; u++) a[r][u] = (V){0};
+            for (int u = 0; u < 4; u++)
+                for (int i = 0; i < FA_SUB; i++) a[r][u][i] = (V){0};
         int e = 0;
-        for (; e + FA_VW <= E; e += FA_VW) {
-            V kv[4];
-            for (int u = 0; u < 4; u++) kv[u] = VLOAD(kr[u] + e);
-            for (int r = 0; r < g; r++) {
-                V qv = VLOAD(q + r * q_rs + e);
-                for (int u = 0; u < 4; u++) a[r][u] += qv * kv[u];
+        for (; e + FA_LANES <= E; e += FA_LANES)
+            for (int i = 0; i < FA_SUB; i++) {
+                V kv[4];
+                for (int u = 0; u < 4; u++) kv[u] = VLOAD(kr[u] + e + i * FA_VW);
+                for (int r = 0; r < g; r++) {
+                    V qv = VLOAD(q + r * q_rs + e + i * FA_VW);
+                    for (int u = 0; u < 4; u++) a[r][u][i] += qv * kv[u];
+                }
             }
-        }
         for (int r = 0; r < g; r++) {
             const FA_T *qr = q + r * q_rs;
             FA_T s[4];
-            FA_NAME(hsum4)(a[r], s);
+            V f[4];
+            for (int u = 0; u < 4; u++) f[u] = FA_NAME(fold)(a[r][u]);
+            FA_NAME(hsum4)(f, s);
             for (int e2 = e; e2 < E; e2++)
                 for (int u = 0; u < 4; u++) s[u] += qr[e2] * kr[u][e2];
             for (int u = 0; u < 4; u++) scores[(ptrdiff_t)r * ncols + j + u] = s[u];
@@ -601,16 +623,18 @@ FA_NAME(qk_group)(const FA_T *q, ptrdiff_t q_rs, const int g, int E, const FA_T 
      * row the bits it gets alone) */
     for (; j < nk; j++) {
         const FA_T *kj = k + j * k_rs;
-        V a[FA_DG];
-        for (int r = 0; r < g; r++) a[r] = (V){0};
+        V a[FA_DG][FA_SUB];
+        for (int r = 0; r < g; r++)
+            for (int i = 0; i < FA_SUB; i++) a[r][i] = (V){0};
         int e = 0;
-        for (; e + FA_VW <= E; e += FA_VW) {
-            V kv = VLOAD(kj + e);
-            for (int r = 0; r < g; r++) a[r] += VLOAD(q + r * q_rs + e) * kv;
-        }
+        for (; e + FA_LANES <= E; e += FA_LANES)
+            for (int i = 0; i < FA_SUB; i++) {
+                V kv = VLOAD(kj + e + i * FA_VW);
+                for (int r = 0; r < g; r++) a[r][i] += VLOAD(q + r * q_rs + e + i * FA_VW) * kv;
+            }
         for (int r = 0; r < g; r++) {
             const FA_T *qr = q + r * q_rs;
-            FA_T s0 = FA_NAME(hsum)(a[r]);
+            FA_T s0 = FA_NAME(hsum)(FA_NAME(fold)(a[r]));
             for (int e2 = e; e2 < E; e2++) s0 += qr[e2] * kj[e2];
             scores[(ptrdiff_t)r * ncols + j] = s0;
         }
@@ -820,22 +844,28 @@ FA_TARGET static inline FA_T FA_NAME(exp_sub_sum)(FA_T *s, int lim, FA_T mf)
     FA_T sum = 0;
 #if FA_VW > 1
     const FA_T ninf = -(FA_T)INFINITY;
-    V vsum = (V){0};
+    V vsum[FA_SUB];
+    for (int i = 0; i < FA_SUB; i++) vsum[i] = (V){0};
     int j = 0;
-    for (; j + FA_VW <= lim; j += FA_VW) {
-        V p = FA_NAME(vexp_softmax)(VLOAD(s + j) - mf);
-        VSTORE(s + j, p);
-        vsum += p;
-    }
+    for (; j + FA_LANES <= lim; j += FA_LANES)
+        for (int i = 0; i < FA_SUB; i++) {
+            V p = FA_NAME(vexp_softmax)(VLOAD(s + j + i * FA_VW) - mf);
+            VSTORE(s + j + i * FA_VW, p);
+            vsum[i] += p;
+        }
     if (j < lim) {
-        /* the tail: pad a vector with -inf so the same code finishes the row */
-        V x = (V){0} + ninf;
-        for (int k = 0; j + k < lim; k++) x[k] = s[j + k] - mf;
-        V p = FA_NAME(vexp_softmax)(x);
-        for (int k = 0; j + k < lim; k++) s[j + k] = p[k];
-        vsum += p;
+        /* the tail: pad FA_LANES lanes with -inf so the same code finishes the row */
+        for (int i = 0; i < FA_SUB; i++) {
+            const int j0 = j + i * FA_VW;
+            V x = (V){0} + ninf;
+            for (int k = 0; k < FA_VW && j0 + k < lim; k++) x[k] = s[j0 + k] - mf;
+            V p = FA_NAME(vexp_softmax)(x);
+            for (int k = 0; k < FA_VW && j0 + k < lim; k++) s[j0 + k] = p[k];
+            vsum[i] += p;
+        }
     }
-    for (int k = 0; k < FA_VW; k++) sum += vsum[k];
+    for (int i = 0; i < FA_SUB; i++)
+        for (int k = 0; k < FA_VW; k++) sum += vsum[i][k];
 #else
     for (int j = 0; j < lim; j++) {
         FA_T p = (FA_T)exp((double)(s[j] - mf));
@@ -967,6 +997,8 @@ FA_TARGET static void FA_NAME(exp_array)(const FA_T *x, ptrdiff_t n, FA_T *y)
 #endif
 #undef FA_MR
 #undef FA_DEXP
+#undef FA_LANES
+#undef FA_SUB
 #undef FA_NV
 #define FA_SIMD_END
 #include "simd.h"
