@@ -43,7 +43,7 @@ echo "arm64_root: $(chroot "$ROOT" python3 -c 'import platform, sys; print(sys.v
 SITE="$ROOT/opt/site"
 if [[ ! -f "$SITE/.ok" ]]; then
     rm -rf "$SITE"
-    python -m pip install -q --target "$SITE" --only-binary=:all: \
+    python -m pip install -q --no-cache-dir --target "$SITE" --only-binary=:all: \
         --platform manylinux_2_28_aarch64 --platform manylinux_2_27_aarch64 \
         --platform manylinux2014_aarch64 --platform linux_aarch64 \
         --python-version "$PYV" --implementation cp --abi "cp${PYV/./}" \
