@@ -8,10 +8,11 @@
 #                             requirements, which ci/run_tests.sh installs) and the emulated test
 #                             subset below, once without a cap (ci/test_aarch64.sh)
 #
-# ARM64_ROOT moves the root (default .arm64-root, git-ignored).
+# ARM64_ROOT moves the root (default: outside the checkout, $TMPDIR/fastattn-arm64-root, so that
+# nothing that copies the tree -- tests/test_wheel.py, the sanitizer -- meets a Debian system).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT="${ARM64_ROOT:-.arm64-root}"
+ROOT="${ARM64_ROOT:-${TMPDIR:-/tmp}/fastattn-arm64-root}"
 SUDO=""
 if [[ $(id -u) != 0 ]]; then
     command -v sudo >/dev/null || { echo "aarch64: needs root or sudo (debootstrap, chroot, binfmt)" >&2; exit 1; }

@@ -26,7 +26,10 @@ VERSION = re.search(r'__version__ = "([^"]+)"',
                     (ROOT / "fastattn" / "_version.py").read_text()).group(1)
 IGNORE = shutil.ignore_patterns(".git", "build", "dist", "wheelhouse", "*.egg-info", "__pycache__",
                                 "*.so", "*.pyd", "_attention.c", "_gemm.c", "*.html", "_build_info.py",
-                                ".venv*", ".pytest_cache", ".hypothesis", "bench", "shared")
+                                ".venv*", ".pytest_cache", ".hypothesis", "bench", "shared",
+                                # the emulated arm64 root (ci/arm64_root.sh) and its wheels: a
+                                # whole Debian system whose absolute links lead out of it
+                                ".arm64-root*", "dist-aarch64")
 
 CHECK_SCRIPT = r"""
 import json, os, sys
@@ -90,7 +93,7 @@ def _need_tools():
 def _build_and_repair(tmp_path):
     """Build the wheel from a copy of the checkout and repair it; return the repaired wheel."""
     src = tmp_path / "src"
-    shutil.copytree(ROOT, src, ignore=IGNORE)
+    shutil.copytree(ROOT, src, ignore=IGNORE, symlinks=True)
 
     # 1. build, as pip and build_wheels.sh do: in an isolated environment with exactly the
     # [build-system] requirements (this environment needs no Cython or setuptools of its own)
