@@ -69,9 +69,13 @@ def _check_int8_rows(runs, text):
             assert "onnx" in runs["encoder"][system]["skipped"].lower()
             continue
         assert len(rows) == 2
-        for r in rows:             # quantized (not the float32 graph), and close to it
+        # quantized (not the float32 graph), and near it: how near is the peer's own arithmetic
+        # (CTranslate2 int8's largest difference on this random encoder: < 0.5 on AVX-512 VNNI
+        # hosts, 1.3 on a Zen 3 without VNNI)
+        bound = 4.0 if system == "ctranslate2-int8" else 0.5
+        for r in rows:
             diff = float(r["vs_float32"].split()[-1])
-            assert 1e-4 < diff < 0.5, (system, r)
+            assert 1e-4 < diff < bound, (system, r)
 
 
 def test_default_run_includes_models_only_when_not_narrowed():
