@@ -42,9 +42,15 @@ python -m build --wheel --no-isolation --outdir "$SRC/raw" . > "$SRC/build.log" 
     tail -40 "$SRC/build.log" >&2; exit 1; }
 grep -E "fastattn: OpenMP" "$SRC/build.log" || true
 RAW=$(ls "$SRC"/raw/fastattn-*-linux_aarch64.whl)
-file_check=$(unzip -o -q "$RAW" 'fastattn/_kernels/_simd*.so' -d "$SRC/chk" && file "$SRC"/chk/fastattn/_kernels/_simd*.so)
-echo "$file_check"
-grep -q "ARM aarch64" <<<"$file_check" || { echo "build_aarch64: the extension is not aarch64" >&2; exit 1; }
+# every extension in the wheel is an AArch64 ELF (e_machine 183), read with Python alone
+python - "$RAW" <<'PY' || { echo "build_aarch64: the extensions are not aarch64" >&2; exit 1; }
+import struct, sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+sos = [n for n in z.namelist() if n.endswith(".so")]
+machines = {n: struct.unpack_from("<H", z.read(n), 18)[0] for n in sos}
+print("build_aarch64:", len(sos), "extensions, ELF machines", sorted(set(machines.values())))
+sys.exit(0 if sos and set(machines.values()) == {183} else 1)
+PY
 mkdir -p "$OUT"
 LD_LIBRARY_PATH=/usr/$CROSS/lib python -m auditwheel repair --wheel-dir "$OUT" "$RAW"
 ls -l "$OUT"
