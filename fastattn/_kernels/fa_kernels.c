@@ -130,13 +130,6 @@
 #endif
 
 /* ---- the tables, one per kernel set */
-#define FA_OPS(sfx)                                                                         \
-    {.qk_tile = qk_tile_##sfx, .pv_tile = pv_tile_##sfx, .row_update = row_update_##sfx,     \
-     .row_weights = row_weights_##sfx, .softmax_row = softmax_row_##sfx,                    \
-     .pack_k = pack_k_##sfx, .pack_v = pack_v_##sfx, .scale_rows = scale_rows_##sfx,         \
-     .store_rows = store_rows_##sfx, .qk_direct = qk_direct_##sfx,                          \
-     .pv_direct = pv_direct_##sfx, .exp_array = exp_array_##sfx}
-#define FA_TABLE(name, isa) static const fa_kernels name = {FA_OPS(f32_##isa), FA_OPS(f64_##isa)};
 
 FA_TABLE(fa_scalar, scalar)
 FA_IF_VECTORS(FA_TABLE(fa_base, base))

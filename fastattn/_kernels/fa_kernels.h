@@ -53,6 +53,16 @@ typedef struct {
     fa_ops_f64 f64;
 } fa_kernels;
 
+/* A table's ops from one fa_tile.h instance's functions (suffix sfx, e.g. f32_avx2): the
+ * per-ISA tables (fa_kernels.c) and the portable ones (fa_portable.c) */
+#define FA_TILE_OPS(sfx)                                                                       \
+    {.qk_tile = qk_tile_##sfx, .pv_tile = pv_tile_##sfx, .row_update = row_update_##sfx,     \
+     .row_weights = row_weights_##sfx, .softmax_row = softmax_row_##sfx,                    \
+     .pack_k = pack_k_##sfx, .pack_v = pack_v_##sfx, .scale_rows = scale_rows_##sfx,         \
+     .store_rows = store_rows_##sfx, .qk_direct = qk_direct_##sfx,                          \
+     .pv_direct = pv_direct_##sfx, .exp_array = exp_array_##sfx}
+#define FA_TABLE(name, isa) static const fa_kernels name = {FA_TILE_OPS(f32_##isa), FA_TILE_OPS(f64_##isa)};
+
 /* The kernels of the set `level` (FA_ISA_*, one the CPU has: simd.h's state); with the
  * FA_ISA_PORTABLE flag, that set's portable instance (fa_portable.c). */
 const fa_kernels *fa_kernels_for(int level);

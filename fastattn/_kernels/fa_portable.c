@@ -70,19 +70,6 @@ double fa_exp_det(double x)
     return p * scale;
 }
 
-#if FA_ARM64
-/* "is any lane true" for a 64-byte mask (VANY) in NEON: GCC 12's generic lane loop on such a
- * vector, a call taking it by value, was seen to answer wrong in the int8 GEMM's AArch64
- * instances (qgemm_kernels.c), so the AArch64 instance here does not use it either */
-static inline int fa_any64_neon(const void *m)
-{
-    const uint32_t *p = (const uint32_t *)m;
-    uint32x4_t a = vorrq_u32(vorrq_u32(vld1q_u32(p), vld1q_u32(p + 4)),
-                             vorrq_u32(vld1q_u32(p + 8), vld1q_u32(p + 12)));
-    return vmaxvq_u32(a) != 0;
-}
-#define FA_PANY(m) ({ __typeof__(m) fa_m_ = (m); fa_any64_neon(&fa_m_); })
-#endif
 
 #if FA_GNU_VECTORS
 /* Each instance at its native width and register block, its sums across lanes at 16 float /
@@ -105,8 +92,8 @@ static inline int fa_any64_neon(const void *m)
 #define FA_NV 1
 #define FA_TARGET
 #define FA_DEXP(x) fa_exp_det(x)
-#ifdef FA_PANY
-#define FA_ANY(m) FA_PANY(m)
+#if FA_ARM64
+#define FA_ANY(m) FA_ANY64_NEON(m)
 #endif
 #include "fa_tile.h"
 
@@ -117,8 +104,8 @@ static inline int fa_any64_neon(const void *m)
 #define FA_NV 1
 #define FA_TARGET
 #define FA_DEXP(x) fa_exp_det(x)
-#ifdef FA_PANY
-#define FA_ANY(m) FA_PANY(m)
+#if FA_ARM64
+#define FA_ANY(m) FA_ANY64_NEON(m)
 #endif
 #include "fa_tile.h"
 
@@ -189,17 +176,11 @@ static inline int fa_any64_neon(const void *m)
 #include "fa_tile.h"
 #endif
 
-#define FA_OPS(sfx)                                                                         \
-    {.qk_tile = qk_tile_##sfx, .pv_tile = pv_tile_##sfx, .row_update = row_update_##sfx,     \
-     .row_weights = row_weights_##sfx, .softmax_row = softmax_row_##sfx,                    \
-     .pack_k = pack_k_##sfx, .pack_v = pack_v_##sfx, .scale_rows = scale_rows_##sfx,         \
-     .store_rows = store_rows_##sfx, .qk_direct = qk_direct_##sfx,                          \
-     .pv_direct = pv_direct_##sfx, .exp_array = exp_array_##sfx}
-static const fa_kernels fa_p16 = {FA_OPS(f32_p16), FA_OPS(f64_p16)};
-static const fa_kernels fa_pbase = {FA_OPS(f32_pbase), FA_OPS(f64_pbase)};
+FA_TABLE(fa_p16, p16)
+FA_TABLE(fa_pbase, pbase)
 #if FA_X86
-static const fa_kernels fa_pavx2 = {FA_OPS(f32_pavx2), FA_OPS(f64_pavx2)};
-static const fa_kernels fa_pavx512 = {FA_OPS(f32_pavx512), FA_OPS(f64_pavx512)};
+FA_TABLE(fa_pavx2, pavx2)
+FA_TABLE(fa_pavx512, pavx512)
 #endif
 
 const fa_kernels *fa_portable_kernels_for(int level)

@@ -119,22 +119,6 @@ static void qg_quant_scalar(const float *x, ptrdiff_t K, uint8_t *xq, ptrdiff_t 
 #define QG_VW 1
 #endif
 
-#if FA_ARM64
-/* "is any lane true" for the 16-lane masks (VANY): four q registers OR-ed, one UMAXV. Only
- * whether a branch is computed depends on it, never a lane's value; GCC 12's code for the
- * generic lane loop on a 64-byte vector (a non-inlined call taking it by value) left the GELU's
- * erfc branch out for one element of the neon instance, which the lane loop must not (seen in
- * tests/kernels/test_int8_gemm.py under emulation; the other instances were right), so every
- * AArch64 instance says it in NEON. */
-static inline int qg_any16_neon(const void *m)
-{
-    const uint32_t *p = (const uint32_t *)m;
-    uint32x4_t a = vorrq_u32(vorrq_u32(vld1q_u32(p), vld1q_u32(p + 4)),
-                             vorrq_u32(vld1q_u32(p + 8), vld1q_u32(p + 12)));
-    return vmaxvq_u32(a) != 0;
-}
-#define QG_ANY_NEON(m) ({ __typeof__(m) qg_m_ = (m); qg_any16_neon(&qg_m_); })
-#endif
 
 /* ------------------------------------------------------------------ scalar */
 #define FA_NAME(x) qg_##x##_scalar
@@ -145,7 +129,7 @@ static inline int qg_any16_neon(const void *m)
 #define GM_KC 256
 #define FA_TARGET
 #if FA_ARM64
-#define FA_ANY(m) QG_ANY_NEON(m)
+#define FA_ANY(m) FA_ANY64_NEON(m)
 #endif
 #define GM_KEEP_INSTANCE
 #include "gemm_tile.h"
@@ -711,7 +695,7 @@ static FA_ALWAYS_INLINE int8x16_t qg_arm_quad_s8(const uint8_t *xr)
 #define GM_MR 6
 #define GM_NV 4
 #define GM_KC 256
-#define FA_ANY(m) QG_ANY_NEON(m)
+#define FA_ANY(m) FA_ANY64_NEON(m)
 #define FA_TARGET
 #define GM_KEEP_INSTANCE
 #include "gemm_tile.h"
@@ -755,7 +739,7 @@ static FA_ALWAYS_INLINE void qg_imk_neon(const uint8_t *x, ptrdiff_t kp, const i
 #define GM_MR 6
 #define GM_NV 4
 #define GM_KC 256
-#define FA_ANY(m) QG_ANY_NEON(m)
+#define FA_ANY(m) FA_ANY64_NEON(m)
 #define FA_TARGET FA_TARGET_DOTPROD
 #define GM_KEEP_INSTANCE
 #include "gemm_tile.h"
@@ -816,7 +800,7 @@ qg_imk_dotprod(const uint8_t *x, ptrdiff_t kp, const int mr, const int8_t *w, pt
 #define GM_MR 6
 #define GM_NV 4
 #define GM_KC 256
-#define FA_ANY(m) QG_ANY_NEON(m)
+#define FA_ANY(m) FA_ANY64_NEON(m)
 #define FA_TARGET FA_TARGET_I8MM
 #define GM_KEEP_INSTANCE
 #include "gemm_tile.h"

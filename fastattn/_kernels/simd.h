@@ -65,6 +65,22 @@
 #include <arm_neon.h>      /* NEON everywhere; the dot-product / i8mm intrinsics inside functions
                             * whose target attribute enables them (FA_TARGET_DOTPROD / _I8MM) */
 #endif
+#if FA_ARM64
+/* "is any lane true" for a 64-byte mask (16 x 32 or 8 x 64 bits: VANY of the 16-float and
+ * 8-double instances) in NEON: four q registers OR-ed, one UMAXV. GCC 12's generic lane loop on
+ * such a vector (a non-inlined call taking it by value) left the GELU's erfc branch out for one
+ * element of the neon int8 instance, which the loop must not (seen in tests/kernels/
+ * test_int8_gemm.py under emulation; the other instances of the same source were right), so
+ * the AArch64 instances of that width use this (qgemm_kernels.c, fa_portable.c). */
+static inline int fa_any64_neon(const void *m)
+{
+    const uint32_t *p = (const uint32_t *)m;
+    uint32x4_t a = vorrq_u32(vorrq_u32(vld1q_u32(p), vld1q_u32(p + 4)),
+                             vorrq_u32(vld1q_u32(p + 8), vld1q_u32(p + 12)));
+    return vmaxvq_u32(a) != 0;
+}
+#define FA_ANY64_NEON(m) ({ __typeof__(m) fa_m_ = (m); fa_any64_neon(&fa_m_); })
+#endif
 
 /* Portable spellings of two compiler extensions the kernel templates use on every ISA, the
  * plain-C ones included (those are what a compiler without GNU C, e.g. MSVC, builds):

