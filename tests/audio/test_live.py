@@ -275,7 +275,8 @@ def test_cli_live_from_stdin(folder, short_pcm, fast_events, tmp_path):
            "--beams", "1", "--min-chunk", "2", "--threads", "2", "--output", str(out)]
     with open(wav, "rb") as f:
         f.seek(44)                                   # the PCM after the RIFF header
-        proc = subprocess.run(cmd, stdin=f, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(cmd, stdin=f, capture_output=True, text=True, timeout=120,
+                              cwd=tmp_path)   # not the checkout: its fastattn/ may be unbuilt
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == confirmed_text(ref).split()
     got = json.loads(out.read_text())
@@ -285,9 +286,11 @@ def test_cli_live_from_stdin(folder, short_pcm, fast_events, tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".fastattn-")]
     # errors: one line, status 2
     bad = subprocess.run(cmd[:-2] + ["--output", str(tmp_path / "x.srt"), "--input-rate",
-                                     "0"], input=b"", capture_output=True, timeout=60)
+                                     "0"], input=b"", capture_output=True, timeout=60,
+                         cwd=tmp_path)
     assert bad.returncode == 2 and b"Traceback" not in bad.stderr
-    odd = subprocess.run(cmd[:-2], input=b"\x00\x00\x01", capture_output=True, timeout=60)
+    odd = subprocess.run(cmd[:-2], input=b"\x00\x00\x01", capture_output=True, timeout=60,
+                         cwd=tmp_path)
     assert odd.returncode == 2 and b"half a sample" in odd.stderr and b"Traceback" not in \
         odd.stderr
 

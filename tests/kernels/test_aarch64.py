@@ -2,6 +2,7 @@
 on x86-64 only the x86 side of the same switch is checked here)."""
 import os
 import subprocess
+import tempfile
 import sys
 
 import pytest
@@ -17,7 +18,7 @@ def _run(code, cap):
     if cap is not None:
         env["FASTATTN_ISA"] = cap
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, cwd=tempfile.gettempdir())   # `-c` imports from the cwd
 
 
 @arm
