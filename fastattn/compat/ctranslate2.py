@@ -27,6 +27,12 @@ there (a token not in it is the unknown token). Semantics are CTranslate2 4.x's:
   (log-softmax of the processed logits) of the generated tokens, EOS included, summed and
   divided by ``length ** length_penalty``, the length counting the target prefix (whose tokens
   are not scored) and EOS, beam search's and greedy search's alike.
+- ``return_attention`` / ``replace_unknowns``: the spec's alignment head (``alignment_layer``,
+  ``alignment_heads``: OpenNMT's last layer's first head by default) over each hypothesis in a
+  teacher-forced pass (:meth:`fastattn.Seq2SeqTransformer.cross_attention`), one vector per
+  hypothesis token over the source tokens (implicit BOS / EOS left out); an unknown token
+  becomes the source token weighed most. It is each row's own: CTranslate2's attention of a row
+  padded in a batch is not (its hypotheses are), so there the two may pick other tokens.
 - ``score_batch``: teacher forcing (:meth:`fastattn.Seq2SeqTransformer.score`), CTranslate2's
   tokens (the target, then EOS) and ``offset``.
 - ``Encoder.forward_batch``: ``last_hidden_state`` as a NumPy float32 array (CTranslate2 returns
@@ -42,9 +48,8 @@ there (a token not in it is the unknown token). Semantics are CTranslate2 4.x's:
 
 Refused, each by a ValueError naming it: devices other than the CPU, ``files=``,
 ``flash_attention`` / ``tensor_parallel``, ``int16``; ``patience`` != 1, ``coverage_penalty``,
-``prefix_bias_beta``, ``use_vmap``, ``return_logits_vocab``, ``return_attention``,
-``return_alternatives``, ``min_alternative_expansion_prob``, ``replace_unknowns``,
-``callback``, an ``end_token`` other than the model's EOS, sampling with ``beam_size`` > 1.
+``prefix_bias_beta``, ``use_vmap``, ``return_logits_vocab``,
+``return_alternatives``, ``min_alternative_expansion_prob``, ``callback``, an ``end_token`` other than the model's EOS, sampling with ``beam_size`` > 1.
 Decoding stops at the model's last position (CTranslate2 raises there). Whisper:
 :mod:`fastattn.compat._ct2_models`.
 """
@@ -92,10 +97,8 @@ _REFUSED = {
     "prefix_bias_beta": (0, "biased decoding is not implemented"),
     "use_vmap": (False, "vocabulary maps are not read"),
     "return_logits_vocab": (False, "the logits are not kept"),
-    "return_attention": (False, "the attention weights are not returned"),
     "return_alternatives": (False, "alternatives are not implemented"),
     "min_alternative_expansion_prob": (0, "alternatives are not implemented"),
-    "replace_unknowns": (False, "needs the attention weights"),
     "callback": (None, "decoding is not streamed per step"),
 }
 
@@ -211,7 +214,8 @@ class Translator(LoadedModel):
                       temperature=float(sampling_temperature))
         opts = dict(max_len=int(max_decoding_length), min_len=int(min_decoding_length),
                     scores=bool(return_scores), end=bool(return_end_token),
-                    lp=float(length_penalty))
+                    lp=float(length_penalty), attention=bool(return_attention),
+                    replace=bool(replace_unknowns), source=source)
         out = [None] * len(src)
         lengths = [len(s) for s in src]
         for chunk in batches(len(src), lengths, max_batch_size, batch_type):
@@ -221,6 +225,8 @@ class Translator(LoadedModel):
             for rows in groups.values():
                 for i, r in zip(rows, self._decode([src[i] for i in rows],
                                                    [prefixes[i] for i in rows], kw, opts)):
+                    if opts["attention"] or opts["replace"]:
+                        self._attend(r, src[i], list(opts["source"][i]), opts)
                     out[i] = r
         return [AsyncResult(r) for r in out] if asynchronous else out
 
@@ -277,6 +283,49 @@ class Translator(LoadedModel):
             results[i] = TranslationResult(hypotheses=hyps, scores=scores, attention=[],
                                            logits=[])
         return results
+
+    def _attend(self, result, src, original, o):
+        """CTranslate2's return_attention / replace_unknowns on one row's result (in place)."""
+        if not src:
+            return
+        bos, eos = bool(self._cfg.get("add_source_bos")), bool(self._cfg.get("add_source_eos"))
+        unk = self._tgt.tokens[self._tgt.unk] if self._tgt.unk is not None else None
+        layer, heads = self._alignment()
+        att_all = []
+        for k, toks in enumerate(result.hypotheses):
+            # row t of a teacher-forced pass over the start token and the hypothesis is the
+            # attention that predicted token t
+            dec = [self._start] + (self._tgt.ids(toks, "hypothesis") if toks else [])
+            att = self.model.cross_attention(np.array([src], np.int64),
+                                             np.array([dec], np.int64), layer=layer,
+                                             heads=heads, n_threads=self._threads)[0]
+            vectors = []
+            for t in range(len(toks)):
+                v = att[t, :len(src)]
+                v = v[1:] if bos else v
+                v = v[:-1] if eos else v
+                v = np.concatenate([v[:len(original)],
+                                    np.zeros(max(len(original) - v.size, 0), np.float32)])
+                vectors.append(v.tolist())
+            if o["replace"] and unk is not None:
+                for t, tok in enumerate(toks):
+                    if tok == unk and original:
+                        toks[t] = original[int(np.argmax(vectors[t]))]
+            att_all.append(vectors)
+        if o["attention"]:
+            result.attention = att_all
+
+    def _alignment(self):
+        """(layer, [heads]) of the spec's alignment (decoder/alignment_layer, _heads; 0 heads:
+        all of them)."""
+        if not hasattr(self, "_align"):
+            mb = ModelBin(os.path.join(self.model_path, "model.bin"))
+            n = self.model.config["decoder_layers"]
+            H = self.model.config["decoder_attention_heads"]
+            layer = int(mb.scalar("decoder/alignment_layer", -1))
+            heads = int(mb.scalar("decoder/alignment_heads", 1)) or H
+            self._align = (layer % n, list(range(min(heads, H))))
+        return self._align
 
     def translate_iterable(self, source, target_prefix=None, max_batch_size=32,
                            batch_type="examples", **kwargs):

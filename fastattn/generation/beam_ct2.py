@@ -2,7 +2,7 @@
 that expect CTranslate2's results (:mod:`fastattn.compat`).
 
 It differs from transformers' (:func:`fastattn.generation.search.beam_search`, the default) in
-three ways, re-derived from CTranslate2 4.x's ``BeamSearch``:
+four ways, re-derived from CTranslate2 4.x's ``BeamSearch``:
 
 - the processors run on the logits and the log-softmax after them (transformers: on the
   log-probabilities): the probability they remove (suppressed tokens, a banned EOS, the
@@ -15,7 +15,11 @@ three ways, re-derived from CTranslate2 4.x's ``BeamSearch``:
   at the last position;
 - the finished hypotheses are ranked at the end by ``score / length ** length_penalty``, the
   length counting the generated tokens (EOS where ``eos_in_length``) plus ``length_offset``
-  (CTranslate2's translator counts a target prefix and EOS; its Whisper neither).
+  (CTranslate2's translator counts a target prefix and EOS; its Whisper neither);
+- after a forced prefix (a target prefix, Whisper's prompt), at the first free step an EOS
+  among the candidates other than the best is turned into token 0 with a score of -1e10
+  (CTranslate2's guard against short hypotheses, its issue #277): such a hypothesis does not
+  finish, and the dead candidate may take a running beam's place.
 
 The running beams are the same as transformers' (the best ``num_beams`` candidates that do not
 end), their scores float32 sums in the same order.
@@ -94,6 +98,16 @@ def beam_search_ct2(state, procs, p, B, K, n_threads=None, *, prefix=None,
         top_beam, top_tok = top // V, top % V
         last = cur + 1 >= max_len
         ends = top_tok == eos
+        if cur == P and P > 1 and ends[:, 1:].any():
+            # the first step after a forced prefix (a target prefix, Whisper's prompt): an EOS
+            # among the candidates other than the best becomes token 0 with a score of -1e10
+            # (CTranslate2's update_sample_with_prefix, its issue #277), which may then hold
+            # a running beam's place
+            sec = ends.copy()
+            sec[:, 0] = False
+            top_tok = np.where(sec, 0, top_tok)
+            top_lp = np.where(sec, _F32(-1.0e10), top_lp)
+            ends &= ~sec
         pick = np.tile(np.arange(K), (n, 1))      # the candidate each running beam continues
         live = np.ones(n, bool)
         for i in range(n):

@@ -460,6 +460,81 @@ class Seq2SeqTransformer(Seq2SeqWeights):
         h = self._decode(cache, dec, n_threads)
         return self._project(h, n_threads).reshape(B, T, self.vocab_size)
 
+    def cross_attention(self, input_ids, decoder_input_ids, attention_mask=None, *, layer=-1,
+                        heads=(0,), n_threads=None):
+        """Teacher-forced cross-attention probabilities of decoder layer `layer`, averaged
+        over `heads`: where each target position looks in the source (CTranslate2's
+        ``return_attention``: its alignment layer and heads, by default the last layer's first
+        head; OpenNMT's word alignment).
+
+        Parameters
+        ----------
+        input_ids : int array (B, S)
+        decoder_input_ids : int array (B, T): the start token, then the target; position t's
+            weights are the ones that predict target token t + 1
+        attention_mask : array (B, S), optional (default: ``pad_id`` positions are padding)
+        layer : int (negative counts from the last)
+        heads : sequence of int, the heads averaged
+
+        Returns
+        -------
+        ndarray float32 (B, T, S): softmax(q k^T * scale) over each row's source positions
+        (0 at padding), the mean of the heads. The layers below `layer` run as in
+        :meth:`logits` (the same bits).
+        """
+        ids, mask = self.check_sources(input_ids, attention_mask)
+        dec = check_token_ids(decoder_input_ids, "decoder_input_ids", self.vocab_size)
+        B, T = dec.shape
+        S = ids.shape[1]
+        if B != ids.shape[0]:
+            raise ValueError(f"decoder_input_ids has {B} rows, input_ids {ids.shape[0]}")
+        if T == 0 or T > self.max_decoder_positions:
+            raise ValueError(f"decoder_input_ids length must be in [1, "
+                             f"{self.max_decoder_positions}], got {T}")
+        n_layers, H = self._config["decoder_layers"], self._config["decoder_attention_heads"]
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or \
+                not -n_layers <= layer < n_layers:
+            raise ValueError(f"layer must be an integer in [{-n_layers}, {n_layers}), got "
+                             f"{layer!r}")
+        heads = list(heads) if not isinstance(heads, (int, np.integer)) else [heads]
+        if not heads or any(isinstance(h, bool) or not isinstance(h, (int, np.integer)) or
+                            not 0 <= h < H for h in heads):
+            raise ValueError(f"heads must be a non-empty list of head indices in [0, {H}), got "
+                             f"{heads!r}")
+        check_plan(self.plan_bytes(B, S, 1, T, chunk=T) + B * len(heads) * T * S * 4,
+                   f"cross_attention(input_ids {ids.shape}, decoder_input_ids {dec.shape})")
+        memory = self._encode(ids, mask, n_threads)
+        cache = self._start_cache(memory, mask, 1, T, n_threads)
+        stack = self.decoder
+        x = self.decoder_embed._forward(dec, **self._positions(dec, 0))
+        tmask = None if stack.position_bias is None else stack.position_bias._forward(T, T, 0)
+        ln = self._ln_threads(B * T, n_threads)
+        layer = int(layer) % n_layers
+        for i in range(layer):
+            x = stack.layers[i]._forward(x, None, B, T, None, tmask, None, n_threads,
+                                         cache=cache.layer(i), ln_threads=ln)
+        lyr, lc = stack.layers[layer], cache.layer(layer)
+        # TransformerDecoderLayer._forward's self-attention, then the cross-attention's query
+        h, norm = lyr._norm_in(lyr.norm1, x, ln)
+        x = lyr.self_attn._step_self(h, B, T, lc.append, x, norm, n_threads, tmask)
+        h, _ = lyr._norm_in(lyr.norm2, x, ln)
+        attn = lyr.multihead_attn
+        q = attn._proj(0)(h, None, n_threads)                    # (B * T, H * Dh)
+        k = lc.cross[0]                                          # (B, H, S, Dh)
+        Dh = attn.head_dim
+        scale = attn.scale if attn.scale is not None else 1.0 / math.sqrt(Dh)
+        out = np.zeros((B, T, S), np.float32)
+        for hd in heads:
+            qh = q[:, hd * Dh:(hd + 1) * Dh].reshape(B, T, Dh).astype(np.float32)
+            z = np.matmul(qh, k[:, hd].astype(np.float32).swapaxes(1, 2)) * np.float32(scale)
+            z = np.where(mask[:, None, :], z, -np.inf)
+            z -= z.max(axis=-1, keepdims=True)
+            np.exp(z, out=z)
+            z /= z.sum(axis=-1, keepdims=True)
+            out += z
+        out /= np.float32(len(heads))
+        return out
+
     # ---------------------------------------------------------------------------------------
     # the decoder interface (fastattn.generation.Decoder): step API and generation
     # ---------------------------------------------------------------------------------------

@@ -69,6 +69,8 @@ def _model_specs(values):
         name, sep, folder = v.partition("=")
         if not sep:
             name, folder = os.path.basename(os.path.normpath(v)), v
+            if name.endswith(".argosmodel"):               # an Argos package's file
+                name = name[:-len(".argosmodel")]
         if not name or not folder:
             raise ValueError(f"--model {v!r}: expected NAME=FOLDER")
         if name in out:

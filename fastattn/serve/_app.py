@@ -89,7 +89,7 @@ def load_models(models, *, quantize=None, threads=None):
     from ..audio import Transcriber
     from ..models import EncoderModel, WhisperModel
     from ..models.convert import model_class
-    from ..text import SentenceEncoder, Translator
+    from ..text import SentenceEncoder, Translator, argos
     if not isinstance(models, dict) or not models:
         raise ValueError("models must be a non-empty dict {name: folder}")
     out = {}
@@ -99,11 +99,29 @@ def load_models(models, *, quantize=None, threads=None):
         if isinstance(spec, (SentenceEncoder, Translator, Transcriber)):
             out[name] = spec
             continue
+        if argos.is_package(spec) or str(spec).endswith(argos.SUFFIX):
+            out[name] = Translator(spec, quantize=quantize, n_threads=threads)
+            continue
         cls = model_class(spec)
         make = SentenceEncoder if cls is EncoderModel else \
             Transcriber if cls is WhisperModel else Translator
         out[name] = make(spec, quantize=quantize, n_threads=threads)
     return out
+
+
+def _translates(tr, src, tgt):
+    """Whether the Translator `tr` has the codes `src` (None, "" or "auto": any) and `tgt`."""
+    if not isinstance(tgt, str) or tgt not in tr.target_languages:
+        return False
+    return src in (None, "", "auto") or src in tr.source_languages
+
+
+def _language_names(tr):
+    """{code: name} of a Translator's languages (an Argos package's metadata names them)."""
+    pkg = getattr(tr, "package", None)
+    if pkg is None:
+        return {}
+    return {pkg.from_code: pkg.from_name, pkg.to_code: pkg.to_name}
 
 
 class _Metrics:
@@ -375,8 +393,27 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
         return JSONResponse({"object": "list", "data": data, "model": w.name,
                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
+    def translation_worker(body):
+        """The body's model; without one, the one translation model (or, among several, the
+        one whose languages are the body's source and target, as LibreTranslate picks its
+        package)."""
+        name = body.get("model")
+        ws = [w for w in workers.values() if w.kind == "translation"]
+        if name is not None or len(ws) <= 1:
+            return worker(name, "translation")
+        src, tgt = body.get("source"), body.get("target")
+        match = [w for w in ws if _translates(w.model, src, tgt)]
+        if len(match) == 1:
+            return match[0]
+        if not match and isinstance(tgt, str) and tgt:
+            pairs = ", ".join(f"{a}->{b}" for w in ws for a in w.model.source_languages
+                              for b in w.model.target_languages) or "none"
+            raise _bad(f"no model translates {src!r} to {tgt!r} (the language pairs: {pairs}); "
+                       "or name one with 'model'", param="target", code="unsupported_language")
+        return worker(None, "translation")
+
     def translate_request(body):
-        w = worker(body.get("model"), "translation")
+        w = translation_worker(body)
         tr = w.model
         q = body.get("q")
         if isinstance(q, list):
@@ -424,6 +461,9 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
         w, payload, q = translate_request(body)
         if not isinstance(q, str):
             raise _bad("streaming translates one string: q must be a string", param="q")
+        if getattr(w.model, "package", None) is not None:
+            raise _bad("an Argos package translates whole sentences by beam search: use "
+                       "/translate without stream", param="stream")
         if payload["kw"].setdefault("num_beams", 1) != 1:
             raise _bad("streaming decodes one hypothesis: num_beams must be 1",
                        param="num_beams")
@@ -598,6 +638,20 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
         return StreamingResponse(gen(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
 
+    async def languages(request):
+        """LibreTranslate's GET /languages: each source code, its name, the codes it goes to."""
+        langs = {}
+        for w in workers.values():
+            if w.kind != "translation":
+                continue
+            names = _language_names(w.model)
+            for a in w.model.source_languages:
+                entry = langs.setdefault(a, {"code": a, "name": names.get(a, a), "targets": []})
+                for b in w.model.target_languages:
+                    if b not in entry["targets"]:
+                        entry["targets"].append(b)
+        return JSONResponse(list(langs.values()))
+
     async def list_models(request):
         return JSONResponse({"object": "list", "data": [
             {"id": n, "object": "model", "created": created, "owned_by": "fastattn",
@@ -626,6 +680,7 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
     routes = [endpoint("/v1/embeddings", embeddings, ["POST"]),
               endpoint("/translate", translate, ["POST"]),
               endpoint("/translate/stream", translate_stream, ["POST"]),
+              endpoint("/languages", languages, ["GET"], open_=True),
               endpoint("/v1/audio/transcriptions", audio_endpoint("transcribe"), ["POST"]),
               endpoint("/v1/audio/translations", audio_endpoint("translate"), ["POST"]),
               endpoint("/v1/models", list_models, ["GET"]),

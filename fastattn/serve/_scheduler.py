@@ -310,6 +310,7 @@ class TranslationWorker(_Worker):
         and at most MAX_RUNNING_ROWS inputs (a larger request runs by length-sorted batches
         of max_batch_tokens, as with beams: its KV cache stays bounded)."""
         return (job.on_text is None and not job.alone and
+                getattr(self.model, "package", None) is None and      # Argos: sentences
                 len(job.payload["inputs"]) <= self.MAX_RUNNING_ROWS)
 
     @staticmethod

@@ -32,6 +32,7 @@ special tokens, ``max_source_length`` ids in all (the smaller of the tokenizer's
 ``tokenizer(text, truncation=True, max_length=max_source_length)`` gives; transformers without
 truncation would fail on such a line.
 """
+import os
 import queue
 import threading
 
@@ -42,8 +43,10 @@ from .._validation import check_positive_int
 from ..models import Seq2SeqTransformer
 from ._common import check_folder, check_threads, model_family
 from ._progress import progress_bar
+from . import argos
 from .batching import check_batching, length_batches, pad_batch
 from .tokenizers import check_texts, load_tokenizer
+from .tokenizers.base import Tokenizer
 
 __all__ = ["Translator"]
 
@@ -60,7 +63,9 @@ class Translator:
     Parameters
     ----------
     path : str or os.PathLike
-        A translation model folder: config.json, model.safetensors, generation_config.json
+        An Argos Translate package (its ``.argosmodel`` file or installed folder: each input
+        string is then translated as argostranslate does, paragraph by paragraph and sentence
+        by sentence, see :mod:`fastattn.text.argos`), or a translation model folder: config.json, model.safetensors, generation_config.json
         (when present) and the tokenizer transformers saves for it: Marian (source.spm,
         target.spm, vocab.json), M2M100 (sentencepiece.bpe.model, vocab.json), or the
         tokenizer.json of BART, mBART, mBART-50, NLLB, Pegasus, T5 / mT5 (tokenizer_config.json
@@ -83,21 +88,32 @@ class Translator:
     ----------
     model : fastattn.Seq2SeqTransformer
     tokenizer : fastattn.text.Tokenizer (MarianTokenizer, M2M100Tokenizer or JsonTokenizer)
+    package : fastattn.text.argos.ArgosPackage, or None for a model folder
     max_source_length : int, the longest source (in tokens, special tokens included) fed to the
         model
     """
 
     def __init__(self, path, *, src_lang=None, tgt_lang=None, quantize=None, dtype=np.float32,
                  n_threads=None):
-        path = check_folder(path)
-        family = model_family(path, "seq2seq")
         check_quantize(quantize)
         self.n_threads = check_threads(n_threads)
-        self.path = path
-        self.tokenizer = load_tokenizer(path, family=family.tokenizer)
+        self.package = None
+        if argos.is_package(path) or (isinstance(path, (str, os.PathLike)) and
+                                      os.fspath(path).endswith(argos.SUFFIX)):
+            self.package = argos.ArgosPackage(path)
+            self.path = self.package.path
+            model_path = self.package.model_folder
+            model_family(model_path, "seq2seq")
+            self.tokenizer = _ArgosTokenizer(self.package)
+        else:
+            path = check_folder(path)
+            family = model_family(path, "seq2seq")
+            self.path = model_path = path
+            self.tokenizer = load_tokenizer(path, family=family.tokenizer)
         self.tokenizer.check_languages(src_lang, tgt_lang)
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
-        self.model = Seq2SeqTransformer.from_pretrained(path, dtype=dtype, quantize=quantize)
+        self.model = Seq2SeqTransformer.from_pretrained(model_path, dtype=dtype,
+                                                        quantize=quantize)
         self.quantize = quantize
         cfg = self.model.config
         # every id the tokenizer can write must be a row of the model's embedding
@@ -110,6 +126,9 @@ class Translator:
         if self.tokenizer.model_max_length is not None:
             limit = min(limit, self.tokenizer.model_max_length)
         self.max_source_length = limit
+        if self.package is not None and self.package.prefix_ids and \
+                max(self.package.prefix_ids) >= cfg.get("decoder_vocab_size", cfg["vocab_size"]):
+            raise ValueError(f"{self.path}: the target prefix is not a row of the model's output")
 
     def __repr__(self):
         return f"Translator({self.path!r}, model={self.model!r})"
@@ -134,6 +153,8 @@ class Translator:
         return src, tgt
 
     def _encode(self, texts, src_lang, tgt_lang):
+        if self.package is not None:
+            return [_ArgosDocument(self.package, t, self.max_source_length) for t in texts]
         return self.tokenizer.encode(texts, max_length=self.max_source_length,
                                      src_lang=src_lang, tgt_lang=tgt_lang)
 
@@ -142,6 +163,16 @@ class Translator:
         if "streamer" in kw:
             raise TypeError("translate() does not take streamer=; use translate_stream()")
         kw.setdefault("n_threads", self.n_threads)
+        if self.package is not None:
+            if "decoder_input_ids" in kw:
+                raise TypeError("decoder_input_ids: an Argos package's target prefix is its "
+                                "metadata's")
+            for key, value in argos.DECODING.items():
+                kw.setdefault(key, value)
+            n = len(self.package.prefix_ids)
+            if kw.get("max_new_tokens") is None and kw.get("max_length") is None:
+                kw["max_new_tokens"] = argos.MAX_DECODING_LENGTH - n
+            kw.setdefault("min_new_tokens", max(1 - n, 0))
         bos = self.tokenizer.target_language_id(tgt_lang)
         if bos is not None:
             given = kw.get("forced_bos_token_id")
@@ -153,6 +184,8 @@ class Translator:
 
     def _run(self, rows, batch_size, max_batch_tokens, kw, bar):
         """Translations of encoded rows (lists of ids), in their order."""
+        if self.package is not None:
+            return self._run_documents(rows, batch_size, max_batch_tokens, kw, bar)
         out = [None] * len(rows)
         pad = self.model.pad_id
         for idx in length_batches([len(r) for r in rows], batch_size, max_batch_tokens):
@@ -161,6 +194,46 @@ class Translator:
             for r, i in enumerate(idx):
                 out[i] = self.tokenizer.decode(gen[r], skip_special_tokens=True)
             bar.update(len(idx))
+        return out
+
+    def _run_documents(self, docs, batch_size, max_batch_tokens, kw, bar):
+        """An Argos package's translations of documents (:class:`_ArgosDocument`): every
+        sentence of every document decoded in length-sorted batches, its unknown tokens
+        replaced, each document assembled (see :mod:`fastattn.text.argos`)."""
+        pkg, m = self.package, self.model
+        sents = [s for d in docs for s in d.sentences]
+        live = [i for i, s in enumerate(sents) if s.ids]
+        start, eos, pad = m.decoder_start_id, m.eos_id, m.pad_id
+        head = [start] + pkg.prefix_ids
+        for idx in length_batches([len(sents[i].ids) for i in live], batch_size,
+                                  max_batch_tokens):
+            rows = [sents[live[i]] for i in idx]
+            ids, mask = pad_batch([s.ids for s in rows], pad)
+            gkw = dict(kw)
+            if pkg.prefix_ids:
+                gkw["decoder_input_ids"] = np.array([head] * len(rows), np.int64)
+            gen = m.generate(ids, mask, **gkw)
+            for r, s in enumerate(rows):
+                seq = gen[r].tolist()[1:]
+                if eos in seq[len(pkg.prefix_ids):]:
+                    seq = seq[:len(pkg.prefix_ids) + seq[len(pkg.prefix_ids):].index(eos)]
+                else:
+                    while len(seq) > len(pkg.prefix_ids) and seq[-1] == pad:
+                        seq.pop()
+                s.output = seq
+        for s in sents:
+            if not s.ids:
+                s.output = []
+            s.tokens = pkg.target_tokens(s.output)
+            if pkg.tgt_unk in s.output:
+                att = m.cross_attention(np.array([s.ids], np.int64),
+                                        np.array([[start] + s.output], np.int64),
+                                        layer=pkg.alignment_layer,
+                                        heads=list(range(pkg.alignment_heads)),
+                                        n_threads=kw.get("n_threads"))[0]
+                s.tokens = pkg.replace_unknowns(s.tokens, s.pieces, att)
+        out = [d.text() for d in docs]
+        bar.update(len(docs))
         return out
 
     # -- the API ------------------------------------------------------------------------------
@@ -296,6 +369,9 @@ class Translator:
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
+        if self.package is not None:
+            raise ValueError("translate_stream: an Argos package translates whole sentences "
+                             "by beam search, as argostranslate does; use translate()")
         src_lang, tgt_lang = self._languages(src_lang, tgt_lang)
         kw = self._gen_kwargs(generate_kwargs, tgt_lang)
         beams = kw.setdefault("num_beams", 1)
@@ -327,6 +403,66 @@ class Translator:
         finally:
             cancel.set()
             worker.join()
+
+
+class _ArgosTokenizer(Tokenizer):
+    """The tokenizer interface of an Argos package (its languages, the ids it writes); the
+    text itself goes through :class:`_ArgosDocument`."""
+
+    family = "argos"
+    model_max_length = argos.MAX_INPUT_LENGTH
+
+    def __init__(self, package):
+        self.package = package
+        self.path = package.path
+        self.source_languages = (package.from_code,)
+        self.target_languages = (package.to_code,)
+
+    @property
+    def max_id(self):
+        return len(self.package.src_tokens) - 1
+
+    def encode(self, texts, *, max_length=None, src_lang=None, tgt_lang=None):
+        """Each text's sentences' ids, concatenated (the translation cuts them apart)."""
+        texts = check_texts(texts)
+        return [[i for p in self.package.paragraphs(t) for s in p
+                 for i in self.package.source(s, max_length or self.model_max_length)[1]]
+                for t in texts]
+
+    def decode(self, ids, skip_special_tokens=True):
+        toks = self.package.target_tokens([int(i) for i in ids])
+        if skip_special_tokens:
+            special = {self.package.config.get(k, d) for k, d in
+                       (("bos_token", "<s>"), ("eos_token", "</s>"))} | {"<blank>", "<pad>"}
+            toks = [t for t in toks if t not in special]
+        return self.package.decode(toks)
+
+
+class _ArgosSentence:
+    __slots__ = ("pieces", "ids", "output", "tokens")
+
+    def __init__(self, pieces, ids):
+        self.pieces, self.ids, self.output, self.tokens = pieces, ids, None, None
+
+
+class _ArgosDocument:
+    """One input string of an Argos package: its paragraphs of sentences, each sentence's
+    pieces and ids; ``len()`` is its source tokens (the server counts them)."""
+
+    def __init__(self, package, text, max_length):
+        self.package = package
+        self.paragraphs = [[_ArgosSentence(*package.source(s, max_length)) for s in p]
+                           for p in package.paragraphs(text)]
+        self.sentences = [s for p in self.paragraphs for s in p]
+
+    def __len__(self):
+        return sum(len(s.ids) for s in self.sentences)
+
+    def text(self):
+        """The translation: each paragraph's sentences' tokens decoded together, the
+        paragraphs joined by newlines, leading newlines removed (argostranslate's)."""
+        paras = [self.package.decode([t for s in p for t in s.tokens]) for p in self.paragraphs]
+        return "\n".join(paras).lstrip("\n")
 
 
 def _drain(q):

@@ -162,8 +162,8 @@ def test_asynchronous_and_compute_types(pair, tokens, marian):
 
 @pytest.mark.parametrize("option, value", [
     ("patience", 2), ("coverage_penalty", 0.2), ("prefix_bias_beta", 0.5), ("use_vmap", True),
-    ("return_logits_vocab", True), ("return_attention", True), ("return_alternatives", True),
-    ("min_alternative_expansion_prob", 0.1), ("replace_unknowns", True),
+    ("return_logits_vocab", True), ("return_alternatives", True),
+    ("min_alternative_expansion_prob", 0.1),
     ("callback", print), ("end_token", "t5")])
 def test_options_refused_by_name(pair, tokens, option, value):
     ours, _ = pair
