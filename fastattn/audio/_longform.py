@@ -33,6 +33,7 @@ draws from NumPy generators seeded by ``seed``, the window's seek and the temper
 count.
 """
 import dataclasses
+import re
 import zlib
 from dataclasses import dataclass, field
 
@@ -207,9 +208,10 @@ class TranscriptionStream:
     def _text(self, tokens):
         return self._tr.tokenizer.decode([int(t) for t in tokens if t < self._tr.eot])
 
-    def _needs_fallback(self, res):
+    def _needs_fallback(self, res, first=True):
         """Whether a result (tokens, temperature, avg, cr, no_speech) fails the fallback checks
-        (too repetitive or too unlikely, and not silence)."""
+        (too repetitive or too unlikely, and not silence). Silence is told by a decoding at
+        temperature[0] (`first`): a sampled one that is unlikely is not silence."""
         opts = self._opts
         _, _, avg, cr, no_speech = res
         fallback = False
@@ -218,16 +220,23 @@ class TranscriptionStream:
             fallback = True
         if opts.log_prob_threshold is not None and avg < opts.log_prob_threshold:
             fallback = True
-        if opts.no_speech_threshold is not None and \
+        if first and opts.no_speech_threshold is not None and \
                 no_speech > opts.no_speech_threshold and \
                 opts.log_prob_threshold is not None and avg < opts.log_prob_threshold:
             fallback = False                  # silence: no point in decoding it again
         return fallback
 
     def _best(self, results):
-        """Of results that all failed: the most likely one that is not repetitive, else the
-        most likely one (faster-whisper's choice)."""
+        """Of results that all failed: the least repetitive of those that are likely (average
+        log-probability at least the threshold; fastattn's rule: repeated speech compresses
+        as well as a loop, and a draw that is unlikely is not what was said), else the most
+        likely one that is not repetitive, else the most likely one (faster-whisper's
+        choice). The seek loop cuts a repetitive result at its first repeated segment."""
         opts = self._opts
+        if opts.log_prob_threshold is not None:
+            likely = [r for r in results if r[2] >= opts.log_prob_threshold]
+            if likely:
+                return min(likely, key=lambda r: r[3])
         ok = [r for r in results if opts.compression_ratio_threshold is None or
               r[3] <= opts.compression_ratio_threshold] or results
         return max(ok, key=lambda r: r[2])
@@ -254,7 +263,7 @@ class TranscriptionStream:
         for i, t in enumerate(temps):
             res = self._attempt(mem, prefix, t, i, seek)
             results.append((res, False))
-            if not self._needs_fallback(res):
+            if not self._needs_fallback(res, first=i == 0):
                 return res, False, False
             if i == 0 and plain is not None:
                 res = self._attempt(mem, plain, t, i, seek)
@@ -351,6 +360,7 @@ class TranscriptionStream:
         history = []
         if opts.initial_prompt:
             history = plain_ids(tr.tokenizer, " " + opts.initial_prompt.strip(), tr.eot)
+        n_initial = len(history)
         reset_since = 0
         seek, sid = 0, 0
         last_speech = 0.0
@@ -364,6 +374,9 @@ class TranscriptionStream:
                 mem = tr._encode(tr._window(f, seek))
             self._first = None
             prev = history[reset_since:]
+            if prev and len(opts.temperatures) > 1 and len(history) > n_initial and \
+                    repeats(self._text(prev[-cut:])):
+                reset_since, prev = len(history), []     # a prompt that repeats itself
             prefix = list(sot_seq)
             if prev and tr.sot_prev is not None and (opts.condition_on_previous_text or
                                                      reset_since == 0 and opts.initial_prompt):
@@ -373,11 +386,20 @@ class TranscriptionStream:
                 mem, prefix, seek, plain)
             if opts.no_speech_threshold is not None and no_speech > opts.no_speech_threshold \
                     and not (opts.log_prob_threshold is not None and
-                             avg > opts.log_prob_threshold):
-                seek += window                    # silence
+                             avg > opts.log_prob_threshold) and not failed:
+                seek += window                    # silence (told at temperature[0])
                 continue
             offset = seek * _TIME_PRECISION / _INPUT_STRIDE       # transformers' arithmetic
             pieces, moved = window_segments(tokens, tb, window, _INPUT_STRIDE)
+            if failed and opts.compression_ratio_threshold is not None and \
+                    cr > opts.compression_ratio_threshold:
+                # a repetitive result that failed every check: kept up to its first segment
+                # that says an earlier one again (a loop, or speech said again that the next
+                # window decodes afresh), the seek moved to that segment
+                k = first_repeat([self._text(t) for t, _, _ in pieces])
+                if k and 0 < pieces[k][1] * _INPUT_STRIDE < window:
+                    moved = pieces[k][1] * _INPUT_STRIDE
+                    pieces = pieces[:k]
             if failed and moved == window and pieces:
                 # a result that failed every check does not vouch for the silence after its
                 # last timestamp: move on from there, not past the window
@@ -440,6 +462,34 @@ class TranscriptionStream:
                      temp > opts.prompt_reset_on_temperature):
                 reset_since = len(history)
             seek += moved
+
+
+_REPEAT_WORDS = 8
+
+
+def repeats(text, n=_REPEAT_WORDS):
+    """Whether `text` holds a run of `n` words (lower-cased, punctuation left out) twice: a
+    prompt like that makes Whisper skip the speech that says it again, or loop on it."""
+    words = re.sub(r"[^\w' ]+", " ", text.lower()).split()
+    seen = set()
+    for i in range(len(words) - n + 1):
+        gram = tuple(words[i:i + n])
+        if gram in seen:
+            return True
+        seen.add(gram)
+    return False
+
+
+def first_repeat(texts):
+    """The index of the first of `texts` whose words (lower-cased, punctuation left out) are
+    those of an earlier one, or None."""
+    seen = set()
+    for i, t in enumerate(texts):
+        words = tuple(re.sub(r"[^\w' ]+", " ", t.lower()).split())
+        if words and words in seen:
+            return i
+        seen.add(words)
+    return None
 
 
 _PUNCTUATION = "\"'“¿([{-\"'.。,，!！?？:：”)]}、"

@@ -153,11 +153,122 @@ def test_retry_keeps_the_better_result_when_all_fail():
     (tokens, temp, avg, _, _), unprompted, failed = st._with_fallback(None, [1, 2], 0, [2])
     assert st.calls == [(True, 0.0), (False, 0.0), (True, 0.2), (True, 1.0)]
     assert failed and unprompted and temp == 0.0 and avg == pytest.approx(-2.0)
-    # a repetitive result is not kept while a non-repetitive one exists, however likely
+    # a likely result is kept over unlikely ones, repetitive or not (repeated speech
+    # compresses as well as a loop; the seek loop cuts it at its first repeated segment)
     rep = (np.zeros(60, np.int64), -6.1, 0.01)                          # avg -0.1, cr > 2.4
     st = _Stub({(True, 0.0): rep, (False, 0.0): worse, (True, 0.2): worse, (True, 1.0): worse})
     (tokens, *_), unprompted, failed = st._with_fallback(None, [1, 2], 0, [2])
-    assert failed and tokens.size == 5
+    assert failed and tokens.size == 60
+    # of the likely ones, the least repetitive; with none likely, faster-whisper's choice:
+    # the most likely one that is not repetitive
+    rep2 = (np.tile(np.arange(3), 20), -6.1, 0.01)
+    st = _Stub({(True, 0.0): rep, (False, 0.0): worse, (True, 0.2): rep2, (True, 1.0): worse})
+    (tokens, *_), _, failed = st._with_fallback(None, [1, 2], 0, [2])
+    assert failed and tokens.size == 60 and tokens[1] == 1
+    bad_rep = (np.zeros(60, np.int64), -300.0, 0.01)
+    st = _Stub({(True, 0.0): bad_rep, (False, 0.0): worse, (True, 0.2): better,
+                (True, 1.0): bad_rep})
+    (tokens, _, avg, _, _), _, failed = st._with_fallback(None, [1, 2], 0, [2])
+    assert failed and tokens.size == 5 and avg == pytest.approx(-2.0)
+
+
+def test_a_sampled_draw_is_not_silence():
+    """Silence is told at temperature[0]: a window whose first decoding is likely speech (too
+    repetitive: speech said twice) is not skipped as silence because an unlikely draw at a
+    later temperature shares its high no-speech probability (the window's 30 s were lost)."""
+    speech = (np.tile(np.arange(6), 10), -6.0, 0.9)                  # avg -0.1, cr > 2.4
+    draw = (_toks(1), -3.6, 0.9)                                       # avg -1.8
+    st = _Stub({(False, 0.0): speech, (False, 0.2): speech, (False, 1.0): draw})
+    (tokens, temp, avg, _, _), _, failed = st._with_fallback(None, [2], 0, None)
+    assert failed and temp == 0.0 and tokens.size == 60
+    # a first decoding that is unlikely with a high no-speech probability is silence
+    st = _Stub({(False, 0.0): draw})
+    res, _, failed = st._with_fallback(None, [2], 0, None)
+    assert st.calls == [(False, 0.0)] and not failed
+
+
+class _Words:
+    """A tokenizer of word ids: id t < EOT is the word 'w<t>'."""
+
+    def decode(self, ids):
+        return "".join(f" w{int(t)}." if t % 8 == 7 else f" w{int(t)}" for t in ids)
+
+
+EOT, TB, SOT, PREV = 1000, 2000, 1001, 1002
+
+
+def _loop_stream(table, frames=9000):
+    """A TranscriptionStream over `frames` mel frames of nothing whose windows decode from
+    `table`: seek -> {(prompted, temperature): tokens}, avg -0.1 unless given as (tokens,
+    avg); it records each decoding's prefix."""
+    import types
+    tr = types.SimpleNamespace(
+        timestamp_begin=TB, eot=EOT, sot=SOT, sot_prev=PREV, n_frames=3000, tokenizer=_Words(),
+        model=types.SimpleNamespace(max_decoder_positions=448),
+        _encode=lambda w: None, _window=lambda f, seek: None)
+    opts = types.SimpleNamespace(
+        temperatures=(0.0, 0.2, 1.0), compression_ratio_threshold=2.4,
+        log_prob_threshold=-1.0, no_speech_threshold=0.6, condition_on_previous_text=True,
+        prompt_reset_on_temperature=0.5, initial_prompt=None, word_timestamps=False,
+        hallucination_silence_threshold=None)
+    st = _longform.TranscriptionStream.__new__(_longform.TranscriptionStream)
+    st._tr, st._opts, st._map, st._first = tr, opts, None, None
+    st._f = np.zeros((80, frames), np.float32)
+    st._sot_sequence = lambda: [SOT]
+    st.calls = []
+
+    def decode(mem, prefix, t, i, seek):
+        st.calls.append((seek, list(prefix), t))
+        got = table[seek][len(prefix) > 1, t]
+        tokens, avg = got if isinstance(got, tuple) else (got, -0.1)
+        tokens = np.asarray(tokens, np.int64)
+        return tokens, avg * (tokens.size + 1), 0.01
+    st._decode = decode
+    return st
+
+
+def _said(*sentences):
+    """Timestamped segments: each sentence (a list of word ids) for 2 s, back to back."""
+    out, t = [], 0
+    for words in sentences:
+        out += [TB + t] + list(words) + [TB + t + 100]
+        t += 100
+    return out
+
+
+def test_a_prompt_that_repeats_itself_is_not_given():
+    """The previous text prompts the next window unless it says the same eight words twice
+    (Whisper skips the speech that says them again, or loops): then that window is decoded
+    without it, and the history starts again after it."""
+    a, b = list(range(8)), list(range(8, 16))
+    rep = _said(a, b, a)                           # a b a, then silence to the window's end
+    plain = _said(b, a)
+    st = _loop_stream({0: {(False, 0.0): rep}, 3000: {(False, 0.0): plain},
+                       6000: {(True, 0.0): plain, (False, 0.0): plain}})
+    segs = list(st._segments())
+    assert [c[0] for c in st.calls] == [0, 3000, 6000]
+    assert st.calls[1][1] == [SOT]                 # not prompted: the prompt repeated itself
+    assert st.calls[2][1][0] == PREV and st.calls[2][1][1:-1] == plain
+    assert len(segs) == 3 + 2 + 2
+    assert _longform.repeats(" w0 w1 w2 w3 w4 w5 w6 w7. w8 W0 w1 w2 w3, w4 w5 w6 w7!")
+    assert not _longform.repeats(" w0 w1 w2 w3 w4 w5 w6 w7. w8 w0 w1 w2 w3 w4 w5 w6 w9")
+
+
+def test_a_repetitive_result_that_failed_is_cut_at_its_first_repeat():
+    """Every decoding of a window failed and the one kept is repetitive (a loop, or speech
+    said again): its segments up to the first that repeats an earlier one are kept and the
+    next window starts there; an unlikely short draw is not kept instead (its window's
+    speech was lost)."""
+    a, b = list(range(8)), list(range(8, 16))
+    loop = _said(a, b, a, b, a, b, a, b)           # 16 s, cr > 2.4
+    st = _loop_stream({0: {(False, 0.0): loop, (False, 0.2): loop, (False, 1.0): ([5], -1.8)},
+                       400: {(True, 0.0): _said(a, b)},
+                       3400: {(True, 0.0): [TB], (False, 0.0): [TB]}}, frames=6400)
+    assert _longform.compression_ratio(st._text(np.asarray(loop)).strip()) > 2.4
+    segs = list(st._segments())
+    assert [c[0] for c in st.calls] == [0, 0, 0, 400, 3400]
+    assert [(s.start, s.end) for s in segs[:2]] == [(0.0, 2.0), (2.0, 4.0)]
+    assert segs[2].seek == 400 and segs[2].start == 4.0
 
 
 def test_silence_is_not_retried():
