@@ -4,7 +4,7 @@ loads): ``model.bin``, CTranslate2's ``config.json``, the vocabularies.
 ``model.bin`` (CTranslate2's ``ModelSpec._serialize``, read by its ``src/models/model.cc``), all
 integers little-endian::
 
-    uint32 binary version                      (6 since CTranslate2 3.0)
+    uint32 binary version                      (6 since CTranslate2 3.0; 2 to 5 read too)
     string spec name, uint32 spec revision     ("WhisperSpec", 3 ...)
     uint32 variable count, then per variable:
         string name                            ("decoder/layer_0/ffn/linear_0/weight")
@@ -39,13 +39,30 @@ import numpy as np
 from .huggingface import Checkpoint, read_json
 
 __all__ = ["BINARY_VERSION", "SPEC_REVISIONS", "ModelBin", "MappedCheckpoint", "Block",
-           "is_ct2_folder", "read_config", "read_vocabulary"]
+           "is_ct2_folder", "read_config", "read_vocabulary", "legacy_config"]
 
-#: the binary layout read (CTranslate2 >= 3.0 writes it; older files hold their tokens and
-#: flags in model.bin, not config.json)
+#: the binary layout CTranslate2 >= 3.0 writes; versions 2 to 5 (CTranslate2 1.x and 2.x:
+#: OPUS-MT conversions and Argos Translate packages of 2021-22) are read too -- item sizes for
+#: types before version 4, no aliases before 3, tokens and flags as model.bin variables (not a
+#: config.json) before 6 (:func:`legacy_config`)
 BINARY_VERSION = 6
-#: the specs read and the revision of their layout (CTranslate2 >= 3.6 writes these)
-SPEC_REVISIONS = {"WhisperSpec": 3, "TransformerSpec": 7, "TransformerEncoderSpec": 1}
+OLDEST_BINARY_VERSION = 2
+#: the specs read and the revisions of their layout: (oldest, newest); TransformerSpec's
+#: revisions before 5 keep num_heads, pre_norm, activation ... once at the top for both sides
+#: (aliased here as CTranslate2 does), before 3 have no num_heads (the spec's name gives it)
+SPEC_REVISIONS = {"WhisperSpec": (3, 3), "TransformerSpec": (2, 7),
+                  "TransformerEncoderSpec": (1, 1)}
+# the old spec names of a Transformer and their head counts (revisions before 3)
+_OLD_TRANSFORMERS = {"TransformerBase": 8, "TransformerBig": 16}
+# item size -> type of binary versions before 4 (no type id: float32, int16, int8)
+_ITEM_TYPES = {4: 0, 2: 2, 1: 1}
+# the top-level options of TransformerSpec revisions before 5, and the sides that read them
+_TOP_OPTIONS = {"num_heads": ("encoder", "decoder"), "pre_norm": ("encoder", "decoder"),
+                "activation": ("encoder", "decoder"), "embeddings_merge": ("encoder",),
+                "alignment_layer": ("decoder",), "alignment_heads": ("decoder",)}
+#: model.bin variables of binary versions before 6 that hold what config.json holds now
+LEGACY_ATTRIBUTES = ("unk_token", "bos_token", "eos_token", "with_source_bos", "with_source_eos",
+                     "with_target_bos", "user_decoder_start_tokens")
 # CTranslate2's DataType enum (include/ctranslate2/types.h) -> (name, NumPy code); bfloat16 is
 # read as its 16-bit patterns and widened to float32 (a bfloat16 is a float32's top half)
 _TYPES = {0: ("float32", "<f4"), 1: ("int8", "i1"), 2: ("int16", "<i2"), 3: ("int32", "<i4"),
@@ -141,19 +158,27 @@ class ModelBin:
         with f:
             r = _Reader(f, path, size)
             (self.version,) = r.take("I", "the binary version")
-            if self.version != BINARY_VERSION:
+            if not OLDEST_BINARY_VERSION <= self.version <= BINARY_VERSION:
                 raise r.bad(f"binary version {self.version} is not supported: this reads "
-                            f"version {BINARY_VERSION} (CTranslate2 >= 3.0); convert the model "
-                            "again with a current ct2-transformers-converter")
+                            f"versions {OLDEST_BINARY_VERSION} to {BINARY_VERSION} (CTranslate2 "
+                            "1.x to 4.x); convert the model again with a current "
+                            "ct2-transformers-converter")
             self.spec = r.string("the spec name")
             (self.revision,) = r.take("I", "the spec revision")
+            self.virtual = {}                 # scalars the file's spec implies (old revisions)
+            if self.spec in _OLD_TRANSFORMERS or self.spec == "":
+                heads = _OLD_TRANSFORMERS.get(self.spec, 8)
+                self.spec = "TransformerSpec"
+                if self.revision < 3:         # no num_heads variable yet: the name's
+                    self.virtual["num_heads"] = heads
             if self.spec not in SPEC_REVISIONS:
                 raise r.bad(f"spec {self.spec!r} is not supported (supported: "
                             f"{', '.join(SPEC_REVISIONS)})")
-            if self.revision != SPEC_REVISIONS[self.spec]:
+            low, high = SPEC_REVISIONS[self.spec]
+            if not low <= self.revision <= high:
                 raise r.bad(f"revision {self.revision} of {self.spec} is not supported: this "
-                            f"reads revision {SPEC_REVISIONS[self.spec]}; convert the model again "
-                            "with a current ct2-transformers-converter")
+                            f"reads revisions {low} to {high}; convert the model again with a "
+                            "current ct2-transformers-converter")
             (count,) = r.take("I", "the variable count")
             self.variables = {}
             for i in range(count):
@@ -161,8 +186,16 @@ class ModelBin:
                 where = f"variable {name!r}"
                 (rank,) = r.take("B", f"the rank of {where}")
                 shape = r.take(f"{rank}I", f"the shape of {where}") if rank else ()
-                type_id, nbytes = r.take("B", f"the type of {where}")[0], \
-                    r.take("I", f"the byte count of {where}")[0]
+                if self.version >= 4:
+                    type_id, nbytes = r.take("B", f"the type of {where}")[0], \
+                        r.take("I", f"the byte count of {where}")[0]
+                else:                         # an item size, then a count of items
+                    item = r.take("B", f"the item size of {where}")[0]
+                    if item not in _ITEM_TYPES:
+                        raise r.bad(f"{where} has item size {item}, which CTranslate2 does not "
+                                    "define")
+                    type_id = _ITEM_TYPES[item]
+                    nbytes = r.take("I", f"the item count of {where}")[0] * item
                 if type_id not in _TYPES:
                     raise r.bad(f"{where} has type id {type_id}, which CTranslate2 does not "
                                 "define")
@@ -183,7 +216,7 @@ class ModelBin:
                     raise r.bad(f"{where} is written twice")
                 self.variables[name] = (kind, tuple(shape), offset, nbytes)
                 f.seek(nbytes, os.SEEK_CUR)
-            (n_alias,) = r.take("I", "the alias count")
+            (n_alias,) = r.take("I", "the alias count") if self.version >= 3 else (0,)
             self.aliases = {}
             for i in range(n_alias):
                 alias = r.string(f"the name of alias {i}")
@@ -193,16 +226,32 @@ class ModelBin:
                 raise r.bad(f"{rest} bytes after the last alias (not a model.bin this reads)")
         for alias in self.aliases:
             self.resolve(alias)
+        if self.spec == "TransformerSpec" and self.resolve("encoder/embeddings/weight") and \
+                self.resolve("encoder/embeddings_0/weight") is None:
+            # one source embedding under its old name (before source factors)
+            self.aliases["encoder/embeddings_0/weight"] = "encoder/embeddings/weight"
+            if self.resolve("encoder/embeddings/weight_scale"):
+                self.aliases["encoder/embeddings_0/weight_scale"] = \
+                    "encoder/embeddings/weight_scale"
+        if self.spec == "TransformerSpec" and self.revision < 5:
+            # the options once at the top, for both sides (CTranslate2's TransformerModel::
+            # initialize registers these aliases)
+            for name, sides in _TOP_OPTIONS.items():
+                if name in self.variables or name in self.virtual:
+                    for side in sides:
+                        self.aliases.setdefault(f"{side}/{name}", name)
 
     @property
     def quantized(self):
-        """Whether the file holds int8 weights (arrays; int8 scalars are flags)."""
-        return any(kind == "int8" and shape for kind, shape, _, _ in self.variables.values())
+        """Whether the file holds int8 weights (arrays; int8 scalars are flags, and an old
+        file's tokens are int8 arrays of their bytes)."""
+        return any(kind == "int8" and shape and name not in LEGACY_ATTRIBUTES
+                   for name, (kind, shape, _, _) in self.variables.items())
 
     def resolve(self, name):
         """The variable `name` is (through its aliases), or None when there is none."""
         seen = set()
-        while name not in self.variables:
+        while name not in self.variables and name not in self.virtual:
             if name not in self.aliases or name in seen:
                 if seen:
                     raise ValueError(f"{self.path}: alias {sorted(seen)[0]!r} leads to "
@@ -241,6 +290,8 @@ class ModelBin:
         var = self.resolve(name)
         if var is None:
             return default
+        if var in self.virtual:
+            return self.virtual[var]
         kind, shape, offset, _ = self.variables[var]
         if shape:
             raise ValueError(f"{self.path}: variable {name!r} has shape {list(shape)}, not a "
@@ -267,7 +318,9 @@ class ModelBin:
             ckpt._entries[name] = (self.path, _CODES[kind], shape, offset, nbytes,
                                    kind == "bfloat16")
         for alias in self.aliases:
-            ckpt.alias(alias, self.resolve(alias))
+            target = self.resolve(alias)
+            if target in self.variables:          # not a scalar the spec's name implies
+                ckpt.alias(alias, target)
         ckpt.files = [self.path]
         return ckpt
 
@@ -456,11 +509,52 @@ def _inverse(scale, path, var):
 
 
 def read_config(folder):
-    """CTranslate2's config.json of `folder` (a dict; {} when the folder has none)."""
+    """CTranslate2's config.json of `folder` (a dict; {} when the folder has none); a model.bin
+    of binary version < 6 without one: :func:`legacy_config`."""
     path = os.path.join(folder, "config.json")
     if not os.path.exists(path):
+        model = os.path.join(folder, MODEL_FILE)
+        if os.path.isfile(model):
+            mb = ModelBin(model)
+            if mb.version < BINARY_VERSION and mb.spec == "TransformerSpec":
+                return legacy_config(mb)
         return {}
     return read_json(path, "CTranslate2 config", dict)
+
+
+def legacy_config(mb):
+    """The config.json fields a model.bin of binary version < 6 holds as variables (as
+    CTranslate2's SequenceToSequenceModel::initialize reads them): the special tokens (int8
+    arrays of their UTF-8 bytes; default ``<unk>``, ``<s>``, ``</s>``), ``with_source_bos`` /
+    ``with_source_eos`` -> ``add_source_bos`` / ``_eos``, and the decoder's start token (none
+    with ``user_decoder_start_tokens``, else BOS with ``with_target_bos`` (default), else EOS)."""
+    def text(name, default):
+        var = mb.resolve(name)
+        if var is None:
+            return default
+        kind, shape, offset, nbytes = mb.variables[var]
+        if kind != "int8" or len(shape) != 1:
+            raise ValueError(f"{mb.path}: variable {name!r} is not a token (int8 bytes)")
+        try:
+            return bytes(mb._bytes(offset, nbytes)).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{mb.path}: variable {name!r} is not UTF-8") from None
+
+    def flag(name, default):
+        value = mb.scalar(name)
+        return default if value is None else bool(value)
+
+    cfg = {"unk_token": text("unk_token", "<unk>"), "bos_token": text("bos_token", "<s>"),
+           "eos_token": text("eos_token", "</s>"),
+           "add_source_bos": flag("with_source_bos", False),
+           "add_source_eos": flag("with_source_eos", False)}
+    if flag("user_decoder_start_tokens", False):
+        cfg["decoder_start_token"] = None
+    elif flag("with_target_bos", True):
+        cfg["decoder_start_token"] = cfg["bos_token"]
+    else:
+        cfg["decoder_start_token"] = cfg["eos_token"]
+    return cfg
 
 
 def read_vocabulary(folder, name):

@@ -39,8 +39,8 @@ import numpy as np
 
 from .._quant import MAX_K, Int8Rows, Int8Weight
 from ..io.huggingface import canonical_activation
-from ..io.ctranslate2 import (Block, MappedCheckpoint, ModelBin, is_ct2_folder, read_config,
-                              read_vocabulary)
+from ..io.ctranslate2 import (BINARY_VERSION, LEGACY_ATTRIBUTES, Block, MappedCheckpoint,
+                              ModelBin, is_ct2_folder, read_config, read_vocabulary)
 from . import registry
 from .bert import EncoderConfig
 from .family import KINDS
@@ -64,6 +64,9 @@ _WHISPER_CONFIG = {"suppress_ids", "suppress_ids_begin", "lang_ids", "alignment_
 # min_decoding_length=1), the generation settings of a translation folder without a
 # generation_config.json
 _CT2_BEAMS, _CT2_MAX_DECODING, _CT2_MIN_DECODING = 2, 256, 1
+# rows of the built-in sinusoid table given to a spec without a position table (CTranslate2
+# grows its own on demand; 1024 = its translate_batch's max_input_length)
+_SINUSOID_ROWS = 1024
 
 
 class _Folder:
@@ -169,7 +172,8 @@ class _Folder:
 
     def activation(self, name):
         act = self.scalar(name, lambda v: None if v in _ACTIVATIONS else
-                          f"the activation {_ACT_NAMES.get(v, v)} is not supported")
+                          f"the activation {_ACT_NAMES.get(v, v)} is not supported",
+                          default=0)             # absent (old revisions): CTranslate2's ReLU
         return _ACTIVATIONS[act]
 
     def config_fields(self, known):
@@ -408,7 +412,7 @@ def _read_transformer(f):
     """TransformerSpec -> (Seq2SeqTransformer's keywords, generation settings, tensors)."""
     f.config_fields(_SEQ2SEQ_CONFIG)
     model_type = _seq2seq_label(f)
-    pre = f.scalar("encoder/pre_norm", (0, 1))
+    pre = f.scalar("encoder/pre_norm", (0, 1), default=1)    # absent: CTranslate2's pre-norm
     zero = _decoder_scalars(f, (pre,), (0, 1))
     f.scalar("encoder/multi_query_attention", (0,))
     f.scalar("encoder/embeddings_merge")             # one source embedding: nothing to merge
@@ -450,8 +454,11 @@ def _read_transformer(f):
     P = {}
     for s in ("encoder", "decoder"):
         if not f.has(f"{s}/position_encodings/encodings"):
-            raise ValueError(f"{f.where}: {s}/position_encodings/encodings: CTranslate2's "
-                             "built-in sinusoids (no position table in the file) are not read")
+            # no table in the file: CTranslate2's built-in sinusoids (OpenNMT-tf's models)
+            table = ct2_sinusoids(_SINUSOID_ROWS, d)
+            f.ckpt[f"model.{s}.embed_positions.weight"] = table
+            P[s] = table.shape[0]
+            continue
         P[s] = f.shape(f"{s}/position_encodings/encodings")[0]
         f.put(f"model.{s}.embed_positions.weight", [f"{s}/position_encodings/encodings"])
     if P["encoder"] != P["decoder"]:
@@ -499,7 +506,25 @@ def _read_transformer(f):
     }
     gen = {"num_beams": _CT2_BEAMS, "max_length": min(P["decoder"], _CT2_MAX_DECODING + 1),
            "min_new_tokens": _CT2_MIN_DECODING}
-    return config, gen, f.finish()
+    ignored = ()
+    if f.bin.version < BINARY_VERSION:
+        # CTranslate2 1.x / 2.x: the options at the top (revisions < 5), the tokens and flags
+        # config.json holds now (read by read_config)
+        f.scalar("with_relative_position", (0,))
+        f.scalar("layernorm_embedding", (int(ln_emb["encoder"]),))
+        ignored = LEGACY_ATTRIBUTES
+    return config, gen, f.finish(ignored)
+
+
+def ct2_sinusoids(n, d):
+    """CTranslate2's built-in position table (layers/common.cc, for a spec without one):
+    row i is ``[sin((i + 1) t), cos((i + 1) t)]``, ``t_j = exp(-j log(10000) / (d / 2 - 1))``,
+    in float32 as it computes it."""
+    f32 = np.float32
+    inc = f32(np.log(f32(10000.0)) / f32(d // 2 - 1))
+    ts = np.exp((-inc) * np.arange(d // 2, dtype=f32)).astype(f32)
+    t = (np.arange(1, n + 1, dtype=f32)[:, None] * ts[None, :]).astype(f32)
+    return np.concatenate([np.sin(t), np.cos(t)], axis=1).astype(f32)
 
 
 def _seq2seq_vocabularies(f, V, Vt):

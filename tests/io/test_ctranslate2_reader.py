@@ -106,7 +106,7 @@ def test_mapped_checkpoint(tmp_path, arrays):
 
 
 @pytest.mark.parametrize("change,field", [
-    (dict(version=5), "binary version 5 is not supported"),
+    (dict(version=1), "binary version 1 is not supported"),
     (dict(version=7), "binary version 7 is not supported"),
     (dict(spec="Wav2Vec2Spec"), "spec 'Wav2Vec2Spec' is not supported"),
     (dict(spec="WhisperSpec", revision=2), "revision 2 of WhisperSpec is not supported"),
