@@ -109,6 +109,17 @@ def load_models(models, *, quantize=None, threads=None):
     return out
 
 
+_MAX_ALTERNATIVES = 8
+
+
+def _folder_beams(tr):
+    """The beams a Translator decodes with by default (an Argos package: argostranslate's 4;
+    else the folder's generation config)."""
+    if getattr(tr, "package", None) is not None:
+        return 4
+    return int(tr.model.generation_config.get("num_beams") or 1)
+
+
 def _translates(tr, src, tgt):
     """Whether the Translator `tr` has the codes `src` (None, "" or "auto": any) and `tgt`."""
     if not isinstance(tgt, str) or tgt not in tr.target_languages:
@@ -441,6 +452,19 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
         except (ValueError, TypeError) as exc:
             raise _bad(str(exc), param="source" if "src" in str(exc) else "target") from None
         kw = _generation_settings(body, s)
+        alt = body.get("alternatives")
+        if alt is not None and alt != 0:
+            # LibreTranslate's: the best translation and `alternatives` more, from one beam
+            # search of at least alternatives + 1 beams
+            if type(alt) is not int or not 0 <= alt <= _MAX_ALTERNATIVES:
+                raise _bad(f"alternatives must be an integer in [0, {_MAX_ALTERNATIVES}], got "
+                           f"{alt!r}", param="alternatives")
+            if kw.get("do_sample"):
+                raise _bad("alternatives come from beam search: leave do_sample out",
+                           param="alternatives")
+            beams = kw.get("num_beams") or _folder_beams(tr)
+            kw["num_beams"] = max(beams, alt + 1)
+            kw["num_return_sequences"] = alt + 1
         payload = {"inputs": [q] if isinstance(q, str) else q, "src_lang": src,
                    "tgt_lang": tgt, "kw": kw}
         return w, payload, q
@@ -452,6 +476,11 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
         w, payload, q = translate_request(body)
         out, _ = await run_job(request, w, payload, key=TranslationWorker.job_key(payload),
                                alone=bool(payload["kw"].get("do_sample")))
+        if payload["kw"].get("num_return_sequences", 1) > 1:
+            best, alts = [o[0] for o in out], [o[1:] for o in out]
+            if isinstance(q, str):
+                return JSONResponse({"translatedText": best[0], "alternatives": alts[0]})
+            return JSONResponse({"translatedText": best, "alternatives": alts})
         return JSONResponse({"translatedText": out[0] if isinstance(q, str) else out})
 
     async def translate_stream(request):
@@ -464,6 +493,9 @@ def app(models, *, quantize=None, threads=None, settings=None, **limits):
         if getattr(w.model, "package", None) is not None:
             raise _bad("an Argos package translates whole sentences by beam search: use "
                        "/translate without stream", param="stream")
+        if payload["kw"].get("num_return_sequences", 1) > 1:
+            raise _bad("streaming follows one hypothesis: leave alternatives out",
+                       param="alternatives")
         if payload["kw"].setdefault("num_beams", 1) != 1:
             raise _bad("streaming decodes one hypothesis: num_beams must be 1",
                        param="num_beams")

@@ -188,11 +188,14 @@ class Translator:
             return self._run_documents(rows, batch_size, max_batch_tokens, kw, bar)
         out = [None] * len(rows)
         pad = self.model.pad_id
+        R = _returned(kw)
         for idx in length_batches([len(r) for r in rows], batch_size, max_batch_tokens):
             ids, mask = pad_batch([rows[i] for i in idx], pad)
             gen = self.model.generate(ids, mask, **kw)
             for r, i in enumerate(idx):
-                out[i] = self.tokenizer.decode(gen[r], skip_special_tokens=True)
+                texts = [self.tokenizer.decode(gen[r * R + k], skip_special_tokens=True)
+                         for k in range(R)]
+                out[i] = texts[0] if R == 1 else texts
             bar.update(len(idx))
         return out
 
@@ -205,6 +208,8 @@ class Translator:
         live = [i for i, s in enumerate(sents) if s.ids]
         start, eos, pad = m.decoder_start_id, m.eos_id, m.pad_id
         head = [start] + pkg.prefix_ids
+        L = len(pkg.prefix_ids)
+        R = _returned(kw)
         for idx in length_batches([len(sents[i].ids) for i in live], batch_size,
                                   max_batch_tokens):
             rows = [sents[live[i]] for i in idx]
@@ -214,27 +219,32 @@ class Translator:
                 gkw["decoder_input_ids"] = np.array([head] * len(rows), np.int64)
             gen = m.generate(ids, mask, **gkw)
             for r, s in enumerate(rows):
-                seq = gen[r].tolist()[1:]
-                if eos in seq[len(pkg.prefix_ids):]:
-                    seq = seq[:len(pkg.prefix_ids) + seq[len(pkg.prefix_ids):].index(eos)]
-                else:
-                    while len(seq) > len(pkg.prefix_ids) and seq[-1] == pad:
-                        seq.pop()
-                s.output = seq
+                s.outputs = []
+                for k in range(R):
+                    seq = gen[r * R + k].tolist()[1:]
+                    if eos in seq[L:]:
+                        seq = seq[:L + seq[L:].index(eos)]
+                    else:
+                        while len(seq) > L and seq[-1] == pad:
+                            seq.pop()
+                    s.outputs.append(seq)
         for s in sents:
             if not s.ids:
-                s.output = []
-            s.tokens = pkg.target_tokens(s.output)
-            if pkg.tgt_unk in s.output:
-                att = m.cross_attention(np.array([s.ids], np.int64),
-                                        np.array([[start] + s.output], np.int64),
-                                        layer=pkg.alignment_layer,
-                                        heads=list(range(pkg.alignment_heads)),
-                                        n_threads=kw.get("n_threads"))[0]
-                s.tokens = pkg.replace_unknowns(s.tokens, s.pieces, att)
-        out = [d.text() for d in docs]
+                s.outputs = [[] for _ in range(R)]
+            s.tokens = []
+            for out in s.outputs:
+                tokens = pkg.target_tokens(out)
+                if pkg.tgt_unk in out:
+                    att = m.cross_attention(np.array([s.ids], np.int64),
+                                            np.array([[start] + out], np.int64),
+                                            layer=pkg.alignment_layer,
+                                            heads=list(range(pkg.alignment_heads)),
+                                            n_threads=kw.get("n_threads"))[0]
+                    tokens = pkg.replace_unknowns(tokens, s.pieces, att)
+                s.tokens.append(tokens)
+        out = [[d.text(k) for k in range(R)] for d in docs]
         bar.update(len(docs))
-        return out
+        return [o[0] for o in out] if R == 1 else out
 
     # -- the API ------------------------------------------------------------------------------
 
@@ -261,7 +271,8 @@ class Translator:
             A progress bar (lines) on stderr.
         **generate_kwargs
             ``Seq2SeqTransformer.generate`` settings: num_beams, max_new_tokens, length_penalty,
-            do_sample, seed, n_threads, ...
+            do_sample, seed, n_threads, ... With ``num_return_sequences=N`` > 1 each item of the
+            result is a list of N translations, best first.
 
         The result does not depend on ``batch_size`` / ``max_batch_tokens`` (see the module
         docstring).
@@ -374,6 +385,9 @@ class Translator:
                              "by beam search, as argostranslate does; use translate()")
         src_lang, tgt_lang = self._languages(src_lang, tgt_lang)
         kw = self._gen_kwargs(generate_kwargs, tgt_lang)
+        if kw.get("num_return_sequences") not in (None, 1):
+            raise ValueError("translate_stream follows one hypothesis: num_return_sequences "
+                             "must be 1")
         beams = kw.setdefault("num_beams", 1)
         if beams != 1:
             raise ValueError(f"translate_stream decodes one hypothesis: num_beams must be 1, "
@@ -439,10 +453,12 @@ class _ArgosTokenizer(Tokenizer):
 
 
 class _ArgosSentence:
-    __slots__ = ("pieces", "ids", "output", "tokens")
+    """One sentence: its pieces, ids; after decoding, each hypothesis' ids (``outputs``) and
+    tokens (unknowns replaced)."""
+    __slots__ = ("pieces", "ids", "outputs", "tokens")
 
     def __init__(self, pieces, ids):
-        self.pieces, self.ids, self.output, self.tokens = pieces, ids, None, None
+        self.pieces, self.ids, self.outputs, self.tokens = pieces, ids, None, None
 
 
 class _ArgosDocument:
@@ -458,11 +474,19 @@ class _ArgosDocument:
     def __len__(self):
         return sum(len(s.ids) for s in self.sentences)
 
-    def text(self):
-        """The translation: each paragraph's sentences' tokens decoded together, the
-        paragraphs joined by newlines, leading newlines removed (argostranslate's)."""
-        paras = [self.package.decode([t for s in p for t in s.tokens]) for p in self.paragraphs]
+    def text(self, k=0):
+        """Hypothesis `k` of the translation: each paragraph's sentences' hypothesis `k` tokens
+        decoded together, the paragraphs joined by newlines, leading newlines removed
+        (argostranslate's hypotheses)."""
+        paras = [self.package.decode([t for s in p for t in s.tokens[k]])
+                 for p in self.paragraphs]
         return "\n".join(paras).lstrip("\n")
+
+
+def _returned(kw):
+    """How many hypotheses a row's generation returns (``num_return_sequences``)."""
+    R = kw.get("num_return_sequences", 1)
+    return 1 if R is None else int(R)
 
 
 def _drain(q):

@@ -328,3 +328,46 @@ def test_compat_ctranslate2_attention_and_replace_unknowns(packages):
                                                      if k != "replace_unknowns"})[0]
                 replaced += sum(h.count("<unk>") for h in plain.hypotheses)
     assert replaced >= 10
+
+
+def test_hypotheses_are_argostranslates(packages):
+    """num_return_sequences=N: argostranslate's hypotheses(q, N) (beam max(N, 4), N
+    hypotheses per sentence, hypothesis k of a paragraph joins each sentence's k-th), one-sentence
+    paragraphs (the multi-sentence reference is batched, see above)."""
+    package = pytest.importorskip("argostranslate.package")
+    translate = pytest.importorskip("argostranslate.translate")
+    folder = packages["plain"]
+    tr = fastattn.Translator(folder)
+    ct = _ct2(folder)
+    pkg = package.Package(folder)
+    singles = [d for d in A.EN if len(split_sentences(d)) == 1]
+    got = tr.translate(singles, num_return_sequences=3)
+    assert got[0] != got[0][:1] * 3 or len(set(sum(got, []))) > len(singles)
+    for text, hyps in zip(singles, got):
+        ref = translate.apply_packaged_translation(pkg, text, ct, _Sentences(), 3)
+        assert hyps == [h.value for h in ref]
+    assert [h[0] for h in got] == tr.translate(singles)
+
+
+def test_serve_alternatives(packages):
+    """LibreTranslate's `alternatives`: the best translation and N more (the package's
+    hypotheses 2 .. N + 1); bad values are a 400 naming the field."""
+    pytest.importorskip("starlette")
+    pytest.importorskip("httpx")
+    from starlette.testclient import TestClient
+    from fastattn.serve import app
+    tr = fastattn.Translator(packages["plain"])
+    want = tr.translate([A.EN[1], A.EN[5]], num_return_sequences=3)
+    with TestClient(app({"en-de": packages["plain"]})) as c:
+        r = c.post("/translate", json={"q": A.EN[1], "source": "en", "target": "de",
+                                       "alternatives": 2})
+        assert r.json() == {"translatedText": want[0][0], "alternatives": want[0][1:]}
+        r = c.post("/translate", json={"q": [A.EN[1], A.EN[5]], "source": "en",
+                                       "target": "de", "alternatives": 2})
+        assert r.json() == {"translatedText": [w[0] for w in want],
+                            "alternatives": [w[1:] for w in want]}
+        for bad in (-1, 99, "2", 1.5):
+            r = c.post("/translate", json={"q": "x", "alternatives": bad})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "alternatives"
+        r = c.post("/translate", json={"q": "x", "alternatives": 0})
+        assert set(r.json()) == {"translatedText"}

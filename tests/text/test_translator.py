@@ -280,3 +280,24 @@ def test_exported_at_top_level():
     assert fastattn.Translator is Translator
     assert "Translator" in fastattn.__all__ and "SentenceEncoder" in fastattn.__all__
     assert os.path.basename(sys.modules["fastattn.text"].__file__) == "__init__.py"
+
+
+def test_num_return_sequences_gives_lists(tmp_path):
+    """num_return_sequences=N: each item a list of N translations, best first -- the decoded
+    rows of generate's N sequences of that source (not the neighbours' rows)."""
+    import numpy as np
+    from text_helpers import make_marian_folder
+    folder = str(tmp_path / "m")
+    make_marian_folder(folder)
+    tr = fastattn.Translator(folder)
+    texts = ["Hello world.", "A much longer sentence to translate here.", "Yes."]
+    got = tr.translate(texts, num_beams=4, num_return_sequences=3, batch_size=2)
+    assert [len(g) for g in got] == [3, 3, 3]
+    for text, hyps in zip(texts, got):
+        ids = np.array(tr._encode([text], None, None))
+        gen = tr.model.generate(ids, np.ones_like(ids, bool), num_beams=4,
+                                num_return_sequences=3)
+        assert hyps == [tr.tokenizer.decode(g, skip_special_tokens=True) for g in gen]
+    assert [g[0] for g in got] == tr.translate(texts, num_beams=4)
+    with pytest.raises(ValueError, match="num_return_sequences"):
+        next(tr.translate_stream("Hello", num_return_sequences=2))
