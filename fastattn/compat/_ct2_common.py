@@ -92,6 +92,12 @@ class LoadedModel:
     def __repr__(self):
         return f"{type(self).__name__}({self.model_path!r}, compute_type={self.compute_type!r})"
 
+    # CTranslate2's state properties: the model stays loaded, nothing is queued (every call is
+    # computed at once)
+    model_is_loaded = True
+    num_queued_batches = 0
+    num_active_batches = 0
+
 
 def _folder_is_int8(path):
     """Whether model.bin holds int8 weights (each with its ``weight_scale``)."""
@@ -186,10 +192,13 @@ class AsyncResult:
     """CTranslate2's Async*Result: here already computed (fastattn has no worker queue);
     ``result()`` returns it, ``done()`` is True."""
 
-    def __init__(self, value):
-        self._value = value
+    def __init__(self, value, error=None):
+        self._value, self._error = value, error
 
     def result(self):
+        """The result, or the error the computation raised (every call, as CTranslate2)."""
+        if self._error is not None:
+            raise self._error
         return self._value
 
     def done(self):

@@ -70,14 +70,31 @@ __version__ = "4.8.5"          # the CTranslate2 API these adapters follow (its 
 
 
 def contains_model(path):
-    """Whether `path` holds a CTranslate2 model (its model.bin)."""
-    return is_ct2_folder(path)
+    """Whether `path` holds a CTranslate2 model: a model.bin file (CTranslate2 checks no more;
+    loading it checks the rest)."""
+    return os.path.isfile(os.path.join(os.fspath(path), "model.bin"))
 
 
 class TranslationResult(_Result):
     """``hypotheses`` (token lists, best first), ``scores`` (floats; [] without
-    return_scores), ``attention`` and ``logits`` ([]: not returned by fastattn)."""
+    return_scores), ``attention`` (with return_attention / replace_unknowns... see the module)
+    and ``logits`` ([]: not returned by fastattn). The previous result format reads too:
+    ``len(result)`` hypotheses, ``result[i]`` a dict of its ``tokens`` (and ``score``,
+    ``attention`` where returned)."""
     _fields = ("hypotheses", "scores", "attention", "logits")
+
+    def __len__(self):
+        return len(self.hypotheses)
+
+    def __getitem__(self, key):
+        if not isinstance(key, int):
+            return super().__getitem__(key)
+        out = {"tokens": self.hypotheses[key]}
+        if self.scores:
+            out["score"] = self.scores[key]
+        if self.attention:
+            out["attention"] = self.attention[key]
+        return out
 
 
 class ScoringResult(_Result):
@@ -165,6 +182,15 @@ class Translator(LoadedModel):
         """Translate a batch of token lists -> [TranslationResult] (CTranslate2's
         ``Translator.translate_batch``; what is honoured and refused: the module's
         docstring)."""
+        if asynchronous:
+            # CTranslate2 raises a bad option from result(), not from the call
+            options = {k: v for k, v in locals().items() if k not in ("self", "source")}
+            options["asynchronous"] = False
+            try:
+                out = self.translate_batch(source, **options)
+            except ValueError as exc:
+                return [AsyncResult(None, exc) for _ in source]
+            return [AsyncResult(r) for r in out]
         check_options("translate_batch", locals(), _REFUSED)
         self._check_end_token(end_token)
         for name, v, low in (("beam_size", beam_size, 1), ("num_hypotheses", num_hypotheses, 1),
@@ -228,7 +254,7 @@ class Translator(LoadedModel):
                     if opts["attention"] or opts["replace"]:
                         self._attend(r, src[i], list(opts["source"][i]), opts)
                     out[i] = r
-        return [AsyncResult(r) for r in out] if asynchronous else out
+        return out
 
     def _decode(self, src, prefixes, kw, o):
         """Rows with prefixes of one length -> [TranslationResult]."""
@@ -341,7 +367,11 @@ class Translator(LoadedModel):
                 row = list(row)
                 chunk.append(row)
                 if pit is not None:
-                    prefix.append(next(pit))
+                    try:
+                        prefix.append(next(pit))
+                    except StopIteration:
+                        raise ValueError("target_prefix does not have the same length as "
+                                         "source") from None
                 tokens = max(tokens, len(row))
                 size = len(chunk) * (tokens if batch_type == "tokens" else 1)
                 if size >= max(max_batch_size, 1):
