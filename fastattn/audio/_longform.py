@@ -110,6 +110,7 @@ class TranscriptionStream:
                                          [np.zeros(0, np.float32)])
         first = None
         if self._chunks is not None:
+            self._samples = samples                     # a window's rest is decoded again
             self._chunk_feats = [self._chunk_features(samples, c) for c in self._chunks]
             self._f = self._chunk_feats[0] if self._chunks else None
         elif samples.size:
@@ -137,8 +138,8 @@ class TranscriptionStream:
         else:
             self._it = self._segments()
 
-    def _chunk_features(self, samples, chunk):
-        audio = np.concatenate([samples[a:b] for a, b in chunk])
+    def _chunk_features(self, samples, chunk, offset=0):
+        audio = np.concatenate([samples[a:b] for a, b in chunk])[offset:]
         seconds, rest = divmod(self._tr.n_frames * HOP_LENGTH, SAMPLE_RATE)
         if rest:
             raise ValueError(f"batch_size: windows of {self._tr.n_frames} frames are not whole "
@@ -300,27 +301,31 @@ class TranscriptionStream:
                                                tr.eot)[-cut:] + prefix
         return prefix
 
-    def _window_keys(self, idx):
-        return [self._chunks[i][0][0] for i in idx]
+    def _window_features(self, i, offset):
+        """The features of batched window i from `offset` samples into its speech."""
+        if offset == 0:
+            return self._chunk_feats[i]
+        return self._chunk_features(self._samples, self._chunks[i], offset)
 
     def _batched(self):
-        tr = self._tr
         prefix = self._batch_prefix()
         N = self._opts.batch_size
+        self._first = None
         for b0 in range(0, len(self._chunks), N):
-            idx = list(range(b0, min(b0 + N, len(self._chunks))))
-            feats = np.stack([self._chunk_feats[i] for i in idx])
-            if b0 == 0 and self._first is not None and len(idx) == 1:
-                mem = self._first
-            else:
-                mem = tr._encode(feats)
-            self._first = None
-            results = self._decode_batch(mem, self._window_keys(idx), prefix)
-            for i, r in zip(idx, results):
-                yield from self._chunk_segments(i, r)
+            idx = range(b0, min(b0 + N, len(self._chunks)))
+            for fields in decode_windows(self._tr, [(self, i) for i in idx], prefix, N):
+                yield from self._numbered(fields)
 
-    def _chunk_segments(self, i, result):
-        """The segments of batched window i from its decoding `result`."""
+    def _numbered(self, fields):
+        for f in fields:
+            yield Segment(id=self._sid, **f)
+            self._sid += 1
+
+    def _chunk_segments(self, i, result, offset=0):
+        """The segments of batched window i decoded from `offset` samples into its speech ->
+        ([Segment fields], the offset to decode again from or None): a decoding that ends at
+        a timestamp more than TAIL_MIN_S before the window's speech ends has the rest decoded
+        again (what the sequential long form's seek does; without it those words are lost)."""
         tr, opts = self._tr, self._opts
         tb = tr.timestamp_begin
         chunk = self._chunks[i]
@@ -328,28 +333,37 @@ class TranscriptionStream:
         avg = total / (tokens.size + 1)
         if opts.no_speech_threshold is not None and no_speech > opts.no_speech_threshold and \
                 not (opts.log_prob_threshold is not None and avg > opts.log_prob_threshold):
-            return
+            return [], None
         cr = compression_ratio(self._text(tokens).strip())
-        frames = -(-sum(b - a for a, b in chunk) // HOP_LENGTH)
+        left = sum(b - a for a, b in chunk) - offset          # speech samples in the window
+        frames = -(-left // HOP_LENGTH)
         window = min(frames, tr.n_frames)
         tmap = TimeMap(chunk)
+        rest_text = False
         if opts.without_timestamps:
-            pieces = [(tokens, 0, window // _INPUT_STRIDE)]
+            pieces, moved = [(tokens, 0, window // _INPUT_STRIDE)], window
         else:         # decoded once: the text after the last pair is a segment of its own
-            pieces, _ = window_segments(tokens, tb, window, _INPUT_STRIDE, tail=True)
+            pieces, moved = window_segments(tokens, tb, window, _INPUT_STRIDE, tail=True)
+            rest_text = len(pieces) > len(window_segments(tokens, tb, window,
+                                                          _INPUT_STRIDE)[0])
         # times inside the window's speech (the model may name a time in its zero padding)
-        speech = sum(b - a for a, b in chunk) / SAMPLE_RATE
+        speech, base = left / SAMPLE_RATE, offset / SAMPLE_RATE
+        out = []
         for toks, start_pos, end_pos in pieces:
             text = self._text(toks)
-            start = tmap(min(start_pos * _TIME_PRECISION, speech))
-            end = tmap(min(end_pos * _TIME_PRECISION, speech), is_end=True)
+            start = tmap(base + min(start_pos * _TIME_PRECISION, speech))
+            end = tmap(base + min(end_pos * _TIME_PRECISION, speech), is_end=True)
             if start >= end or not text.strip():
                 continue
-            yield Segment(id=self._sid, seek=int(chunk[0][0] // HOP_LENGTH), start=start,
-                          end=end, text=text, tokens=[int(t) for t in toks],
-                          temperature=opts.temperatures[0], avg_logprob=avg,
-                          compression_ratio=cr, no_speech_prob=no_speech)
-            self._sid += 1
+            out.append(dict(seek=int(round(tmap(base) * SAMPLE_RATE)) // HOP_LENGTH,
+                            start=start, end=end, text=text, tokens=[int(t) for t in toks],
+                            temperature=opts.temperatures[0], avg_logprob=avg,
+                            compression_ratio=cr, no_speech_prob=no_speech))
+        again = None
+        if not opts.without_timestamps and not rest_text and 0 < moved < window and \
+                left - moved * HOP_LENGTH >= TAIL_MIN_S * SAMPLE_RATE:
+            again = offset + moved * HOP_LENGTH
+        return out, again
 
     # -- the seek loop -----------------------------------------------------------------------
 
@@ -543,6 +557,34 @@ def skip_hallucinations(segs, threshold, offset, window_s, segment_s, total_s, l
     return None
 
 
+#: speech (seconds) left after a batched window's last timestamp that is decoded again
+TAIL_MIN_S = 1.0
+
+
+def decode_windows(tr, windows, prefix, N):
+    """Batched windows [(stream, chunk index)] -> each one's [Segment fields] in order. The
+    windows are decoded N at a time; the rest of a window whose decoding stopped at a timestamp
+    more than TAIL_MIN_S before its speech ends is decoded again, from that timestamp, as a
+    window of its own (in further rounds, N at a time, until none stops early: each round
+    starts later in its window, so it ends). Each window's decoding is bitwise what it gives
+    in any other batch, so the result is too."""
+    out = [[] for _ in windows]
+    todo = [(k, s, i, 0) for k, (s, i) in enumerate(windows)]
+    while todo:
+        again = []
+        for b0 in range(0, len(todo), N):
+            part = todo[b0:b0 + N]
+            mem = tr._encode(np.stack([s._window_features(i, off) for _, s, i, off in part]))
+            keys = [s._chunks[i][0][0] + off for _, s, i, off in part]
+            for (k, s, i, off), r in zip(part, part[0][1]._decode_batch(mem, keys, prefix)):
+                fields, tail = s._chunk_segments(i, r, off)
+                out[k].extend(fields)
+                if tail is not None:
+                    again.append((k, s, i, tail))
+        todo = again
+    return out
+
+
 def decode_across(tr, streams):
     """The batched windows of several streams (files) decoded together, ``batch_size`` at a
     time (windows with the same prefix only) -> each stream's :class:`Transcription`, bitwise
@@ -552,19 +594,15 @@ def decode_across(tr, streams):
         if s._chunks:
             groups.setdefault(tuple(s._batch_prefix()), []).extend(
                 (s, i) for i in range(len(s._chunks)))
-    results = {}
+    fields = {}
     for prefix, items in groups.items():
         N = streams[0]._opts.batch_size
-        for b0 in range(0, len(items), N):
-            part = items[b0:b0 + N]
-            mem = tr._encode(np.stack([s._chunk_feats[i] for s, i in part]))
-            keys = [s._chunks[i][0][0] for s, i in part]
-            for (s, i), r in zip(part, part[0][0]._decode_batch(mem, keys, list(prefix))):
-                results[id(s), i] = r
+        for (s, i), f in zip(items, decode_windows(tr, items, list(prefix), N)):
+            fields[id(s), i] = f
     out = []
     for s in streams:
         segs = [seg for i in range(len(s._chunks or ()))
-                for seg in s._chunk_segments(i, results[id(s), i])]
+                for seg in s._numbered(fields[id(s), i])]
         out.append(s.result(segs))
     return out
 

@@ -325,3 +325,42 @@ def test_hallucination_rule():
     assert _longform.skip_hallucinations([hall, tail], 2.0, 0.0, 30.0, 30.0, 100.0,
                                          0.0) == (0, 10.0)
     assert _longform.skip_hallucinations([ok, tail], 2.0, 0.0, 30.0, 30.0, 100.0, 0.0) is None
+
+
+def test_batched_window_rest_is_decoded_again(tr, long_speech, monkeypatch):
+    """Batched long form: a window whose decoding stops at a timestamp with more than
+    TAIL_MIN_S of its speech left has that rest decoded again from the timestamp (the
+    sequential seek's job; decoded once, those words were lost). Here every first decoding of
+    a window is cut after its first segment: the rest comes back from the second round, the
+    segments stay in time order, and no more than a few words of the uncut run are missing
+    (before: every word after each window's first segment)."""
+    from fastattn.generation.whisper import WindowResult
+    x = long_speech[0][:60 * SR]
+    whole = tr.transcribe(x, num_beams=1, batch_size=4)
+    orig = _longform.TranscriptionStream._decode_batch
+    firsts = set()
+    calls = []
+
+    def cut_first(self, mem, keys, prefix):
+        res = orig(self, mem, keys, prefix)
+        calls.append(list(keys))
+        out = []
+        for k, r in zip(keys, res):
+            toks = np.asarray(r.tokens)
+            ts = np.flatnonzero(toks >= tr.timestamp_begin)
+            pair = [j for j in ts[:-1] if toks[j + 1] >= tr.timestamp_begin]
+            if k not in firsts and pair and int(toks[pair[0]]) - tr.timestamp_begin < 1000:
+                firsts.add(k)
+                r = WindowResult(toks[:pair[0] + 2], r.sum_logprob, r.no_speech_prob)
+            out.append(r)
+        return out
+
+    monkeypatch.setattr(_longform.TranscriptionStream, "_decode_batch", cut_first)
+    got = tr.transcribe(x, num_beams=1, batch_size=4)
+    assert len(calls) > 1 and any(k not in calls[0] for c in calls[1:] for k in c)
+    starts = [s.start for s in got.segments]
+    assert starts == sorted(starts)
+    # the words come back (decoded from other starting points some differ: not dropped)
+    o = jiwer.process_words(_words(whole.text), _words(got.text))
+    assert o.deletions <= 0.05 * len(_words(whole.text).split())
+    assert got.segments[-1].end > x.size / SR - 5
