@@ -57,8 +57,8 @@ import os
 
 import numpy as np
 
-from ..io.ctranslate2 import ModelBin, is_ct2_folder, read_vocabulary
-from ..models import EncoderModel, Seq2SeqTransformer
+from ..io.ctranslate2 import ModelBin, read_vocabulary
+from ..models import EncoderModel, Seq2SeqTransformer, _ct2
 from ._ct2_common import (AsyncResult, LoadedModel, Vocabulary, _Result, batches, check_options,
                           read_config, truncate)
 from . import _ct2_models as models
@@ -316,7 +316,11 @@ class Translator(LoadedModel):
             return
         bos, eos = bool(self._cfg.get("add_source_bos")), bool(self._cfg.get("add_source_eos"))
         unk = self._tgt.tokens[self._tgt.unk] if self._tgt.unk is not None else None
-        layer, heads = self._alignment()
+        if not hasattr(self, "_align"):
+            c = self.model.config
+            self._align = _ct2.alignment(self.model_path, c["decoder_layers"],
+                                         c["decoder_attention_heads"])
+        layer, heads = self._align
         att_all = []
         for k, toks in enumerate(result.hypotheses):
             # row t of a teacher-forced pass over the start token and the hypothesis is the
@@ -325,33 +329,14 @@ class Translator(LoadedModel):
             att = self.model.cross_attention(np.array([src], np.int64),
                                              np.array([dec], np.int64), layer=layer,
                                              heads=heads, n_threads=self._threads)[0]
-            vectors = []
-            for t in range(len(toks)):
-                v = att[t, :len(src)]
-                v = v[1:] if bos else v
-                v = v[:-1] if eos else v
-                v = np.concatenate([v[:len(original)],
-                                    np.zeros(max(len(original) - v.size, 0), np.float32)])
-                vectors.append(v.tolist())
+            vectors = _ct2.source_attention(att[:len(toks), :len(src)], len(original), bos,
+                                            eos)
             if o["replace"] and unk is not None:
-                for t, tok in enumerate(toks):
-                    if tok == unk and original:
-                        toks[t] = original[int(np.argmax(vectors[t]))]
-            att_all.append(vectors)
+                result.hypotheses[k] = toks = _ct2.replace_unknowns(toks, original, vectors,
+                                                                    unk)
+            att_all.append([v.tolist() for v in vectors])
         if o["attention"]:
             result.attention = att_all
-
-    def _alignment(self):
-        """(layer, [heads]) of the spec's alignment (decoder/alignment_layer, _heads; 0 heads:
-        all of them)."""
-        if not hasattr(self, "_align"):
-            mb = ModelBin(os.path.join(self.model_path, "model.bin"))
-            n = self.model.config["decoder_layers"]
-            H = self.model.config["decoder_attention_heads"]
-            layer = int(mb.scalar("decoder/alignment_layer", -1))
-            heads = int(mb.scalar("decoder/alignment_heads", 1)) or H
-            self._align = (layer % n, list(range(min(heads, H))))
-        return self._align
 
     def translate_iterable(self, source, target_prefix=None, max_batch_size=32,
                            batch_type="examples", **kwargs):

@@ -46,7 +46,8 @@ from .bert import EncoderConfig
 from .family import KINDS
 
 __all__ = ["is_ct2_folder", "spec_kind", "family", "read_seq2seq", "read_encoder",
-           "folder_quantize", "place_int8"]
+           "folder_quantize", "place_int8", "alignment", "source_attention",
+           "replace_unknowns"]
 
 _KINDS = {"WhisperSpec": "speech", "TransformerSpec": "seq2seq",
           "TransformerEncoderSpec": "encoder"}
@@ -514,6 +515,39 @@ def _read_transformer(f):
         f.scalar("layernorm_embedding", (int(ln_emb["encoder"]),))
         ignored = LEGACY_ATTRIBUTES
     return config, gen, f.finish(ignored)
+
+
+# -- CTranslate2's alignment (return_attention, replace_unknowns) -----------------------------
+
+def alignment(folder, n_layers, n_heads):
+    """(layer, [heads]) of a TransformerSpec folder's alignment: ``decoder/alignment_layer``
+    (default -1, the last) and the first ``decoder/alignment_heads`` heads (default 1; 0: all),
+    as CTranslate2's TransformerDecoder reads them."""
+    mb = ModelBin(os.path.join(folder, "model.bin"))
+    layer = int(mb.scalar("decoder/alignment_layer", -1))
+    heads = int(mb.scalar("decoder/alignment_heads", 1)) or n_heads
+    return layer % n_layers, list(range(min(heads, n_heads)))
+
+
+def source_attention(rows, n_original, bos, eos):
+    """CTranslate2's attention vectors of a hypothesis: each row (over the model's input
+    positions) without the implicit BOS / EOS positions, cut or zero-padded to the original
+    source length (its ``run_translation``)."""
+    out = []
+    for row in rows:
+        v = np.asarray(row, np.float32)
+        v = v[1:] if bos else v
+        v = v[:-1] if eos else v
+        out.append(np.concatenate([v[:n_original],
+                                   np.zeros(max(n_original - v.size, 0), np.float32)]))
+    return out
+
+
+def replace_unknowns(tokens, source, vectors, unk):
+    """CTranslate2's replace_unknowns: each `unk` of `tokens` becomes the `source` token its
+    attention vector weighs most (the first of equal weights)."""
+    return [source[int(np.argmax(vectors[t]))] if tok == unk and source else tok
+            for t, tok in enumerate(tokens)]
 
 
 def ct2_sinusoids(n, d):

@@ -44,9 +44,9 @@ import shutil
 import tempfile
 import zipfile
 
-import numpy as np
 
-from ..io.ctranslate2 import ModelBin, read_config, read_vocabulary
+from ..io.ctranslate2 import read_config, read_vocabulary
+from ..models import _ct2
 
 __all__ = ["is_package", "ArgosPackage", "split_sentences"]
 
@@ -261,9 +261,6 @@ class ArgosPackage:
         except (RuntimeError, OSError) as exc:
             raise ValueError(f"{sp_path} is not a SentencePiece model: {exc}") from None
         self._vocabularies()
-        mb = ModelBin(os.path.join(self.model_folder, "model.bin"))
-        self.alignment_layer = int(mb.scalar("decoder/alignment_layer", -1))
-        self.alignment_heads = int(mb.scalar("decoder/alignment_heads", 1))
 
     def _vocabularies(self):
         m = self.model_folder
@@ -329,20 +326,9 @@ class ArgosPackage:
         """CTranslate2's replace_unknowns on one hypothesis: each unknown token becomes the
         source piece its attention row (over the model's input positions) weighs most, the
         implicit bos / eos positions left out."""
-        out = list(tokens)
-        for t, tok in enumerate(tokens):
-            if tok != self.unk_token:
-                continue
-            row = np.asarray(attention[t], np.float32)
-            if self.add_source_bos:
-                row = row[1:]
-            if self.add_source_eos:
-                row = row[:-1]
-            row = np.concatenate([row[:len(pieces)], np.zeros(max(len(pieces) - row.size, 0),
-                                                                np.float32)])
-            if row.size:
-                out[t] = pieces[int(np.argmax(row))]
-        return out
+        vectors = _ct2.source_attention(attention[:len(tokens)], len(pieces),
+                                        self.add_source_bos, self.add_source_eos)
+        return _ct2.replace_unknowns(tokens, pieces, vectors, self.unk_token)
 
     def decode(self, tokens):
         """argostranslate's SentencePieceTokenizer.decode of one paragraph's pieces, then its

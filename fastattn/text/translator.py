@@ -40,7 +40,7 @@ import numpy as np
 
 from .._quant import check_quantize
 from .._validation import check_positive_int
-from ..models import Seq2SeqTransformer
+from ..models import Seq2SeqTransformer, _ct2
 from ._common import check_folder, check_threads, model_family
 from ._progress import progress_bar
 from . import argos
@@ -210,6 +210,8 @@ class Translator:
         head = [start] + pkg.prefix_ids
         L = len(pkg.prefix_ids)
         R = _returned(kw)
+        layer, heads = _ct2.alignment(pkg.model_folder, m.config["decoder_layers"],
+                                      m.config["decoder_attention_heads"])
         for idx in length_batches([len(sents[i].ids) for i in live], batch_size,
                                   max_batch_tokens):
             rows = [sents[live[i]] for i in idx]
@@ -237,8 +239,7 @@ class Translator:
                 if pkg.tgt_unk in out:
                     att = m.cross_attention(np.array([s.ids], np.int64),
                                             np.array([[start] + out], np.int64),
-                                            layer=pkg.alignment_layer,
-                                            heads=list(range(pkg.alignment_heads)),
+                                            layer=layer, heads=heads,
                                             n_threads=kw.get("n_threads"))[0]
                     tokens = pkg.replace_unknowns(tokens, s.pieces, att)
                 s.tokens.append(tokens)
