@@ -48,7 +48,8 @@ measures the compression ratio over token ids: its documented 1.35 is used, and 
 one sampled sequence, not best_of 5). --no-fallback decodes at temperature 0 only, everywhere:
 random weights make repetitive text, which sends windows down the fallback, so report both.
 
-Per system: load seconds, transcribe seconds (median of --repeats after one warm-up; the audio
+Per system: load seconds, transcribe seconds (median of --repeats after one warm-up, or with
+--rounds R of all R x repeats runs, the systems run in turn R times; the audio
 file read and decoded inside each call), real-time factor (transcribe / audio seconds), segments,
 the segments' tokens (timestamps included), the tokens the decoder produced (every window
 decoding: temperature retries and re-decoded tails too), peak RSS of the child (VmHWM), WER
@@ -476,7 +477,10 @@ def header(a, duration, text):
            "temperature fallback 0.0 .. 1.0 (each system's default)")
         + f"; batch size {a.batch_size} for the batched systems",
         f"# each system in a process of its own: load, one warm-up transcription, then the "
-        f"median of {a.repeats}; WER: jiwer on {normaliser_name()}",
+        f"median of {a.repeats}"
+        + (f"; {a.rounds} rounds (the systems in turn, a fresh process each round; the median "
+           f"of all {a.rounds * a.repeats} timed runs)" if a.rounds > 1 else "")
+        + f"; WER: jiwer on {normaliser_name()}",
     ]
     return lines
 
@@ -529,6 +533,9 @@ def main():
     ap.add_argument("--first-sentence", type=int, default=0,
                     help="start the text at this sentence (default 0)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the systems in turn this many times (each a fresh process a "
+                         "round); a system's time is the median of all its rounds' runs")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--int8", action="store_true",
                     help="also fastattn int8 and faster-whisper int8 (compute_type int8)")
@@ -590,14 +597,29 @@ def main():
 
     report = header(a, duration, text)
     print("\n".join(report), flush=True)
-    runs = []
-    for s in systems:
-        for name in [s] + ([s + "-int8"] if a.int8 and s not in FLOAT_ONLY else []):
+    names = [name for s in systems
+             for name in [s] + ([s + "-int8"] if a.int8 and s not in FLOAT_ONLY else [])]
+    runs = {}
+    for rnd in range(a.rounds):
+        # --rounds: the systems in turn, round after round, each run a fresh process: a host
+        # whose speed drifts (a shared VM) slows every system alike; a system's figure is the
+        # median of all its rounds' timed runs
+        for name in names:
             r = run_child(a, name, paths)
-            runs.append(r)
+            prev = runs.get(name)
+            if prev is None:
+                r["round_medians_s"] = [r["median_s"]] if r.get("median_s") else []
+                runs[name] = r
+            elif r.get("median_s") and prev.get("median_s"):
+                prev["times_s"] += r["times_s"]
+                prev["round_medians_s"].append(r["median_s"])
+                prev["median_s"] = statistics.median(prev["times_s"])
+                prev["peak_rss"] = max(prev["peak_rss"], r["peak_rss"])
             done = (f"{r['median_s']:.2f} s" if r.get("median_s") else
                     f"not available: {r.get('why')}")
-            print(f"# {name}: {done}", file=sys.stderr, flush=True)
+            print(f"# {name}: {done}" + (f" (round {rnd + 1})" if a.rounds > 1 else ""),
+                  file=sys.stderr, flush=True)
+    runs = [runs[name] for name in names]
     rows = table(a, runs, duration, text)
     print("\n".join(rows))
     report += rows

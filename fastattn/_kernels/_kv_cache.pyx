@@ -20,11 +20,14 @@ cdef extern from "string.h" nogil:
 
 
 def copy_cache_rows(list bufs, list alts, cnp.ndarray saves, cnp.ndarray dst,
-                    cnp.ndarray src, cnp.ndarray from_alt, Py_ssize_t t, int n_threads):
+                    cnp.ndarray src, cnp.ndarray from_alt, Py_ssize_t t, int n_threads,
+                    Py_ssize_t t0=0):
     """Beam reorder of the decoder's key / value buffers (fastattn/generation/kv_cache.py).
 
     Every buffer b of `bufs` is a C-contiguous (rows, H, max_len, Dh) array of one float dtype;
-    alts[b] a twin of it (or None when `saves` is empty). For each buffer, positions [:t] only:
+    alts[b] a twin of it (or None when `saves` is empty). For each buffer, positions [t0:t] only
+    (t0 > 0: the positions before it are the same in every row a row is copied from, a prefix
+    shared by a source's rows):
       1. alt[j] = buf[j] for j in saves (rows read after they are overwritten),
       2. buf[dst[p]] = (alt if from_alt[p] else buf)[src[p]] for p in order.
     Buffers are independent work items (one thread each); within a buffer the order above is
@@ -33,7 +36,9 @@ def copy_cache_rows(list bufs, list alts, cnp.ndarray saves, cnp.ndarray dst,
     cdef Py_ssize_t nb = len(bufs), n_save = saves.shape[0], n_move = dst.shape[0]
     if len(alts) != nb or src.shape[0] != n_move or from_alt.shape[0] != n_move:
         raise ValueError("copy_cache_rows: mismatched argument lengths")
-    if nb == 0 or t <= 0 or (n_save == 0 and n_move == 0):
+    if t0 < 0 or t0 > t:
+        raise ValueError(f"copy_cache_rows: t0={t0} must be in [0, t={t}]")
+    if nb == 0 or t <= t0 or (n_save == 0 and n_move == 0):
         return
     cdef cnp.ndarray first = bufs[0]
     if first.ndim != 4:
@@ -67,7 +72,8 @@ def copy_cache_rows(list bufs, list alts, cnp.ndarray saves, cnp.ndarray dst,
             raise ValueError(f"copy_cache_rows: row indices must be in [0, {rows})")
     cdef size_t[::1] pv = ptrs
     cdef Py_ssize_t row_stride = H * L * Dh * isz, head_stride = L * Dh * isz
-    cdef size_t chunk = <size_t>(t * Dh * isz)
+    cdef size_t chunk = <size_t>((t - t0) * Dh * isz)
+    cdef Py_ssize_t off = t0 * Dh * isz
     cdef Py_ssize_t p, h
     cdef char *buf
     cdef char *alt
@@ -80,10 +86,10 @@ def copy_cache_rows(list bufs, list alts, cnp.ndarray saves, cnp.ndarray dst,
             alt = <char *>pv[2 * b + 1]
             for p in range(n_save):
                 for h in range(H):
-                    memcpy(alt + sv[p] * row_stride + h * head_stride,
-                           buf + sv[p] * row_stride + h * head_stride, chunk)
+                    memcpy(alt + sv[p] * row_stride + h * head_stride + off,
+                           buf + sv[p] * row_stride + h * head_stride + off, chunk)
             for p in range(n_move):
                 s = alt if fa[p] else buf
                 for h in range(H):
-                    memcpy(buf + dv[p] * row_stride + h * head_stride,
-                           s + sr[p] * row_stride + h * head_stride, chunk)
+                    memcpy(buf + dv[p] * row_stride + h * head_stride + off,
+                           s + sr[p] * row_stride + h * head_stride + off, chunk)

@@ -29,6 +29,7 @@ import numpy as np
 from .._kernels import _search
 from .._threads import _effective_n_threads
 from ..functional import log_softmax
+from .prefix import feed_prefix
 from .processors import apply, history
 
 __all__ = ["BEAM_RULES", "beam_search_ct2", "check_beam_rule"]
@@ -68,10 +69,7 @@ def beam_search_ct2(state, procs, p, B, K, n_threads=None, *, prefix=None,
     finished = [[] for _ in range(B)]             # (score, tokens) of each source
     top_done = np.zeros(B, bool)                  # its best beam has finished (once)
     active = np.arange(B)
-    for t in range(P - 1):
-        lg = state.step(np.repeat(prefix[:, t], K))
-        if on_logits is not None:
-            on_logits(t, lg)
+    feed_prefix(state, np.repeat(prefix[:, :P - 1], K, axis=0), on_logits)
     tokens = np.repeat(prefix[:, P - 1], K)
     cur = P
     nthr = _effective_n_threads(n_threads)

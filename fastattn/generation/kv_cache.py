@@ -16,10 +16,12 @@ written, so a buffer sized for ``max_len`` costs memory only for the positions a
 Rows of one source are contiguous (``group`` rows per source, beam j of source b at row
 ``b * group + j``); the cross-attention reads one source's keys once for all its rows.
 
-Reordering (beam search) copies only the rows that change: row i takes row beam_idx[i]'s
-keys; a source row that is itself overwritten is first saved in a twin buffer (allocated on the
-first reorder). One C call copies every layer's moved rows (``_kv_cache.copy_cache_rows``: the
-buffers in parallel, each row's positions [:length] head by head, no temporary).
+Reordering (beam search) copies only the rows that change, and of them only the positions after
+a prefix their source's rows share (``shared``: a forced prefix fed once per source, ``spread``):
+row i takes row beam_idx[i]'s keys; a source row that is itself overwritten is first saved in
+a twin buffer (allocated on the first reorder). One C call copies every layer's moved rows
+(``_kv_cache.copy_cache_rows``: the buffers in parallel, each row's positions [shared:length]
+head by head, no temporary).
 Dropping finished sources compacts the rows in place (a forward copy of the rows that move).
 Nothing allocated per step grows with the step number.
 """
@@ -69,6 +71,7 @@ class KVCache:
         self._mask = None                          # (B, 1, 1, S) bool
         self.max_len = max_len
         self.length = 0                           # tokens fed so far
+        self.shared = 0                           # positions the same in every row of a source
         self.n_rows = n_rows
         self.n_src = n_src
         self.group = n_rows // n_src
@@ -119,6 +122,15 @@ class KVCache:
     def advance(self, T):
         self.length += T
 
+    def spread(self, group):
+        """Row b of the first n_src rows -> rows [b * group, (b + 1) * group), positions
+        [:length], every layer (a prefix computed once per source, then given to its rows)."""
+        t = self.length
+        for buf in self.self_k + self.self_v:
+            for b in range(self.n_src - 1, -1, -1):
+                buf[b * group:(b + 1) * group, :, :t] = buf[b, :, :t]
+        self.shared = t
+
     # -- reordering --------------------------------------------------------------------------------
 
     @staticmethod
@@ -160,7 +172,7 @@ class KVCache:
         # save the rows that are read after being overwritten, then copy the moved rows
         _kv_cache.copy_cache_rows(self.self_k + self.self_v, self._alt_k + self._alt_v, keep,
                                 moved, src, saved[src].astype(np.uint8), t,
-                                _effective_n_threads(self.n_threads))
+                                _effective_n_threads(self.n_threads), min(self.shared, t))
 
     def select_sources(self, keep):
         """Keep only the sources `keep` (increasing source indices) and their rows."""

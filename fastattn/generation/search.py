@@ -36,6 +36,7 @@ from .._validation import check_generation_setting, check_labels, check_token_id
 from ..functional import log_softmax
 from .beam_ct2 import beam_search_ct2, check_beam_rule
 from .config import resolve_settings
+from .prefix import feed_prefix
 from .processors import Temperature, apply, build_processors, history
 
 __all__ = ["Decoder", "DecoderState", "generate", "greedy_search", "beam_search", "score"]
@@ -343,10 +344,7 @@ def greedy_search(state, procs, p, B, rng=None, *, prefix=None, streams=None, so
     total = np.zeros(B) if return_scores else None
     if streamer is not None:
         streamer.put(prefix.copy())
-    for t in range(P - 1):                                     # the prefix: logits not needed
-        lg = state.step(seqs[:, t])
-        if on_logits is not None:
-            on_logits(t, lg)
+    feed_prefix(state, seqs[:, :P - 1], on_logits)
     cur = P
     tokens = seqs[:, P - 1].copy()
 
@@ -496,10 +494,7 @@ def beam_search(state, procs, p, B, K, rng=None, n_threads=None, *, prefix=None,
         fin_norm = np.zeros((B, K))
     open_ = np.ones(B, bool)                                  # early-stop heuristic unsatisfied
     active = np.arange(B)
-    for t in range(P - 1):                                    # the prefix: logits not needed
-        lg = state.step(np.repeat(prefix[:, t], K))
-        if on_logits is not None:
-            on_logits(t, lg)
+    feed_prefix(state, np.repeat(prefix[:, :P - 1], K, axis=0), on_logits)
     tokens = np.repeat(prefix[:, P - 1], K)
     cur = P
     top_mask = np.zeros(K2, bool)

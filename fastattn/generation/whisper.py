@@ -465,6 +465,7 @@ class WindowDecoder:
             def on_logits(t, logits):
                 if t == sot_at:
                     seen["sot"] = np.asarray(logits[::K], np.float64)
+            on_logits.positions = (sot_at,)     # the prefix's other logits are not needed
 
         state = model.start(encoder_output=encoder_output, num_beams=K,
                             max_length=p["max_length"], n_threads=n_threads)

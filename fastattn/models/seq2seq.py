@@ -685,6 +685,39 @@ class _Seq2SeqState(DecoderState):
             h = np.ascontiguousarray(h.reshape(n, T, -1)[:, -1])
         return self.model._project(h, self.n_threads)
 
+    def prefill(self, tokens, positions=()):
+        """tokens (n_rows, T): positions [0, T) of every row from an empty cache (a forced
+        prefix) as one chunk, logits computed only at `positions` -> [(t, logits (n_rows,
+        vocab))]. Where every row of a source holds the same prefix (beam search's beams, a
+        window's temperature draws), the source's positions are computed once and its rows
+        copied: each row gets the bits a chunk of its own tokens gives."""
+        t = np.asarray(to_numpy(tokens))
+        t = check_token_ids(t, "tokens", self.model.vocab_size, what="(rows, positions)",
+                            one_row=False)
+        cache = self.cache
+        n, T = t.shape
+        if n != cache.n_rows:
+            raise ValueError(f"tokens must hold {cache.n_rows} rows, got {n}")
+        if cache.length:
+            raise ValueError("prefill needs an empty cache")
+        g, ns = cache.group, cache.n_src
+        shared = g > 1 and bool((t.reshape(ns, g, T) == t[::g][:, None]).all())
+        if shared:
+            cache.n_rows, cache.group = ns, 1
+            try:
+                h = self.model._decode(cache, np.ascontiguousarray(t[::g]), self.n_threads)
+            finally:
+                cache.n_rows, cache.group = n, g
+            cache.spread(g)
+        else:
+            h = self.model._decode(cache, t, self.n_threads)
+        h = h.reshape(ns if shared else n, T, -1)
+        out = []
+        for p in positions:
+            lg = self.model._project(np.ascontiguousarray(h[:, p]), self.n_threads)
+            out.append((p, np.repeat(lg, g, axis=0) if shared else lg))
+        return out
+
     def reorder(self, beam_idx):
         self.cache.reorder(beam_idx)
 

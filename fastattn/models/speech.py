@@ -447,7 +447,8 @@ class WhisperModel(Seq2SeqTransformer):
             attn = layer.multihead_attn
             k, v = lc.cross
             q = attn._proj(0)(h, None, nthr)                             # (B * T, H * Dh)
-            x = attn._step_cross(h, k, v, lc.memory_mask, lc.n_src, T, x, None, nthr)
+            x = attn._step_cross(h, k, v, lc.memory_mask, lc.n_src, T, x, None, nthr,
+                                 padded=T > 1)
             h = layer.norm3._forward(x, n_threads=ln)
             x = layer.ff._forward(h, x, None, nthr)
             Dh = attn.head_dim

@@ -258,13 +258,17 @@ class MultiHeadAttention(_Module):
         return self._attend(self._heads(qkv, n, T, 0), k_all, v_all, mask, T > 1, n, T,
                             residual, norm, n_threads=n_threads)[0]
 
-    def _step_cross(self, x, k, v, mask, n_src, rows, residual=None, norm=None, n_threads=None):
+    def _step_cross(self, x, k, v, mask, n_src, rows, residual=None, norm=None, n_threads=None,
+                    padded=False):
         """Cross-attention of x (n_src * rows, E) over per-source keys and values k, v
         (n_src, H, S, Dh): the `rows` query rows of one source (its beams x positions) stacked
-        on the query axis of one attention call, so each source's keys are read once."""
+        on the query axis of one attention call, so each source's keys are read once.
+        padded: the kernel's path the same for every `rows` (a chunk of several positions: a
+        row's bits then do not depend on how many rows its source brings, e.g. a prefix fed
+        once per source or once per beam)."""
         q = self._heads(self._proj(0)(x, None, n_threads), n_src, rows, 0)
         return self._attend(q, k, v, mask, False, n_src, rows, residual, norm,
-                            n_threads=n_threads)[0]
+                            n_threads=n_threads, padded=padded)[0]
 
     def __call__(self, query, key, value, *, key_padding_mask=None, attn_mask=None, is_causal=False,
                  need_weights=False, average_attn_weights=True):

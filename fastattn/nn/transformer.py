@@ -200,7 +200,8 @@ class TransformerDecoderLayer(_Layer):
         else:
             k, v = cache.cross
             x = self.multihead_attn._step_cross(h, k, v, cache.memory_mask, cache.n_src,
-                                                B * T // cache.n_src, x, norm, n_threads)
+                                                B * T // cache.n_src, x, norm, n_threads,
+                                                padded=T > 1)
         h, norm = self._norm_in(self.norm3, x, ln_threads)
         return self.ff._forward(h, x, norm, n_threads)
 

@@ -102,3 +102,53 @@ def test_a_cache_is_freed_without_the_cyclic_collector():
         assert ref() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("n_threads", [1, 3])
+def test_spread_then_reorder_copies_only_after_the_shared_prefix(n_threads):
+    """spread gives each source's rows its first row's positions; a reorder then copies only
+    the positions after them (the same in every row of a source), with the result of a full
+    gather, and positions past the length untouched."""
+    rng = np.random.default_rng(5)
+    n_src, group, t_pre = 3, 4, 4
+    c = KVCache(2, n_src * group, 2, 3, 9, n_src, 6, np.float32)
+    c.n_threads = n_threads
+    for k in c.self_k + c.self_v:
+        k[...] = 7.0
+    # the prefix, fed once per source into the first n_src rows, then spread
+    c.n_rows, c.group = n_src, 1
+    for layer in range(2):
+        k = rng.standard_normal((n_src, t_pre, 2, 3)).astype(np.float32)
+        c.append(layer, k, k - 1)
+    c.advance(t_pre)
+    c.n_rows, c.group = n_src * group, group
+    c.spread(group)
+    assert c.shared == t_pre
+    for buf in c.self_k + c.self_v:
+        for b in range(n_src):
+            for j in range(group):
+                np.testing.assert_array_equal(buf[b * group + j, :, :t_pre], buf[b * group, :, :t_pre])
+    for _ in range(3):                              # positions after the prefix differ per row
+        for layer in range(2):
+            k = rng.standard_normal((n_src * group, 1, 2, 3)).astype(np.float32)
+            c.append(layer, k, k + 1)
+        c.advance(1)
+        before = [b.copy() for b in c.self_k + c.self_v]
+        idx = np.concatenate([g * group + rng.integers(0, group, group) for g in range(n_src)])
+        c.reorder(idx)
+        for b, k in zip(before, c.self_k + c.self_v):
+            np.testing.assert_array_equal(k[:, :, :c.length], b[idx][:, :, :c.length])
+            assert (k[:, :, c.length:] == 7.0).all()
+
+
+def test_copy_cache_rows_checks_t0():
+    from fastattn._kernels import _kv_cache
+    buf = np.zeros((4, 2, 6, 3), np.float32)
+    i64 = lambda *v: np.array(v, np.int64)
+    for t0 in (-1, 4):
+        with pytest.raises(ValueError, match="t0"):
+            _kv_cache.copy_cache_rows([buf], [None], i64(), i64(0), i64(1), np.zeros(1, np.uint8),
+                                      3, 1, t0)
+    buf[1] = 5.0
+    _kv_cache.copy_cache_rows([buf], [None], i64(), i64(0), i64(1), np.zeros(1, np.uint8), 3, 1, 2)
+    assert (buf[0, :, 2] == 5.0).all() and (buf[0, :, :2] == 0).all() and (buf[0, :, 3:] == 0).all()
