@@ -74,6 +74,7 @@ def long_speech():
     return np.concatenate(audio), " ".join([TEXT] * 3), spans
 
 
+@pytest.mark.whole_model
 def test_defaults_keep_every_word(tr, long_speech):
     """Default options (conditioning, fallback, thresholds) keep what the model hears: word
     recall against the text read >= 0.97 of what the same model keeps without conditioning,
@@ -292,6 +293,7 @@ def with_silence():
     return np.concatenate(parts), gap0, gap0 + 20, speech
 
 
+@pytest.mark.whole_model
 def test_hallucination_silence_threshold(tr, with_silence):
     audio, g0, g1, speech = with_silence
     with pytest.raises(ValueError, match="hallucination_silence_threshold"):
@@ -327,6 +329,7 @@ def test_hallucination_rule():
     assert _longform.skip_hallucinations([ok, tail], 2.0, 0.0, 30.0, 30.0, 100.0, 0.0) is None
 
 
+@pytest.mark.whole_model
 def test_batched_window_rest_is_decoded_again(tr, long_speech, monkeypatch):
     """Batched long form: a window whose decoding stops at a timestamp with more than
     TAIL_MIN_S of its speech left has that rest decoded again from the timestamp (the

@@ -93,6 +93,7 @@ def test_the_folder_is_the_written_back_model(hf):
     assert ct.generation_config["no_timestamps_token_id"] == NOTIMESTAMPS
 
 
+@pytest.mark.whole_model
 @pytest.mark.parametrize("without_timestamps", [False, True])
 def test_transcriber_equals_the_written_back_folder(transcribers, hf, audio,
                                                     without_timestamps):
@@ -102,6 +103,7 @@ def test_transcriber_equals_the_written_back_folder(transcribers, hf, audio,
     assert len(ours.segments) >= 2 and _wer(TEXT, ours.text) <= 0.25     # real text
 
 
+@pytest.mark.whole_model
 def test_generate_equals_ctranslate2(audio):
     """CTranslate2's own Whisper on the folder, fed the same features: the same tokens.
     Without timestamps, all of them; with timestamps, everything CTranslate2 writes (after
@@ -124,6 +126,7 @@ def test_generate_equals_ctranslate2(audio):
         assert theirs[1] == [t for t in ours[1].tolist() if t != EOT]     # ends in the clip
 
 
+@pytest.mark.whole_model
 @pytest.mark.parametrize("without_timestamps", [False, True])
 def test_tokens_equal_faster_whisper(transcribers, audio, without_timestamps):
     """faster-whisper on the same folder, greedy: the same text tokens, segment for segment
@@ -140,6 +143,7 @@ def test_tokens_equal_faster_whisper(transcribers, audio, without_timestamps):
     assert ours.text == "".join(s.text for s in theirs)
 
 
+@pytest.mark.whole_model
 def test_int8_folder_keeps_its_integers(int8, hf, transcribers, audio):
     """The int8 conversion loads as int8 with the folder's integers in every linear layer
     (the convolutions' GEMMs and the tied output projection included) and its token table:

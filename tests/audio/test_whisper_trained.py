@@ -125,6 +125,7 @@ def test_model_bin_reader_rejects_damage(tmp_path):
         whisper_from_ct2.read_ct2(str(bad))
 
 
+@pytest.mark.whole_model
 def test_transcript_equals_faster_whisper(transcribers, fw_models, audio):
     """faster-whisper's defaults (beam 5, the temperature fallback, conditioning on the
     previous text) on the package's folder: the same segments, tokens and timestamps, and
@@ -147,6 +148,7 @@ def test_transcript_equals_faster_whisper(transcribers, fw_models, audio):
     assert len(ours.segments) >= 4 and _wer(TEXT, ours.text) <= 0.10
 
 
+@pytest.mark.whole_model
 def test_word_timestamps_match_faster_whisper(transcribers, fw_models, audio):
     ours = transcribers().transcribe(audio, num_beams=5, word_timestamps=True)
     segs, _ = fw_models().transcribe(audio, beam_size=5, word_timestamps=True)
@@ -159,6 +161,7 @@ def test_word_timestamps_match_faster_whisper(transcribers, fw_models, audio):
                        atol=2e-3)
 
 
+@pytest.mark.whole_model
 @pytest.mark.parametrize("num_beams", [1, 4])
 def test_generate_equals_transformers(folder, hf_model, audio, num_beams):
     """One window, and a batch of two clips (the speech and its second half), greedy and beam:
@@ -175,6 +178,7 @@ def test_generate_equals_transformers(folder, hf_model, audio, num_beams):
     assert (got[:, 1:] < 50256).sum() > 60          # real text, not a few specials
 
 
+@pytest.mark.whole_model
 def test_long_form_equals_transformers(hf_model, transcribers, audio):
     """Two windows, transformers' sequential long form (temperature 0, no conditioning)."""
     hf = hf_model
@@ -191,6 +195,7 @@ def test_long_form_equals_transformers(hf_model, transcribers, audio):
     assert len({s.seek for s in res.segments}) == 2
 
 
+@pytest.mark.whole_model
 def test_int8_no_further_from_float32_than_faster_whisper(folder, transcribers, fw_models,
                                                          audio, windows):
     """The issue's int8 rule, where it is not chaos: the encoder's int8 output (the window of
@@ -220,6 +225,7 @@ def test_int8_no_further_from_float32_than_faster_whisper(folder, transcribers, 
     assert one == i8
 
 
+@pytest.mark.whole_model
 def test_int8_decoder_no_further_from_float32_than_ctranslate2(folder, windows):
     """The int8 rule through the decoder, deterministically: along the same tokens (fastattn
     float32's greedy decoding of each window, timestamps included), each system's int8 next-token

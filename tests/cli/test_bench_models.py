@@ -9,6 +9,7 @@ from fastattn.__main__ import main
 from fastattn.benchmark import _cli
 
 
+@pytest.mark.whole_model
 def test_bench_models_tiny(tmp_path, capsys):
     pytest.importorskip("safetensors")
     out_json, png = tmp_path / "m.json", tmp_path / "m.png"

@@ -167,6 +167,7 @@ def test_generate_matches_transformers_token_for_token(ckpt, feats, variant, cas
         assert (got >= W.NOTIMESTAMPS + 1).any()
 
 
+@pytest.mark.whole_model
 def test_max_length_grows_window_after_window_as_in_transformers(ckpt, feats):
     """A checkpoint max_length below max_target_positions: transformers adds the prefix length
     to it before every window (its generation config is updated in place), up to

@@ -49,6 +49,7 @@ def _post(srv, data, path="/v1/audio/transcriptions", **fields):
                       data=fields, headers=srv.headers, timeout=120)
 
 
+@pytest.mark.whole_model
 def test_transcriptions_equal_in_process(start_server, whisper_folder, transcriber):
     srv = start_server({"whisper": whisper_folder})
     audio, data = _wav(8.0, 1)
@@ -84,6 +85,7 @@ def test_transcriptions_equal_in_process(start_server, whisper_folder, transcrib
                              for x in words.segments for w in x.words]
 
 
+@pytest.mark.whole_model
 def test_openai_client(start_server, whisper_folder, transcriber):
     openai = pytest.importorskip("openai")
     srv = start_server({"whisper": whisper_folder})

@@ -300,6 +300,7 @@ def test_serve_routes_libretranslate_requests_by_language(packages):
         assert c.get("/health").status_code == 200
 
 
+@pytest.mark.whole_model
 def test_compat_ctranslate2_attention_and_replace_unknowns(packages):
     """fastattn.compat.ctranslate2's translate_batch with return_attention / replace_unknowns
     (beam and greedy, a target prefix, several hypotheses, the end token returned) on the
