@@ -175,9 +175,9 @@ class TranscriptionStream:
             seq.append(tr.no_timestamps)
         return seq
 
-    def _decoder(self, prefix_len):
-        """(WindowDecoder, settings, processors) of a window after `prefix_len` tokens: the
-        options as generate's settings."""
+    def _decoder(self, prefix_len, forced=0):
+        """(WindowDecoder, settings, processors) of a window after `prefix_len` tokens, the
+        last `forced` of them the transcript's prefix: the options as generate's settings."""
         opts = self._opts
         model = self._tr.model
         user = {"num_beams": opts.num_beams, "length_penalty": opts.length_penalty}
@@ -192,19 +192,21 @@ class TranscriptionStream:
         if opts.beam_rule != "transformers":
             user["beam_rule"] = opts.beam_rule
         decoder = WindowDecoder(model, user, timestamps=not opts.without_timestamps)
-        return (decoder,) + decoder.window(prefix_len)
+        return (decoder,) + decoder.window(prefix_len, prefix_len - forced)
 
-    def _decode(self, mem, prefix, temperature, t_index, seek):
+    def _decode(self, mem, prefix, temperature, t_index, seek, forced=0):
         """One decoding of the window at `seek` (encoded: `mem`) at its `t_index`-th
         temperature -> a WindowResult (tokens without EOS, sum of log-probs, no-speech
-        probability)."""
+        probability). forced: how many of the prefix's last tokens are the transcript's
+        prefix (returned as the window's first tokens)."""
         opts = self._opts
-        decoder, p, procs = self._decoder(len(prefix))
+        decoder, p, procs = self._decoder(len(prefix), forced)
         streams = None
         if temperature > 0.0:
             streams = [fallback_streams(opts.seed, seek, t_index, opts.best_of)]
         return decoder.decode(mem, prefix, p, procs, temperature=temperature, streams=streams,
-                              scores=True, n_threads=self._tr.n_threads)[0]
+                              scores=True, n_threads=self._tr.n_threads,
+                              begin=len(prefix) - forced)[0]
 
     def _text(self, tokens):
         return self._tr.tokenizer.decode([int(t) for t in tokens if t < self._tr.eot])
@@ -242,12 +244,12 @@ class TranscriptionStream:
               r[3] <= opts.compression_ratio_threshold] or results
         return max(ok, key=lambda r: r[2])
 
-    def _attempt(self, mem, prefix, t, i, seek):
-        tokens, total, no_speech = self._decode(mem, prefix, t, i, seek)
+    def _attempt(self, mem, prefix, t, i, seek, forced=0):
+        tokens, total, no_speech = self._decode(mem, prefix, t, i, seek, forced)
         avg = total / (tokens.size + 1)
         return tokens, t, avg, compression_ratio(self._text(tokens).strip()), no_speech
 
-    def _with_fallback(self, mem, prefix, seek, plain=None):
+    def _with_fallback(self, mem, prefix, seek, plain=None, forced=0):
         """The window's result (tokens, temperature, avg, cr, no_speech), whether it was
         decoded without the previous text and whether it failed every check.
 
@@ -256,18 +258,19 @@ class TranscriptionStream:
         without the previous text at that temperature before any other one (repeated text in
         the prompt drives Whisper into loops and dropped speech; fastattn's rule, not
         openai-whisper's); the first result that passes is kept. With one temperature there is
-        no fallback: the result is the one decoding asked for, as openai-whisper's."""
+        no fallback: the result is the one decoding asked for, as openai-whisper's. forced:
+        as :meth:`_decode`'s (both prefixes end with the same forced tokens)."""
         temps = self._opts.temperatures
         if len(temps) == 1:
-            return self._attempt(mem, prefix, temps[0], 0, seek), False, False
+            return self._attempt(mem, prefix, temps[0], 0, seek, forced), False, False
         results = []
         for i, t in enumerate(temps):
-            res = self._attempt(mem, prefix, t, i, seek)
+            res = self._attempt(mem, prefix, t, i, seek, forced)
             results.append((res, False))
             if not self._needs_fallback(res, first=i == 0):
                 return res, False, False
             if i == 0 and plain is not None:
-                res = self._attempt(mem, plain, t, i, seek)
+                res = self._attempt(mem, plain, t, i, seek, forced)
                 results.append((res, True))
                 if not self._needs_fallback(res):
                     return res, True, False
@@ -295,11 +298,33 @@ class TranscriptionStream:
         """The prefix every batched window of this stream is decoded with."""
         tr, opts = self._tr, self._opts
         prefix = self._sot_sequence()
+        hot = self._hotwords()
         if opts.initial_prompt and tr.sot_prev is not None:
             cut = tr.model.max_decoder_positions // 2 - 1
-            prefix = [tr.sot_prev] + plain_ids(tr.tokenizer, " " + opts.initial_prompt.strip(),
-                                               tr.eot)[-cut:] + prefix
+            # the prompt's text as given (faster-whisper's batched pipeline: no leading space,
+            # unlike the sequential history's)
+            prefix = [tr.sot_prev] + hot + plain_ids(
+                tr.tokenizer, opts.initial_prompt, tr.eot)[-cut:] + prefix
+        elif hot:
+            prefix = [tr.sot_prev] + hot + prefix
         return prefix
+
+    def _hotwords(self):
+        """The hotwords' tokens (faster-whisper's: a leading space, at most
+        max_target_positions // 2 - 1 of them), [] without hotwords."""
+        tr, text = self._tr, self._opts.hotwords
+        if not text:
+            return []
+        return plain_ids(tr.tokenizer, " " + text, tr.eot)[:tr.model.max_decoder_positions // 2 - 1]
+
+    def _forced(self):
+        """The first window's forced tokens for the transcript's prefix: ``<|0.00|>`` (with
+        timestamps), then the text's tokens (faster-whisper's: a leading space, at most
+        max_target_positions // 2 - 1)."""
+        tr, opts = self._tr, self._opts
+        ids = plain_ids(tr.tokenizer, " " + opts.prefix, tr.eot)
+        ids = ids[:tr.model.max_decoder_positions // 2 - 1]
+        return ([] if opts.without_timestamps else [tr.timestamp_begin]) + ids
 
     def _window_features(self, i, offset):
         """The features of batched window i from `offset` samples into its speech."""
@@ -379,6 +404,7 @@ class TranscriptionStream:
         seek, sid = 0, 0
         last_speech = 0.0
         sot_seq = self._sot_sequence()
+        hot_ids = self._hotwords()
         cut = tr.model.max_decoder_positions // 2 - 1
         while seek < frames:
             window = min(frames - seek, tr.n_frames)
@@ -391,13 +417,19 @@ class TranscriptionStream:
             if prev and len(opts.temperatures) > 1 and len(history) > n_initial and \
                     repeats(self._text(prev[-cut:])):
                 reset_since, prev = len(history), []     # a prompt that repeats itself
-            prefix = list(sot_seq)
+            # faster-whisper's prompt: <|startofprev|>, the hotwords (not beside the prefix),
+            # the previous text; the SOT sequence; the transcript's prefix (first window only)
+            forced = self._forced() if seek == 0 and opts.prefix else []
+            hot = hot_ids if not forced else []
+            plain = ([tr.sot_prev] + hot if hot else []) + sot_seq
+            prefix = plain
             if prev and tr.sot_prev is not None and (opts.condition_on_previous_text or
                                                      reset_since == 0 and opts.initial_prompt):
-                prefix = [tr.sot_prev] + prev[-cut:] + sot_seq
-            plain = sot_seq if len(prefix) > len(sot_seq) else None
+                prefix = [tr.sot_prev] + hot + prev[-cut:] + sot_seq
+            plain = plain + forced if len(prefix) > len(plain) else None
+            prefix = prefix + forced
             (tokens, temp, avg, cr, no_speech), unprompted, failed = self._with_fallback(
-                mem, prefix, seek, plain)
+                mem, prefix, seek, plain, len(forced))
             if opts.no_speech_threshold is not None and no_speech > opts.no_speech_threshold \
                     and not (opts.log_prob_threshold is not None and
                              avg > opts.log_prob_threshold) and not failed:

@@ -39,6 +39,10 @@ def add_arguments(p):
     p.add_argument("--no-condition", action="store_true",
                    help="do not prompt each window with the text before it")
     p.add_argument("--initial-prompt", metavar="TEXT", help="text that prompts the first window")
+    p.add_argument("--prefix", metavar="TEXT",
+                   help="text the transcript begins with (the first window is forced to it)")
+    p.add_argument("--hotwords", metavar="TEXT",
+                   help="words or phrases shown to the model before every window")
     p.add_argument("--word-timestamps", action="store_true", help="per-word times (json)")
     p.add_argument("--hallucination-silence-threshold", type=float, metavar="SECONDS",
                    help="with --word-timestamps: drop a segment that looks hallucinated between "
@@ -116,6 +120,9 @@ def run(args):
         options["language"] = args.language
     if args.hallucination_silence_threshold is not None:
         options["hallucination_silence_threshold"] = args.hallucination_silence_threshold
+    for name in ("prefix", "hotwords"):
+        if getattr(args, name):
+            options[name] = getattr(args, name)
     if args.temperature:
         options["temperature"] = tuple(args.temperature)
     if args.batch_size:
@@ -176,6 +183,9 @@ def _run_live(args):
     if args.output_dir or args.batch_size:
         raise CommandError("--live writes one transcript: give --output, not --output-dir / "
                            "--batch-size")
+    if args.prefix or args.hotwords:
+        raise CommandError("--prefix / --hotwords: not with --live (a live session is prompted "
+                           "with its confirmed text; use --initial-prompt)")
     fmt = _format(args, args.output)
     out = Output(args.output) if args.output else None
     options = {"num_beams": args.beams, "min_chunk": args.min_chunk,

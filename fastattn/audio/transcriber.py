@@ -64,7 +64,8 @@ class _Options:
                  no_speech_threshold, condition_on_previous_text, prompt_reset_on_temperature,
                  initial_prompt, word_timestamps, without_timestamps, max_new_tokens,
                  suppress_tokens, suppress_blank, seed, batch_size, vad_filter,
-                 vad_parameters, vad_model, hallucination_silence_threshold, beam_rule):
+                 vad_parameters, vad_model, hallucination_silence_threshold, beam_rule,
+                 prefix, hotwords):
         gen = model.generation_config
         self.beam_rule = check_beam_rule(beam_rule)
         self.task = task
@@ -98,6 +99,15 @@ class _Options:
         if initial_prompt is not None and not isinstance(initial_prompt, str):
             raise TypeError(f"initial_prompt must be a string, got {type(initial_prompt).__name__}")
         self.initial_prompt = initial_prompt
+        for name, value in (("prefix", prefix), ("hotwords", hotwords)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a string, got {type(value).__name__}")
+        # faster-whisper's: an empty or blank string is no prefix / no hotwords
+        self.prefix = prefix.strip() if prefix and prefix.strip() else None
+        self.hotwords = hotwords.strip() if hotwords and hotwords.strip() else None
+        if self.hotwords is not None and gen.get("prev_sot_token_id") is None:
+            raise ValueError("hotwords: this Whisper has no <|startofprev|> token "
+                             "(prev_sot_token_id) to show them after")
         self.word_timestamps = check_option(word_timestamps, "word_timestamps")
         self.without_timestamps = check_option(without_timestamps, "without_timestamps")
         hst = _threshold(hallucination_silence_threshold, "hallucination_silence_threshold")
@@ -247,7 +257,7 @@ class Transcriber:
                    max_new_tokens=None, suppress_tokens=None, suppress_blank=True, seed=0,
                    batch_size=None, vad_filter=False, vad_parameters=None, vad_model="silero",
                    hallucination_silence_threshold=None, beam_size=None,
-                   beam_rule="transformers"):
+                   beam_rule="transformers", prefix=None, hotwords=None):
         """Transcribe (or, ``task="translate"``, translate to English) `audio`: a path (WAV,
         FLAC, anything FFmpeg reads) or 16 kHz samples. Returns a :class:`Transcription`.
 
@@ -263,12 +273,21 @@ class Transcriber:
         - ``batch_size=N``: batched long form (faster-whisper's BatchedInferencePipeline):
           the speech stretches are grouped into windows of at most 30 s and N windows are
           decoded at once, at ``temperature[0]``, each window alone (no conditioning on the
-          previous text; ``initial_prompt`` prompts every window). Each window's result is
-          bitwise what it gives in any other batch.
+          previous text; ``initial_prompt``, its text as given, prompts every window). Each
+          window's result is bitwise what it gives in any other batch.
         - ``hallucination_silence_threshold`` (seconds; needs ``word_timestamps``): a segment
           whose words look hallucinated (improbable, too short or too long) with a silence
           longer than this before and after it is dropped and the silence skipped
           (faster-whisper's option).
+
+        - ``prefix`` (faster-whisper's option): text the transcript begins with: the first
+          window's decoding is forced to start with it (after ``<|0.00|>`` with timestamps)
+          and goes on from there; it is part of the first segment.
+        - ``hotwords`` (faster-whisper's option): words or phrases the model is shown before
+          every window (after ``<|startofprev|>``, before the previous text), so it is more
+          likely to spell them so; not on the first window when ``prefix`` is given there.
+          Batched: every window, with ``initial_prompt`` after them; ``prefix`` is ignored
+          there, as faster-whisper's BatchedInferencePipeline ignores it.
 
         - ``beam_rule``: beam search's rule, transformers' (default) or "ctranslate2"
           (faster-whisper's decoding: CTranslate2's stopping rule and scores,

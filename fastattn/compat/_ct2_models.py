@@ -97,6 +97,22 @@ class Whisper(LoadedModel):
         langs = self.model.languages
         return [sorted(zip(langs, map(float, row)), key=lambda x: -x[1]) for row in probs]
 
+    def _forced(self, row):
+        """How many of a prompt's last tokens are a transcript prefix: those after the start
+        sequence (<|startoftranscript|>, then language, task and <|notimestamps|> tokens), which
+        CTranslate2 forces and returns at the head of the result."""
+        gen = self.model.generation_config
+        sot = gen["decoder_start_token_id"]
+        if sot not in row:
+            raise ValueError("prompts: a prompt without <|startoftranscript|>")
+        k = len(row) - 1 - row[::-1].index(sot)
+        special = set((gen.get("lang_to_id") or {}).values()) | \
+            set((gen.get("task_to_id") or {}).values()) | {gen.get("no_timestamps_token_id")}
+        k += 1
+        while k < len(row) and row[k] in special:
+            k += 1
+        return len(row) - k
+
     def generate(self, features, prompts, *, asynchronous=False, beam_size=5, patience=1,
                  num_hypotheses=1, length_penalty=1, repetition_penalty=1,
                  no_repeat_ngram_size=0, max_length=448, return_scores=False,
@@ -132,9 +148,9 @@ class Whisper(LoadedModel):
         out = [None] * len(rows)
         groups = {}
         for i, r in enumerate(rows):
-            groups.setdefault((len(r), notimestamps in r), []).append(i)
+            groups.setdefault((len(r), notimestamps in r, self._forced(r)), []).append(i)
         want = bool(return_scores or return_no_speech_prob)
-        for (P, no_stamps), idx in groups.items():
+        for (P, no_stamps, forced), idx in groups.items():
             if P >= limit:
                 raise ValueError(f"a prompt of {P} tokens leaves no room below "
                                  f"max_target_positions={limit}")
@@ -142,9 +158,9 @@ class Whisper(LoadedModel):
             # (and max_length positions in all)
             dec = WindowDecoder(self.model, dict(settings, max_new_tokens=int(max(1, min(
                 max_length // 2, max_length - P + 1, limit - P)))), timestamps=not no_stamps)
-            p, procs = dec.window(P)
+            p, procs = dec.window(P, P - forced)
             res = dec.decode(memory[idx], np.array([rows[i] for i in idx], np.int64), p, procs,
-                             scores=want, n_threads=self._threads)
+                             scores=want, n_threads=self._threads, begin=P - forced)
             for i, r in zip(idx, res):
                 ids = [int(t) for t in r.tokens]
                 scores = []

@@ -30,8 +30,7 @@ a CPU too; fastattn does not widen an int8 folder).
 Refused, each by a ValueError naming it when its value differs from faster-whisper's default:
 ``device`` other than "cpu" / "auto", ``device_index`` other than 0, ``num_workers`` other
 than 1, ``files``, ``revision``, ``use_auth_token``, extra CTranslate2 keywords;
-``prefix``, ``hotwords``, ``repetition_penalty``,
-``no_repeat_ngram_size``, ``patience``, ``chunk_length`` other than the model's 30 s,
+``repetition_penalty``, ``no_repeat_ngram_size``, ``patience``, ``chunk_length`` other than the model's 30 s,
 ``max_initial_timestamp`` other than the folder's (1.0 s), ``prepend_punctuations`` /
 ``append_punctuations``, ``initial_prompt`` as token ids, ``multilingual=True`` and
 ``language_detection_segments`` > 1 on a multilingual model (detection reads the first
@@ -43,7 +42,9 @@ As faster-whisper: ``language`` other than "en" and ``multilingual=True`` on an 
 model log a warning and use English; ``language_detection_threshold`` decides nothing with one
 detection segment; the batched pipeline ignores ``condition_on_previous_text``, the three
 thresholds, ``prompt_reset_on_temperature``, ``prefix``, ``max_initial_timestamp`` and every
-temperature but the first.
+temperature but the first. ``prefix`` begins the first window's transcript (at 0 s; a clip
+that starts later has none, as there), ``hotwords`` prompt every window (Transcriber's options
+of the same names).
 """
 import dataclasses
 import logging
@@ -337,7 +338,10 @@ class WhisperModel:
                                  "condition_on_previous_text=False")
             streams = []
             for i, (a, b) in enumerate(clips):
-                kw_i = dict(kw, initial_prompt=None) if i else kw
+                # the initial prompt and the prefix go to the first clip (faster-whisper: the
+                # prefix to the window at seek 0 only)
+                kw_i = dict(kw, initial_prompt=None, prefix=None) if i else \
+                    dict(kw, prefix=kw["prefix"] if a == 0 else None)
                 s = tr.stream(samples[a * HOP_LENGTH:b * HOP_LENGTH], **kw_i)
                 if i == 0 and kw["language"] is None and s.language is not None:
                     kw["language"] = s.language       # detected once, in the first clip
@@ -357,10 +361,6 @@ class WhisperModel:
         """Transcriber's options of the options both transcribes share, and faster-whisper's
         TranscriptionOptions of the call (`a`: the call's arguments)."""
         tr = self.transcriber
-        for name in ("prefix", "hotwords"):
-            if a.get(name) is not None and not (batched and name == "prefix"):
-                raise ValueError(f"{name}={a[name]!r} is not supported by fastattn's Whisper "
-                                 f"decoding ({name}=None)")
         for name, default in (("repetition_penalty", 1), ("no_repeat_ngram_size", 0),
                               ("patience", 1), ("prepend_punctuations", PREPEND_PUNCTUATIONS),
                               ("append_punctuations", APPEND_PUNCTUATIONS)):
@@ -424,7 +424,8 @@ class WhisperModel:
                       suppress_tokens=list(resolved or ()),
                       without_timestamps=a["without_timestamps"],
                       max_new_tokens=self._max_new_tokens(a["max_new_tokens"]),
-                      beam_rule="ctranslate2")
+                      beam_rule="ctranslate2", hotwords=a["hotwords"],
+                      prefix=None if batched else a["prefix"])
         return common, options
 
     def _max_new_tokens(self, value):

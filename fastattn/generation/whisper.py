@@ -397,34 +397,37 @@ class WindowDecoder:
                              f"{prefix_len} tokens; pass max_new_tokens")
         return n
 
-    def processors(self, p, prefix_len):
+    def processors(self, p, prefix_len, begin=None):
         """transformers' generic processors, then Whisper's: begin_suppress_tokens, then
-        suppress_tokens, then the timestamp rules."""
+        suppress_tokens, then the timestamp rules. `begin`: where the window's own tokens
+        begin (default `prefix_len`); earlier, when the prefix ends with forced tokens (a
+        transcript prefix, faster-whisper's ``prefix``), which the rules read as generated."""
+        begin = prefix_len if begin is None else begin
         gen, V = self.model.generation_config, self.model.vocab_size
         sup = p["suppress_tokens"]
-        begin = self.user.get("begin_suppress_tokens", gen.get("begin_suppress_tokens"))
+        begin_ids = self.user.get("begin_suppress_tokens", gen.get("begin_suppress_tokens"))
         procs = build_processors(dict(p, suppress_tokens=None), V, p["eos_token_id"],
                                  2 if p["num_beams"] > 1 else 1)
-        if begin is not None:
-            procs.append(SuppressAtBegin(begin, prefix_len, V))
+        if begin_ids is not None:
+            procs.append(SuppressAtBegin(begin_ids, begin, V))
         if sup is not None:
             procs.append(SuppressTokens(sup, V))
         if self.timestamps:
             procs.append(TimestampRules(
-                gen["no_timestamps_token_id"], p["eos_token_id"], prefix_len,
+                gen["no_timestamps_token_id"], p["eos_token_id"], begin,
                 gen.get("max_initial_timestamp_index"),
                 gen.get("_detect_timestamp_from_logprob", True) is not False))
         return procs
 
-    def window(self, prefix_len):
+    def window(self, prefix_len, begin=None):
         """(settings, processors) of a window decoded on its own after `prefix_len` tokens
-        (the long form's: max_length grown once)."""
+        (the long form's: max_length grown once); `begin` as :meth:`processors`'."""
         p = self.settings(prefix_len)
         p["max_length"] = self.max_length(p, prefix_len)
-        return p, self.processors(p, prefix_len)
+        return p, self.processors(p, prefix_len, begin)
 
     def decode(self, encoder_output, prefix, p, procs, *, temperature=0.0, streams=None,
-               scores=False, n_threads=None):
+               scores=False, n_threads=None, begin=None):
         """Decode n windows -> [:class:`WindowResult`], one per window.
 
         encoder_output : array (n, max_source_positions, d_model)
@@ -446,6 +449,12 @@ class WindowDecoder:
             processed scores, rounded to float32; sampling: under the processed scores before
             the temperature, float64), and the probability of ``<|nospeech|>`` (the token
             before ``<|notimestamps|>``) under the raw logits at <|startoftranscript|>.
+        begin : int, optional
+            Where each window's tokens begin (default: after the prefix). Smaller when the
+            prefix ends with forced tokens (a transcript prefix: ``<|0.00|>`` and text): they
+            are returned as the window's first tokens (CTranslate2's and faster-whisper's
+            result) and the processors were made with the same `begin`; the scores count only
+            the tokens decoded after them.
         """
         model = self.model
         n = encoder_output.shape[0]
@@ -453,6 +462,9 @@ class WindowDecoder:
         if rows.ndim == 1:
             rows = np.repeat(rows[None], n, axis=0)
         P = rows.shape[1]
+        B = P if begin is None else int(begin)
+        if not 0 < B <= P:
+            raise ValueError(f"begin={begin!r} must lie in 1..{P} (the prefix's length)")
         pad, eos = p["pad_token_id"], p["eos_token_id"]
         sampled = temperature > 0.0
         K = len(streams[0]) if sampled else p["num_beams"]      # rows per window
@@ -507,20 +519,20 @@ class WindowDecoder:
             if sampled:
                 best, best_rank = None, -np.inf
                 for r in range(i * K, (i + 1) * K):
-                    g = strip_generated(seqs[r, P:], pad, eos)
+                    g = strip_generated(seqs[r, B:], pad, eos)
                     rank = float(sums[r]) / max(g.size, 1)
                     if rank > best_rank:
                         best, best_rank, total = g, rank, float(sums[r])
                 tokens = best
             else:
-                tokens = strip_generated(seqs[i, P:], pad, eos)
+                tokens = strip_generated(seqs[i, B:], pad, eos)
                 if scores:
                     total = float(sums[i])
                 if K > 1 and not sampled and p.get("beam_rule") == "ctranslate2" and scores:
                     # CTranslate2's score: the renormalised sum / (tokens, EOS not counted)
-                    total = total * tokens.size ** p["length_penalty"]
+                    total = total * (tokens.size - (P - B)) ** p["length_penalty"]
                 if norm is not None:      # the beam score is sum / length ** length_penalty
-                    end = P + tokens.size
+                    end = B + tokens.size
                     length = tokens.size + (end < seqs.shape[1] and seqs[i, end] == eos)
                     total = total * length ** p["length_penalty"] - float(norm[i])
             out.append(WindowResult(tokens, total, no_speech[i]))

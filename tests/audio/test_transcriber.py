@@ -422,6 +422,67 @@ def test_command(folders, transcribers, tmp_path):
     assert r.returncode == 0 and r.stdout == "".join(s.text.strip() + "\n" for s in res.segments)
 
 
+def test_prefix_and_hotwords(folders, transcribers, tmp_path):
+    """faster-whisper's ``prefix`` and ``hotwords`` (the prompts are checked token for token
+    against faster-whisper's on the real tiny.en in tests/compat/test_faster_whisper_compat.py):
+    the first window begins with <|0.00|> and the prefix's tokens and goes on from there;
+    the hotwords follow <|startofprev|> in every window's prompt; batched windows ignore the
+    prefix; the command line passes both."""
+    from fastattn.audio._longform import plain_ids
+    from fastattn.generation import whisper as gw
+    path = folders("multi")
+    tr = transcribers(path)
+    audio = W.speech_like(9.0, seed=4)
+    kw = dict(num_beams=2, temperature=0.0, language="en")
+    ids = plain_ids(tr.tokenizer, " w5 w9", tr.eot)
+    seen = []
+    decode = gw.WindowDecoder.decode
+
+    def record(self, encoder_output, prefix, p, procs, **k):
+        seen.append((np.asarray(prefix).reshape(-1, np.asarray(prefix).shape[-1])[0].tolist(),
+                     k.get("begin")))
+        return decode(self, encoder_output, prefix, p, procs, **k)
+    gw.WindowDecoder.decode = record
+    try:
+        res = tr.transcribe(audio, prefix="  w5 w9 ", **kw)
+        prompt, begin = seen[0]
+        sot = prompt.index(tr.sot)
+        assert prompt[sot + 3:] == [tr.timestamp_begin] + ids and begin == sot + 3
+        toks = [int(t) for t in res.segments[0].tokens]
+        assert toks[:len(ids)] == ids or toks[1:1 + len(ids)] == ids
+        assert res.text.lower().lstrip().startswith("w5 w9")
+        # the same with two threads, bit for bit; another prefix decodes otherwise
+        assert Transcriber(path, n_threads=2).transcribe(audio, prefix="w5 w9",
+                                                         **kw).segments == res.segments
+        seen.clear()
+        hot = plain_ids(tr.tokenizer, " w11 w12", tr.eot)
+        res_h = tr.transcribe(audio, hotwords="w11 w12", **kw)
+        assert seen and all(p[:1 + len(hot)] == [tr.sot_prev] + hot for p, _ in seen)
+        assert all(b == len(p) for p, b in seen)
+        seen.clear()
+        batched = tr.transcribe(audio, batch_size=2, prefix="w5 w9", hotwords="w11",
+                                **kw)
+        assert batched.segments == tr.transcribe(audio, batch_size=2, hotwords="w11",
+                                                 **kw).segments
+        assert all(p[:2] == [tr.sot_prev] + plain_ids(tr.tokenizer, " w11", tr.eot)
+                   for p, _ in seen)
+    finally:
+        gw.WindowDecoder.decode = decode
+    for bad, err in ((dict(prefix=3), TypeError), (dict(hotwords=b"x"), TypeError)):
+        with pytest.raises(err, match=next(iter(bad))):
+            tr.transcribe(audio, **bad)
+    sf = pytest.importorskip("soundfile")
+    wav = tmp_path / "talk.wav"
+    sf.write(wav, audio, 16000, subtype="FLOAT")
+    r = _cli(path, "--input", str(wav), "--quiet", "--beams", "2", "--temperature", "0",
+             "--language", "en", "--prefix", "w5 w9", "--hotwords", "w11 w12",
+             cwd=tmp_path)
+    want = tr.transcribe(audio, prefix="w5 w9", hotwords="w11 w12", **kw)
+    assert r.returncode == 0 and r.stdout == "".join(s.text.strip() + "\n"
+                                                     for s in want.segments), r.stderr
+    assert res_h.segments != res.segments
+
+
 @pytest.mark.parametrize("args,message", [
     (["--input", "{missing}"], "no such file"),
     (["--input", "{empty}", "--output", "{out}"], "empty.wav"),

