@@ -119,10 +119,8 @@ class TranscriptionStream:
         else:
             self._f = None                              # no speech at all
         if opts.language is None and tr.is_multilingual and self._f is not None:
-            first = tr._encode(tr._window(self._f, 0))
-            probs = tr._language_probs(first)
-            self.all_language_probs = probs
-            self.language, self.language_probability = probs[0]
+            (self.language, self.language_probability, self.all_language_probs,
+             first) = self._detect()
         elif opts.language is not None:
             tok = language_token(opts.language, model.generation_config["lang_to_id"])
             inv = {v: k for k, v in model.generation_config["lang_to_id"].items()}
@@ -162,12 +160,42 @@ class TranscriptionStream:
 
     # -- one window --------------------------------------------------------------------------
 
-    def _sot_sequence(self):
+    def _detect(self):
+        """faster-whisper's language detection -> (code, probability, [(code, probability)]
+        of the last window looked at, the first window's encoder output): up to
+        ``language_detection_segments`` windows from the start (sequential: 30 s apart;
+        batched: the first speech windows), the first whose top language is more likely than
+        ``language_detection_threshold`` deciding, else the language on top most often (the
+        first of equals), with its highest probability."""
+        tr, opts = self._tr, self._opts
+        votes, first = {}, None
+        for i in range(opts.language_detection_segments):
+            if self._chunks is not None:
+                if i >= len(self._chunk_feats):
+                    break
+                window = tr._window(self._chunk_feats[i], 0)
+            else:
+                if i * tr.n_frames >= self._f.shape[1]:
+                    break
+                window = tr._window(self._f, i * tr.n_frames)
+            mem = tr._encode(window)
+            first = mem if first is None else first
+            probs = tr._language_probs(mem)
+            code, p = probs[0]
+            if p > opts.language_detection_threshold:
+                return code, p, probs, first
+            votes.setdefault(code, []).append(p)
+        code = max(votes, key=lambda c: len(votes[c]))
+        return code, max(votes[code]), probs, first
+
+    def _sot_sequence(self, language=None):
+        """<|startoftranscript|>, the language (this window's under ``multilingual``, else the
+        stream's) and task, <|notimestamps|> without timestamps."""
         tr, opts = self._tr, self._opts
         gen = tr.model.generation_config
         seq = [tr.sot]
         if tr.is_multilingual:
-            seq.append(gen["lang_to_id"][f"<|{self.language}|>"])
+            seq.append(gen["lang_to_id"][f"<|{language or self.language}|>"])
             seq.append(gen["task_to_id"][opts.task or "transcribe"])
         elif opts.task == "translate":
             raise ValueError("task='translate' needs a multilingual Whisper")
@@ -189,6 +217,9 @@ class TranscriptionStream:
             user["suppress_tokens"] = list(opts.suppress_tokens)
         if not opts.suppress_blank:
             user["begin_suppress_tokens"] = []
+        if opts.max_initial_timestamp is not None:
+            user["max_initial_timestamp_index"] = int(round(opts.max_initial_timestamp /
+                                                            _TIME_PRECISION))
         if opts.beam_rule != "transformers":
             user["beam_rule"] = opts.beam_rule
         decoder = WindowDecoder(model, user, timestamps=not opts.without_timestamps)
@@ -413,6 +444,10 @@ class TranscriptionStream:
             else:
                 mem = tr._encode(tr._window(f, seek))
             self._first = None
+            language = self.language
+            if opts.multilingual:                 # faster-whisper: each window's own language
+                language = tr._language_probs(mem)[0][0]
+                sot_seq = self._sot_sequence(language)
             prev = history[reset_since:]
             if prev and len(opts.temperatures) > 1 and len(history) > n_initial and \
                     repeats(self._text(prev[-cut:])):
@@ -458,7 +493,7 @@ class TranscriptionStream:
                 previous_end = last_speech
                 timed, last_speech = add_word_timestamps(
                     tr.model, [{"tokens": t, "start": a, "end": b} for t, a, b, _ in segs],
-                    mem, sot_seq, tr.tokenizer, window, offset, language=self.language,
+                    mem, sot_seq, tr.tokenizer, window, offset, language=language,
                     last_speech_timestamp=last_speech, n_threads=tr.n_threads)
                 for seg, (a, b, words) in zip(segs, timed):
                     seg[1], seg[2], seg[3] = a, b, words

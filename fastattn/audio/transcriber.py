@@ -65,7 +65,8 @@ class _Options:
                  initial_prompt, word_timestamps, without_timestamps, max_new_tokens,
                  suppress_tokens, suppress_blank, seed, batch_size, vad_filter,
                  vad_parameters, vad_model, hallucination_silence_threshold, beam_rule,
-                 prefix, hotwords):
+                 prefix, hotwords, max_initial_timestamp, multilingual,
+                 language_detection_segments, language_detection_threshold):
         gen = model.generation_config
         self.beam_rule = check_beam_rule(beam_rule)
         self.task = task
@@ -105,6 +106,21 @@ class _Options:
         # faster-whisper's: an empty or blank string is no prefix / no hotwords
         self.prefix = prefix.strip() if prefix and prefix.strip() else None
         self.hotwords = hotwords.strip() if hotwords and hotwords.strip() else None
+        mit = _threshold(max_initial_timestamp, "max_initial_timestamp")
+        if mit is not None and mit < 0:
+            raise ValueError(f"max_initial_timestamp must be >= 0 seconds, got "
+                             f"{max_initial_timestamp!r}")
+        self.max_initial_timestamp = mit
+        # on an English-only model there is nothing to detect (faster-whisper warns, then
+        # does the same)
+        self.multilingual = check_option(multilingual, "multilingual") and \
+            bool(gen.get("lang_to_id"))
+        self.language_detection_segments = check_positive_int(
+            language_detection_segments, "language_detection_segments")
+        ldt = _threshold(language_detection_threshold, "language_detection_threshold")
+        if ldt is None:
+            raise TypeError("language_detection_threshold must be a number")
+        self.language_detection_threshold = ldt
         if self.hotwords is not None and gen.get("prev_sot_token_id") is None:
             raise ValueError("hotwords: this Whisper has no <|startofprev|> token "
                              "(prev_sot_token_id) to show them after")
@@ -257,7 +273,9 @@ class Transcriber:
                    max_new_tokens=None, suppress_tokens=None, suppress_blank=True, seed=0,
                    batch_size=None, vad_filter=False, vad_parameters=None, vad_model="silero",
                    hallucination_silence_threshold=None, beam_size=None,
-                   beam_rule="transformers", prefix=None, hotwords=None):
+                   beam_rule="transformers", prefix=None, hotwords=None,
+                   max_initial_timestamp=None, multilingual=False,
+                   language_detection_segments=1, language_detection_threshold=0.5):
         """Transcribe (or, ``task="translate"``, translate to English) `audio`: a path (WAV,
         FLAC, anything FFmpeg reads) or 16 kHz samples. Returns a :class:`Transcription`.
 
@@ -289,6 +307,15 @@ class Transcriber:
           Batched: every window, with ``initial_prompt`` after them; ``prefix`` is ignored
           there, as faster-whisper's BatchedInferencePipeline ignores it.
 
+        - ``max_initial_timestamp`` (seconds; None: the checkpoint's
+          ``max_initial_timestamp_index``, 1.0 s): a window's first timestamp is at most this.
+        - ``language_detection_segments``, ``language_detection_threshold`` (faster-whisper's):
+          with ``language=None`` on a multilingual model the language is detected on up to
+          that many 30 s windows from the start, the first whose most likely language is more
+          likely than the threshold deciding, else the language most often on top (its
+          highest probability). ``multilingual=True`` (sequential only): each window's language
+          is detected again and the window decoded in it.
+
         - ``beam_rule``: beam search's rule, transformers' (default) or "ctranslate2"
           (faster-whisper's decoding: CTranslate2's stopping rule and scores,
           :mod:`fastattn.generation.beam_ct2`; the compat layer's choice).
@@ -316,6 +343,9 @@ class Transcriber:
                                 f"beam_size is faster-whisper's name for num_beams, give one")
             options["num_beams"] = beam_size
         opts = _Options(self.model, **options)
+        if opts.multilingual and opts.batch_size is not None:
+            raise ValueError("multilingual=True: not available with batch_size (the batched "
+                             "windows share one prompt; decode sequentially)")
         if opts.word_timestamps and opts.batch_size is not None:
             raise ValueError("word_timestamps: not available with batch_size (decode "
                              "sequentially, with vad_filter=True to skip silences)")

@@ -30,13 +30,11 @@ a CPU too; fastattn does not widen an int8 folder).
 Refused, each by a ValueError naming it when its value differs from faster-whisper's default:
 ``device`` other than "cpu" / "auto", ``device_index`` other than 0, ``num_workers`` other
 than 1, ``files``, ``revision``, ``use_auth_token``, extra CTranslate2 keywords;
-``repetition_penalty``, ``no_repeat_ngram_size``, ``patience``, ``chunk_length`` other than the model's 30 s,
-``max_initial_timestamp`` other than the folder's (1.0 s), ``prepend_punctuations`` /
-``append_punctuations``, ``initial_prompt`` as token ids, ``multilingual=True`` and
-``language_detection_segments`` > 1 on a multilingual model (detection reads the first
-30 s), several ``clip_timestamps`` clips with ``condition_on_previous_text=True``;
+``repetition_penalty``, ``no_repeat_ngram_size``, ``patience``, ``chunk_length`` other than
+the model's 30 s, ``prepend_punctuations`` / ``append_punctuations``, ``initial_prompt`` as
+token ids, several ``clip_timestamps`` clips with ``condition_on_previous_text=True``;
 ``split_stereo=True`` in ``decode_audio``. Batched: ``vad_filter=False``, ``clip_timestamps``,
-``word_timestamps=True``.
+``word_timestamps=True``, ``multilingual=True`` on a multilingual model.
 
 As faster-whisper: ``language`` other than "en" and ``multilingual=True`` on an English-only
 model log a warning and use English; ``language_detection_threshold`` decides nothing with one
@@ -274,16 +272,21 @@ class WhisperModel:
 
     def detect_language(self, audio=None, features=None, vad_filter=False, vad_parameters=None,
                         language_detection_segments=1, language_detection_threshold=0.5):
-        """(language, probability, [(language, probability), ...]) from the first 30 s of
-        `audio` (samples or a file)."""
+        """(language, probability, [(language, probability), ...]): faster-whisper's detection
+        on `audio` (samples or a file; its speech only with ``vad_filter``), up to
+        ``language_detection_segments`` windows of 30 s (Transcriber's ``_detect``)."""
         if features is not None or audio is None:
             raise ValueError("features: give audio (fastattn computes its own features)")
-        if vad_filter or vad_parameters is not None:
-            raise ValueError("vad_filter: not supported by detect_language")
-        if language_detection_segments != 1:
-            raise ValueError("language_detection_segments: only 1 (the first 30 s)")
-        probs = self.transcriber.detect_language(audio)
-        return probs[0][0], probs[0][1], probs
+        tr = self.transcriber
+        if not tr.is_multilingual:
+            raise ValueError("this is an English-only Whisper: it has no languages to detect")
+        vad = _vad(vad_parameters, None) if vad_filter else None
+        stream = tr.stream(_samples(audio), vad_filter=bool(vad_filter), vad_parameters=vad,
+                           language_detection_segments=language_detection_segments,
+                           language_detection_threshold=language_detection_threshold)
+        if stream.language is None:
+            raise ValueError("audio: no speech to detect a language in")
+        return stream.language, stream.language_probability, stream.all_language_probs
 
     # -- transcribe ---------------------------------------------------------------------------
 
@@ -314,9 +317,6 @@ class WhisperModel:
                   word_timestamps=word_timestamps,
                   hallucination_silence_threshold=hallucination_silence_threshold)
         tr = self.transcriber
-        if max_initial_timestamp != self._max_initial():
-            raise ValueError(f"max_initial_timestamp={max_initial_timestamp!r} is not "
-                             f"supported: the model's is {self._max_initial()!r} s")
         samples = _samples(audio)
         points, clips = _clips(clip_timestamps, samples.size)
         options.clip_timestamps = points               # parsed, as faster-whisper records it
@@ -372,6 +372,9 @@ class WhisperModel:
             raise ValueError(f"chunk_length={a['chunk_length']!r} is not supported: the "
                              f"model's windows are {window_s:g} s")
         language, multilingual = a["language"], a["multilingual"]
+        if batched and multilingual and tr.is_multilingual:
+            raise ValueError("multilingual=True is not supported by the batched pipeline "
+                             "(its windows share one prompt): use WhisperModel.transcribe")
         if not tr.is_multilingual:
             if multilingual:
                 logger.warning("The current model is English-only but the multilingual "
@@ -381,13 +384,6 @@ class WhisperModel:
                 logger.warning("The current model is English-only but the language parameter "
                                "is set to %r; using 'en' instead.", language)
                 language = "en"
-        elif multilingual:
-            raise ValueError("multilingual=True is not supported: the language is detected "
-                             "once, from the first 30 s")
-        elif language is None and a["language_detection_segments"] != 1:
-            raise ValueError(f"language_detection_segments="
-                             f"{a['language_detection_segments']!r} is not supported: the "
-                             "language is detected from the first 30 s (1)")
         prompt = a["initial_prompt"]
         if prompt is not None and not isinstance(prompt, str):
             raise ValueError("initial_prompt: token ids are not supported, give the text")
@@ -425,7 +421,12 @@ class WhisperModel:
                       without_timestamps=a["without_timestamps"],
                       max_new_tokens=self._max_new_tokens(a["max_new_tokens"]),
                       beam_rule="ctranslate2", hotwords=a["hotwords"],
-                      prefix=None if batched else a["prefix"])
+                      prefix=None if batched else a["prefix"],
+                      language_detection_segments=a["language_detection_segments"],
+                      language_detection_threshold=a["language_detection_threshold"])
+        if not batched:
+            common.update(multilingual=multilingual,
+                          max_initial_timestamp=a["max_initial_timestamp"])
         return common, options
 
     def _max_new_tokens(self, value):

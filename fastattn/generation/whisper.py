@@ -339,7 +339,7 @@ class WindowDecoder:
 
     SETTINGS = ("max_new_tokens", "num_beams", "length_penalty", "early_stopping",
                 "suppress_tokens", "begin_suppress_tokens", "repetition_penalty",
-                "no_repeat_ngram_size", "beam_rule")
+                "no_repeat_ngram_size", "beam_rule", "max_initial_timestamp_index")
 
     def __init__(self, model, settings=None, *, timestamps=True):
         self.model = model
@@ -415,7 +415,8 @@ class WindowDecoder:
         if self.timestamps:
             procs.append(TimestampRules(
                 gen["no_timestamps_token_id"], p["eos_token_id"], begin,
-                gen.get("max_initial_timestamp_index"),
+                self.user.get("max_initial_timestamp_index",
+                              gen.get("max_initial_timestamp_index")),
                 gen.get("_detect_timestamp_from_logprob", True) is not False))
         return procs
 

@@ -483,6 +483,81 @@ def test_prefix_and_hotwords(folders, transcribers, tmp_path):
     assert res_h.segments != res.segments
 
 
+def test_language_detection_segments_multilingual_max_initial(folders, transcribers,
+                                                            monkeypatch):
+    """faster-whisper's language_detection_segments / _threshold (up to N windows, the first
+    whose top language beats the threshold decides, else the language most often on top with
+    its highest probability), multilingual=True (each window decoded in its own detected
+    language) and max_initial_timestamp (the first timestamp at most this)."""
+    from fastattn.generation import whisper as gw
+    path = folders("multi")
+    tr = Transcriber(path)
+    audio = W.speech_like(70.0, seed=5)              # three windows
+    script = []
+
+    def probs(mem):                                  # the detector's answers, window by window
+        code, p = script.pop(0)
+        rest = [(c, (1 - p) / 2) for c in ("en", "de", "fr") if c != code][:2]
+        return [(code, p)] + rest
+    monkeypatch.setattr(tr, "_language_probs", probs)
+    for answers, n, want in (
+            ([("de", 0.4), ("fr", 0.45), ("de", 0.3)], 3, ("de", 0.4)),     # vote: de twice
+            ([("de", 0.4), ("fr", 0.6)], 3, ("fr", 0.6)),                   # fr beats 0.5
+            ([("de", 0.4)], 1, ("de", 0.4)),                                # one window
+            ([("fr", 0.3), ("de", 0.3), ("en", 0.3)], 3, ("fr", 0.3))):     # ties: the first
+        script[:] = list(answers)
+        s = tr.stream(audio, language_detection_segments=n, temperature=0.0, num_beams=1)
+        assert (s.language, s.language_probability) == want and not script
+    script[:] = [("de", 0.9)]
+    s = tr.stream(audio, language_detection_segments=3, language_detection_threshold=0.85,
+                  temperature=0.0, num_beams=1)
+    assert s.language == "de" and s.language_probability == 0.9   # 3 asked, 1 window read
+    script[:] = [("de", 0.9), ("fr", 0.97), ("de", 0.8)]
+    s = tr.stream(audio, language_detection_segments=3, language_detection_threshold=0.95,
+                  temperature=0.0, num_beams=1)
+    assert s.language == "fr" and s.language_probability == 0.97 and script == [("de", 0.8)]
+    # multilingual: each window's prompt names the language detected on it
+    seen = []
+    decode = gw.WindowDecoder.decode
+
+    def record(self, encoder_output, prefix, p, procs, **k):
+        seen.append(list(np.asarray(prefix).reshape(-1, np.asarray(prefix).shape[-1])[0]))
+        return decode(self, encoder_output, prefix, p, procs, **k)
+    monkeypatch.setattr(gw.WindowDecoder, "decode", record)
+    lang = tr.model.generation_config["lang_to_id"]
+    script[:] = [("en", 0.9)] + [("de", 0.9), ("fr", 0.9)] * 200
+    tr.transcribe(audio, multilingual=True, temperature=0.0, num_beams=1,
+                  condition_on_previous_text=False)
+    used = [next(t for t in row if t in lang.values()) for row in seen]
+    assert len(used) >= 3 and used == [lang["<|de|>"], lang["<|fr|>"]] * (len(used) // 2) + \
+        [lang["<|de|>"]] * (len(used) % 2)
+    with pytest.raises(ValueError, match="multilingual"):
+        tr.transcribe(audio, multilingual=True, batch_size=2)
+    monkeypatch.undo()
+    # max_initial_timestamp: the timestamp rules' limit (faster-whisper's round(t / 0.02))
+    tr = transcribers(path)
+    seen_limits = []
+    rules = gw.TimestampRules.__init__
+
+    def record_rules(self, *a, **k):
+        seen_limits.append(a[3] if len(a) > 3 else k.get("max_initial_index"))
+        return rules(self, *a, **k)
+    monkeypatch.setattr(gw.TimestampRules, "__init__", record_rules)
+    clip = audio[:16000 * 5]
+    tr.transcribe(clip, language="en", temperature=0.0, num_beams=1, max_initial_timestamp=0.3)
+    tr.transcribe(clip, language="en", temperature=0.0, num_beams=1)
+    assert seen_limits[0] == 15
+    assert seen_limits[-1] == tr.model.generation_config.get("max_initial_timestamp_index")
+    first = tr.transcribe(clip, language="en", temperature=0.0, num_beams=1,
+                          max_initial_timestamp=0.0).segments
+    assert first and first[0].start == 0.0
+    for bad in (-0.5, float("nan")):
+        with pytest.raises((ValueError, TypeError), match="max_initial_timestamp"):
+            tr.transcribe(clip, max_initial_timestamp=bad)
+    with pytest.raises(ValueError, match="language_detection_segments"):
+        tr.transcribe(clip, language_detection_segments=0)
+
+
 @pytest.mark.parametrize("args,message", [
     (["--input", "{missing}"], "no such file"),
     (["--input", "{empty}", "--output", "{out}"], "empty.wav"),

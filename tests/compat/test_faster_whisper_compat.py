@@ -157,7 +157,7 @@ def test_language_en_and_beam_size(model, audio):
 
 @pytest.mark.parametrize("option, value", [
     ("repetition_penalty", 1.1), ("no_repeat_ngram_size", 3), ("patience", 2.0),
-    ("chunk_length", 20), ("max_initial_timestamp", 0.5), ("prepend_punctuations", "\""),
+    ("chunk_length", 20), ("prepend_punctuations", "\""),
     ("append_punctuations", "."), ("initial_prompt", [50, 51]),
 ])
 def test_options_refused_by_name(model, audio, option, value):
@@ -298,6 +298,28 @@ def test_batched_hotwords_are_faster_whispers(model, audio, monkeypatch):
     plain = list(compat.BatchedInferencePipeline(model).transcribe(audio, **kw,
                                                                    prefix="Hello")[0])
     assert [s.text for s in plain] == [s.text for s in o]
+
+
+def test_max_initial_timestamp_is_faster_whispers(audio):
+    """max_initial_timestamp: the first timestamp of a window is at most this (faster-whisper
+    hands CTranslate2 round(t / 0.02) as max_initial_timestamp_index): at 0.0 every window
+    starts at <|0.00|>, on both; at the folder's 1.0 s the same as faster-whisper too."""
+    clip = np.concatenate([np.zeros(16000 * 2, np.float32), audio[:16000 * 9]])
+    out = {}
+    for name, module in (("theirs", faster_whisper), ("ours", compat)):
+        m = module.WhisperModel(SOURCE, device="cpu", cpu_threads=2)
+        for t in (0.0, 1.0):
+            segs, info = m.transcribe(clip, beam_size=2, max_initial_timestamp=t,
+                                      condition_on_previous_text=False)
+            out[name, t] = [(s.start, s.text) for s in segs]
+            assert info.transcription_options.max_initial_timestamp == t
+    for t in (0.0, 1.0):
+        assert _wer(" ".join(x for _, x in out["theirs", t]),
+                    " ".join(x for _, x in out["ours", t])) <= 0.05
+    assert out["ours", 0.0][0][0] == out["theirs", 0.0][0][0] == 0.0
+    assert out["ours", 1.0][0][0] == pytest.approx(out["theirs", 1.0][0][0], abs=0.04)
+    with pytest.raises(ValueError, match="max_initial_timestamp"):
+        compat.WhisperModel(SOURCE).transcribe(clip, max_initial_timestamp=-1.0)
 
 
 def test_prefix_and_hotwords_refusals(model, audio):
