@@ -217,6 +217,10 @@ class TranscriptionStream:
             user["suppress_tokens"] = list(opts.suppress_tokens)
         if not opts.suppress_blank:
             user["begin_suppress_tokens"] = []
+        if opts.repetition_penalty != 1.0:
+            user["repetition_penalty"] = opts.repetition_penalty
+        if opts.no_repeat_ngram_size:
+            user["no_repeat_ngram_size"] = opts.no_repeat_ngram_size
         if opts.max_initial_timestamp is not None:
             user["max_initial_timestamp_index"] = int(round(opts.max_initial_timestamp /
                                                             _TIME_PRECISION))

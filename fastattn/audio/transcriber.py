@@ -66,7 +66,8 @@ class _Options:
                  suppress_tokens, suppress_blank, seed, batch_size, vad_filter,
                  vad_parameters, vad_model, hallucination_silence_threshold, beam_rule,
                  prefix, hotwords, max_initial_timestamp, multilingual,
-                 language_detection_segments, language_detection_threshold):
+                 language_detection_segments, language_detection_threshold,
+                 repetition_penalty, no_repeat_ngram_size):
         gen = model.generation_config
         self.beam_rule = check_beam_rule(beam_rule)
         self.task = task
@@ -106,6 +107,16 @@ class _Options:
         # faster-whisper's: an empty or blank string is no prefix / no hotwords
         self.prefix = prefix.strip() if prefix and prefix.strip() else None
         self.hotwords = hotwords.strip() if hotwords and hotwords.strip() else None
+        rp = _threshold(repetition_penalty, "repetition_penalty")
+        if rp is None or rp <= 0:
+            raise ValueError(f"repetition_penalty must be a number > 0, got "
+                             f"{repetition_penalty!r}")
+        self.repetition_penalty = rp
+        if isinstance(no_repeat_ngram_size, bool) or not isinstance(
+                no_repeat_ngram_size, (int, np.integer)) or no_repeat_ngram_size < 0:
+            raise ValueError(f"no_repeat_ngram_size must be an integer >= 0, got "
+                             f"{no_repeat_ngram_size!r}")
+        self.no_repeat_ngram_size = int(no_repeat_ngram_size)
         mit = _threshold(max_initial_timestamp, "max_initial_timestamp")
         if mit is not None and mit < 0:
             raise ValueError(f"max_initial_timestamp must be >= 0 seconds, got "
@@ -275,7 +286,8 @@ class Transcriber:
                    hallucination_silence_threshold=None, beam_size=None,
                    beam_rule="transformers", prefix=None, hotwords=None,
                    max_initial_timestamp=None, multilingual=False,
-                   language_detection_segments=1, language_detection_threshold=0.5):
+                   language_detection_segments=1, language_detection_threshold=0.5,
+                   repetition_penalty=1.0, no_repeat_ngram_size=0):
         """Transcribe (or, ``task="translate"``, translate to English) `audio`: a path (WAV,
         FLAC, anything FFmpeg reads) or 16 kHz samples. Returns a :class:`Transcription`.
 
@@ -307,6 +319,10 @@ class Transcriber:
           Batched: every window, with ``initial_prompt`` after them; ``prefix`` is ignored
           there, as faster-whisper's BatchedInferencePipeline ignores it.
 
+        - ``repetition_penalty``, ``no_repeat_ngram_size`` (faster-whisper's; 1.0 / 0: off):
+          transformers' processors over the window's decoding; with
+          ``beam_rule="ctranslate2"`` over the transcript only (CTranslate2's rule: the
+          prompt before it is not penalised).
         - ``max_initial_timestamp`` (seconds; None: the checkpoint's
           ``max_initial_timestamp_index``, 1.0 s): a window's first timestamp is at most this.
         - ``language_detection_segments``, ``language_detection_threshold`` (faster-whisper's):

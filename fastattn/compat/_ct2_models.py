@@ -123,10 +123,11 @@ class Whisper(LoadedModel):
         docstring)."""
         check_options("generate", locals(), _REFUSED)
         gen = self.model.generation_config
-        own = gen.get("max_initial_timestamp_index", 50)
-        if max_initial_timestamp_index != own:
-            raise ValueError(f"max_initial_timestamp_index={max_initial_timestamp_index} is not "
-                             f"supported: this folder's is {own}")
+        if isinstance(max_initial_timestamp_index, bool) or not isinstance(
+                max_initial_timestamp_index, (int, np.integer)) or \
+                max_initial_timestamp_index < 0:
+            raise ValueError(f"max_initial_timestamp_index must be an integer >= 0, got "
+                             f"{max_initial_timestamp_index!r}")
         if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or \
                 max_length < 1:
             raise ValueError(f"max_length must be an integer >= 1, got {max_length!r}")
@@ -140,7 +141,8 @@ class Whisper(LoadedModel):
         settings = dict(num_beams=int(beam_size), length_penalty=float(length_penalty),
                         repetition_penalty=float(repetition_penalty),
                         no_repeat_ngram_size=int(no_repeat_ngram_size), suppress_tokens=sup,
-                        beam_rule="ctranslate2")
+                        beam_rule="ctranslate2",
+                        max_initial_timestamp_index=int(max_initial_timestamp_index))
         if not suppress_blank:
             settings["begin_suppress_tokens"] = None
         notimestamps = gen.get("no_timestamps_token_id")

@@ -30,7 +30,7 @@ a CPU too; fastattn does not widen an int8 folder).
 Refused, each by a ValueError naming it when its value differs from faster-whisper's default:
 ``device`` other than "cpu" / "auto", ``device_index`` other than 0, ``num_workers`` other
 than 1, ``files``, ``revision``, ``use_auth_token``, extra CTranslate2 keywords;
-``repetition_penalty``, ``no_repeat_ngram_size``, ``patience``, ``chunk_length`` other than
+``patience``, ``chunk_length`` other than
 the model's 30 s, ``prepend_punctuations`` / ``append_punctuations``, ``initial_prompt`` as
 token ids, several ``clip_timestamps`` clips with ``condition_on_previous_text=True``;
 ``split_stereo=True`` in ``decode_audio``. Batched: ``vad_filter=False``, ``clip_timestamps``,
@@ -361,8 +361,7 @@ class WhisperModel:
         """Transcriber's options of the options both transcribes share, and faster-whisper's
         TranscriptionOptions of the call (`a`: the call's arguments)."""
         tr = self.transcriber
-        for name, default in (("repetition_penalty", 1), ("no_repeat_ngram_size", 0),
-                              ("patience", 1), ("prepend_punctuations", PREPEND_PUNCTUATIONS),
+        for name, default in (("patience", 1), ("prepend_punctuations", PREPEND_PUNCTUATIONS),
                               ("append_punctuations", APPEND_PUNCTUATIONS)):
             if a[name] != default:
                 raise ValueError(f"{name}={a[name]!r} is not supported: only faster-whisper's "
@@ -423,7 +422,9 @@ class WhisperModel:
                       beam_rule="ctranslate2", hotwords=a["hotwords"],
                       prefix=None if batched else a["prefix"],
                       language_detection_segments=a["language_detection_segments"],
-                      language_detection_threshold=a["language_detection_threshold"])
+                      language_detection_threshold=a["language_detection_threshold"],
+                      repetition_penalty=a["repetition_penalty"],
+                      no_repeat_ngram_size=a["no_repeat_ngram_size"])
         if not batched:
             common.update(multilingual=multilingual,
                           max_initial_timestamp=a["max_initial_timestamp"])

@@ -49,15 +49,21 @@ def _token_list(ids, name, vocab):
 class RepetitionPenalty:
     """transformers' ``repetition_penalty``: the score of every token already in the row's
     decoder sequence (start token and forced prefix included) is divided by `penalty` where it
-    is > 0 (or 0) and multiplied by it where it is < 0, in float32 (the scores' dtype)."""
+    is > 0 (or 0) and multiplied by it where it is < 0, in float32 (the scores' dtype).
+    `start`: only the tokens from that position on count (CTranslate2's rule for Whisper: the
+    prompt before the transcript is not penalised)."""
 
     needs_history = True
     needs_sources = False
 
-    def __init__(self, penalty):
+    def __init__(self, penalty, start=0):
         self.penalty = check_generation_setting("repetition_penalty", penalty)
+        self.start = int(start)
 
     def __call__(self, seqs, scores):
+        seqs = seqs[:, self.start:]
+        if seqs.shape[1] == 0:
+            return scores
         pen = scores.dtype.type(self.penalty)
         got = np.take_along_axis(scores, seqs, axis=1)
         with np.errstate(over="ignore"):      # a logit at float32's minimum: -inf
@@ -82,15 +88,17 @@ def _ngram_banned(seqs, n):
 class NoRepeatNGram:
     """transformers' ``no_repeat_ngram_size``: no n-gram occurs twice in a row's decoder
     sequence (start token and forced prefix included): a token that would complete an n-gram
-    already present gets -inf."""
+    already present gets -inf. `start`: as :class:`RepetitionPenalty`'s."""
 
     needs_history = True
     needs_sources = False
 
-    def __init__(self, n):
+    def __init__(self, n, start=0):
         self.n = check_generation_setting("no_repeat_ngram_size", n)
+        self.start = int(start)
 
     def __call__(self, seqs, scores):
+        seqs = seqs[:, self.start:]
         if seqs.shape[1] < self.n:
             return scores
         r, tok = _ngram_banned(seqs, self.n)

@@ -26,7 +26,8 @@ import numpy as np
 from ..functional import log_softmax
 from .beam_ct2 import beam_search_ct2, check_beam_rule
 from .config import resolve_settings
-from .processors import SuppressTokens, _token_list, build_processors
+from .processors import (NoRepeatNGram, RepetitionPenalty, SuppressTokens, _token_list,
+                         build_processors)
 from .search import beam_search, greedy_search
 
 __all__ = ["SuppressAtBegin", "TimestampRules", "LANGUAGES", "language_token", "prompt_rows",
@@ -184,23 +185,30 @@ class TimestampRules:
     - timestamps never decrease (after a pair, strictly increase);
     - the first generated token is a timestamp, at most ``max_initial_timestamp_index``;
     - where the timestamps' total probability exceeds every text token's, a timestamp.
+
+    ``after_prefix``: CTranslate2's rules after a forced transcript prefix (`begin_index` is
+    then the prefix's end): at the first free position only ``<|notimestamps|>`` is
+    suppressed (no forced timestamp, no probability rule).
     """
 
     needs_history = True
     needs_sources = False
 
     def __init__(self, no_timestamps_id, eos_id, begin_index, max_initial_index=None,
-                 from_logprob=True):
+                 from_logprob=True, after_prefix=False):
         self.no_timestamps = no_timestamps_id
         self.begin = no_timestamps_id + 1                  # the first timestamp token
         self.eos = eos_id
         self.begin_index = begin_index
         self.max_initial = max_initial_index
         self.from_logprob = from_logprob
+        self.after_prefix = after_prefix
 
     def __call__(self, seqs, scores):
         tb = self.begin
         scores[:, self.no_timestamps] = _NEG_INF
+        if self.after_prefix and seqs.shape[1] == self.begin_index:
+            return scores
         gen = seqs[:, self.begin_index:]
         n, m = gen.shape
         ts = gen >= tb
@@ -403,21 +411,31 @@ class WindowDecoder:
         begin (default `prefix_len`); earlier, when the prefix ends with forced tokens (a
         transcript prefix, faster-whisper's ``prefix``), which the rules read as generated."""
         begin = prefix_len if begin is None else begin
+        ct2 = p.get("beam_rule") == "ctranslate2"
+        # CTranslate2 after a forced transcript prefix: the begin suppression and the timestamp
+        # rules start after it (the first free step), the repetition rules at its start
+        rules_at = prefix_len if ct2 else begin
         gen, V = self.model.generation_config, self.model.vocab_size
         sup = p["suppress_tokens"]
         begin_ids = self.user.get("begin_suppress_tokens", gen.get("begin_suppress_tokens"))
         procs = build_processors(dict(p, suppress_tokens=None), V, p["eos_token_id"],
                                  2 if p["num_beams"] > 1 else 1)
+        if ct2:
+            # CTranslate2 penalises repetitions of the transcript only, not of its prompt
+            for proc in procs:
+                if isinstance(proc, (RepetitionPenalty, NoRepeatNGram)):
+                    proc.start = begin
         if begin_ids is not None:
-            procs.append(SuppressAtBegin(begin_ids, begin, V))
+            procs.append(SuppressAtBegin(begin_ids, rules_at, V))
         if sup is not None:
             procs.append(SuppressTokens(sup, V))
         if self.timestamps:
             procs.append(TimestampRules(
-                gen["no_timestamps_token_id"], p["eos_token_id"], begin,
+                gen["no_timestamps_token_id"], p["eos_token_id"], rules_at,
                 self.user.get("max_initial_timestamp_index",
                               gen.get("max_initial_timestamp_index")),
-                gen.get("_detect_timestamp_from_logprob", True) is not False))
+                gen.get("_detect_timestamp_from_logprob", True) is not False,
+                after_prefix=ct2 and begin < prefix_len))
         return procs
 
     def window(self, prefix_len, begin=None):

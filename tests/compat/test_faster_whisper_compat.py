@@ -156,7 +156,7 @@ def test_language_en_and_beam_size(model, audio):
 
 
 @pytest.mark.parametrize("option, value", [
-    ("repetition_penalty", 1.1), ("no_repeat_ngram_size", 3), ("patience", 2.0),
+    ("patience", 2.0),
     ("chunk_length", 20), ("prepend_punctuations", "\""),
     ("append_punctuations", "."), ("initial_prompt", [50, 51]),
 ])
@@ -254,7 +254,9 @@ def _prompts(monkeypatch):
 @pytest.mark.parametrize("options", [
     dict(prefix="Hello there"), dict(hotwords="Kubernetes library"),
     dict(prefix="The library", hotwords="lamp"), dict(hotwords="lamp", initial_prompt="Books."),
-    dict(prefix="Hello there", without_timestamps=True)])
+    dict(prefix="Hello there", without_timestamps=True),
+    dict(repetition_penalty=1.3, no_repeat_ngram_size=3),
+    dict(prefix="The library", hotwords="lamp", repetition_penalty=1.2, beam_size=1)])
 def test_prefix_and_hotwords_are_faster_whispers(audio, monkeypatch, options):
     """prefix: the first window's transcript is forced to begin with it (after <|0.00|> with
     timestamps) and goes on from there; hotwords: after <|startofprev|>, before the previous
@@ -264,7 +266,7 @@ def test_prefix_and_hotwords_are_faster_whispers(audio, monkeypatch, options):
     texts = {}
     for name, module in (("theirs", faster_whisper), ("ours", compat)):
         m = module.WhisperModel(SOURCE, device="cpu", cpu_threads=2)
-        segs, _ = m.transcribe(audio, beam_size=5, **options)
+        segs, _ = m.transcribe(audio, **dict(dict(beam_size=5), **options))
         texts[name] = [s.text for s in segs]
     assert len(ours) >= 2 and len(theirs) >= 2
     assert ours[0][0] == theirs[0]             # the first window's prompt, token for token
