@@ -105,7 +105,7 @@ class _Stub:
             setattr(self._opts, k, v)
         self.table, self.calls = table, []
 
-    def _decode(self, mem, prefix, t, i, seek):
+    def _decode(self, mem, prefix, t, i, seek, forced=0):
         prompted = len(prefix) > 1
         self.calls.append((prompted, t))
         return self.table[prompted, t]
@@ -211,14 +211,15 @@ def _loop_stream(table, frames=9000):
         temperatures=(0.0, 0.2, 1.0), compression_ratio_threshold=2.4,
         log_prob_threshold=-1.0, no_speech_threshold=0.6, condition_on_previous_text=True,
         prompt_reset_on_temperature=0.5, initial_prompt=None, word_timestamps=False,
-        hallucination_silence_threshold=None)
+        hallucination_silence_threshold=None, prefix=None, hotwords=None, multilingual=False)
     st = _longform.TranscriptionStream.__new__(_longform.TranscriptionStream)
     st._tr, st._opts, st._map, st._first = tr, opts, None, None
+    st.language = "en"
     st._f = np.zeros((80, frames), np.float32)
     st._sot_sequence = lambda: [SOT]
     st.calls = []
 
-    def decode(mem, prefix, t, i, seek):
+    def decode(mem, prefix, t, i, seek, forced=0):
         st.calls.append((seek, list(prefix), t))
         got = table[seek][len(prefix) > 1, t]
         tokens, avg = got if isinstance(got, tuple) else (got, -0.1)
