@@ -353,10 +353,6 @@ class WhisperModel:
             segments = _progress(segments, info.duration)
         return segments, info
 
-    def _max_initial(self):
-        idx = self.transcriber.model.generation_config.get("max_initial_timestamp_index")
-        return None if idx is None else round(idx * _TIME_PRECISION, 6)
-
     def _common(self, a, *, batched):
         """Transcriber's options of the options both transcribes share, and faster-whisper's
         TranscriptionOptions of the call (`a`: the call's arguments)."""

@@ -409,7 +409,9 @@ class WindowDecoder:
         """transformers' generic processors, then Whisper's: begin_suppress_tokens, then
         suppress_tokens, then the timestamp rules. `begin`: where the window's own tokens
         begin (default `prefix_len`); earlier, when the prefix ends with forced tokens (a
-        transcript prefix, faster-whisper's ``prefix``), which the rules read as generated."""
+        transcript prefix, faster-whisper's ``prefix``). transformers' rule reads those tokens
+        as generated; ``beam_rule="ctranslate2"`` starts the begin suppression and the timestamp
+        rules after them and the repetition rules at them, as CTranslate2 does."""
         begin = prefix_len if begin is None else begin
         ct2 = p.get("beam_rule") == "ctranslate2"
         # CTranslate2 after a forced transcript prefix: the begin suppression and the timestamp
