@@ -81,7 +81,6 @@ _MODELS = {
     "turbo": "mobiuslabsgmbh/faster-whisper-large-v3-turbo",
 }
 _TEMPERATURES = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
-_TIME_PRECISION = 0.02                          # one timestamp token
 
 
 @dataclass
