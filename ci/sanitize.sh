@@ -11,7 +11,7 @@
 #   SANITIZE_PYTEST_ARGS="tests/test_hostile.py -x" ci/sanitize.sh   # a subset
 #   KEEP_SANITIZE_DIR=1 ci/sanitize.sh                               # keep the copy for debugging
 #   SANITIZE_STEP=build ci/sanitize.sh; ...; SANITIZE_STEP=test ci/sanitize.sh
-#       # CI: the build (steps 0-2) while the ordinary suite runs, the tests (step 3) after it;
+#       # CI: the build (steps 0-2) during the install, the tests (step 3) beside the suite;
 #       # the copy lives in $SANITIZE_DIR (default ${TMPDIR:-/tmp}/fastattn-sanitize-ci)
 #
 # Sizes for the heavy randomised tests are lowered (the sanitized build is ~10-30x slower):
@@ -45,6 +45,9 @@ if [[ "$STEP" != test ]]; then
 # 0. the requirements, from pyproject.toml (its only copy): [build-system] requires -- setup.py
 # imports Cython, setuptools and numpy -- and the packages of the test extra (not fastattn itself:
 # the tests import the sanitized copy)
+# SANITIZE_NO_INSTALL=1: the caller has installed them (.ci/run: the build requirements before
+# this build, the test extra beside it -- two pip runs must not write one environment at once)
+if [[ -z "${SANITIZE_NO_INSTALL:-}" ]]; then
 "$PY" -c "import tomllib" 2>/dev/null || "$PY" -m pip install -q tomli   # Python < 3.11
 { "$PY" "$REPO/ci/requirements.py" build-system && "$PY" "$REPO/ci/requirements.py" test; } \
     > "$WORK/requirements.txt"
@@ -52,6 +55,7 @@ echo "sanitize: installing into $("$PY" -c 'import sys; print(sys.prefix)'):" \
     "$(tr '\n' ' ' < "$WORK/requirements.txt")"
 "$PY" -m pip install -q -r "$WORK/requirements.txt" \
     || { echo "sanitize: INSTALLING THE REQUIREMENTS FAILED"; exit 2; }
+fi
 
 # 1. a copy of the working tree (tracked + untracked-but-not-ignored files), without build outputs
 echo "sanitize: copying $REPO -> $WORK/src"
@@ -102,6 +106,9 @@ export FASTATTN_HYPOTHESIS_EXAMPLES="${FASTATTN_HYPOTHESIS_EXAMPLES:-25}"
 export FASTATTN_FUZZ_CASES="${FASTATTN_FUZZ_CASES:-600}"
 export FASTATTN_MEMORY_CALLS="${FASTATTN_MEMORY_CALLS:-2000}"
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-2}"
+# CI runs this beside the ordinary suite on 2 cores: threads that sleep at a barrier instead of
+# spinning leave the core to the other run (results are the same bits either way)
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 # every call allocates exactly its plan: an overrun is reported at its first byte
 export FASTATTN_NO_WORKSPACE_CACHE=1
 export FASTATTN_CI_EXPECTED_SKIPS="${FASTATTN_CI_EXPECTED_SKIPS-$REPO/ci/expected_skips.txt}"
