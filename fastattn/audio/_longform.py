@@ -49,6 +49,11 @@ from .vad import TimeMap, collect_chunks, speech_timestamps
 _INPUT_STRIDE = 2                       # mel frames per encoder position
 _FRAME_SECONDS = HOP_LENGTH / SAMPLE_RATE                      # 0.01
 _TIME_PRECISION = _INPUT_STRIDE * _FRAME_SECONDS              # 0.02: one timestamp step
+# seek_to_pause (mel frames of 10 ms): a pause is 0.2 s under the loudness level; the speech a
+# late timestamp fell in began at most 0.5 s before it, and 0.5 s or more after the last
+# segment's start
+_PAUSE_FRAMES, _LATE_FRAMES, _SEG_GUARD = 20, 50, 50
+_MIN_RANGE = 0.25          # normalised log-mel: 1 in log10 (10 dB) between the percentiles
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,7 @@ class TranscriptionStream:
         elif not tr.is_multilingual:
             self.language = "en"                        # English-only (faster-whisper says so)
         self._first = first
+        self._loud = None
         self._sid = 0
         if self._f is None:
             self._it = iter(())
@@ -546,7 +552,46 @@ class TranscriptionStream:
                     (opts.prompt_reset_on_temperature is not None and
                      temp > opts.prompt_reset_on_temperature):
                 reset_since = len(history)
+            if opts.seek_to_pause and 0 < moved < window and pieces:
+                moved = self._pause_seek(seek, moved, seek + pieces[-1][1] * _INPUT_STRIDE)
             seek += moved
+
+    def _pause_seek(self, seek, moved, seg_start):
+        """``seek_to_pause``: the frames the seek moves from `seek` when the window's last
+        timestamp (``seek + moved``) lies in speech that began at most _LATE_FRAMES before
+        it, after a pause of _PAUSE_FRAMES or more: to _PAUSE_FRAMES before that speech, so
+        its first word is not cut. Unchanged where the timestamp is in a pause, where the
+        speech began earlier, or where the pause is not clear of the last segment's start
+        (`seg_start`) by _SEG_GUARD (that speech is the last segment's own).
+
+        Loud frames: a mel frame's mean log-mel at least 30% of the way from the clip's 10th
+        to its 90th percentile (a level of the clip's own, whatever its gain and noise); none
+        where those percentiles are less than 10 dB apart."""
+        if self._loud is None:
+            e = self._f.mean(axis=0)
+            lo, hi = np.percentile(e, [10, 90])
+            # no range to tell speech from pauses by (silence, a steady tone): no pause found
+            self._loud = e >= lo + 0.3 * (hi - lo) if hi - lo >= _MIN_RANGE else \
+                np.zeros(e.size, bool)
+        loud = self._loud
+        s = seek + moved
+        if s >= loud.size or not loud[s]:
+            return moved
+        j, quiet = s, 0
+        while j > max(seg_start, s - _LATE_FRAMES - _PAUSE_FRAMES):
+            j -= 1
+            if loud[j]:
+                quiet = 0
+            else:
+                quiet += 1
+                if quiet >= _PAUSE_FRAMES:
+                    break
+        if quiet < _PAUSE_FRAMES:
+            return moved
+        onset = j + quiet                 # the first loud frame after the pause
+        if onset - _PAUSE_FRAMES <= seg_start + _SEG_GUARD:
+            return moved
+        return onset - _PAUSE_FRAMES - seek
 
 
 _REPEAT_WORDS = 8

@@ -67,7 +67,7 @@ class _Options:
                  vad_parameters, vad_model, hallucination_silence_threshold, beam_rule,
                  prefix, hotwords, max_initial_timestamp, multilingual,
                  language_detection_segments, language_detection_threshold,
-                 repetition_penalty, no_repeat_ngram_size):
+                 repetition_penalty, no_repeat_ngram_size, seek_to_pause):
         gen = model.generation_config
         self.beam_rule = check_beam_rule(beam_rule)
         self.task = task
@@ -94,6 +94,12 @@ class _Options:
                                                       "compression_ratio_threshold")
         self.log_prob_threshold = _threshold(log_prob_threshold, "log_prob_threshold")
         self.no_speech_threshold = _threshold(no_speech_threshold, "no_speech_threshold")
+        # None: with the long-form checks (any threshold set); off in transformers' plain
+        # long form (every threshold None), which stays transformers' token for token
+        self.seek_to_pause = (self.compression_ratio_threshold is not None or
+                              self.log_prob_threshold is not None or
+                              self.no_speech_threshold is not None) \
+            if seek_to_pause is None else check_option(seek_to_pause, "seek_to_pause")
         self.condition_on_previous_text = check_option(condition_on_previous_text,
                                                        "condition_on_previous_text")
         self.prompt_reset_on_temperature = _threshold(prompt_reset_on_temperature,
@@ -287,7 +293,7 @@ class Transcriber:
                    beam_rule="transformers", prefix=None, hotwords=None,
                    max_initial_timestamp=None, multilingual=False,
                    language_detection_segments=1, language_detection_threshold=0.5,
-                   repetition_penalty=1.0, no_repeat_ngram_size=0):
+                   repetition_penalty=1.0, no_repeat_ngram_size=0, seek_to_pause=None):
         """Transcribe (or, ``task="translate"``, translate to English) `audio`: a path (WAV,
         FLAC, anything FFmpeg reads) or 16 kHz samples. Returns a :class:`Transcription`.
 
@@ -338,6 +344,13 @@ class Transcriber:
 
         A window whose decoding fails the fallback checks while conditioned on the previous text
         is decoded again without it before any sampled temperature (docs/whisper.md).
+
+        - ``seek_to_pause`` (sequential long form; default None: on unless the three thresholds
+          are all None): where a window's last timestamp falls in speech that began less than
+          0.5 s before it (the model placed the end of its last segment late, in the next
+          sentence's first word), the next window starts in the pause before that speech
+          instead, so that word is not cut. False: the seek of openai-whisper,
+          faster-whisper and transformers.
 
         See :meth:`stream` for the segments as they finish."""
         opts = {k: v for k, v in locals().items() if k not in ("self", "audio")}

@@ -211,9 +211,10 @@ def _loop_stream(table, frames=9000):
         temperatures=(0.0, 0.2, 1.0), compression_ratio_threshold=2.4,
         log_prob_threshold=-1.0, no_speech_threshold=0.6, condition_on_previous_text=True,
         prompt_reset_on_temperature=0.5, initial_prompt=None, word_timestamps=False,
-        hallucination_silence_threshold=None, prefix=None, hotwords=None, multilingual=False)
+        hallucination_silence_threshold=None, prefix=None, hotwords=None, multilingual=False,
+        seek_to_pause=False)
     st = _longform.TranscriptionStream.__new__(_longform.TranscriptionStream)
-    st._tr, st._opts, st._map, st._first = tr, opts, None, None
+    st._tr, st._opts, st._map, st._first, st._loud = tr, opts, None, None, None
     st.language = "en"
     st._f = np.zeros((80, frames), np.float32)
     st._sot_sequence = lambda: [SOT]
@@ -368,3 +369,80 @@ def test_batched_window_rest_is_decoded_again(tr, long_speech, monkeypatch):
     o = jiwer.process_words(_words(whole.text), _words(got.text))
     assert o.deletions <= 0.05 * len(_words(whole.text).split())
     assert got.segments[-1].end > x.size / SR - 5
+
+
+# -- seek_to_pause -----------------------------------------------------------------------------
+
+def _pause_stream(loud_spans, first=None, frames=3350, seek_to_pause=True):
+    """A stream over `frames` mel frames, loud (0.3) on `loud_spans` [(a, b) frames] and quiet
+    (-0.7, digital silence) elsewhere. Its first window decodes to `first` (default: two
+    segments, 0-2 s and 2-4 s, then the pair at 4.0 s and a third segment unfinished); every
+    later window says one segment to its end."""
+    if first is None:
+        first = [TB, 1, 2, 3, TB + 100, TB + 100, 4, 5, 6, TB + 200, TB + 200, 7, 8]
+    rest = _said([9, 10, 11])
+
+    class Table(dict):
+        def __missing__(self, seek):
+            return {(True, 0.0): rest, (False, 0.0): rest}
+    st = _loop_stream(Table({0: {(False, 0.0): first}}), frames=frames)
+    st._opts.seek_to_pause = seek_to_pause
+    f = np.full((80, frames), -0.7, np.float32)
+    for s0, s1 in loud_spans:
+        f[:, s0:s1] = 0.3
+    st._f = f
+    return st
+
+
+@pytest.mark.parametrize("spans,on,seeks", [
+    # the last timestamp (4.0 s) 0.3 s into speech that began after a 2 s pause: the next
+    # window starts 0.2 s before that speech
+    ([(0, 170), (370, 800)], True, [0, 350]),
+    ([(0, 170), (370, 800)], False, [0, 400]),            # off: openai-whisper's seek
+    ([(0, 170), (420, 800)], True, [0, 400]),             # the timestamp is in the pause
+    ([(0, 170), (340, 800)], True, [0, 400]),             # the speech began 0.6 s before
+    # a dip of 0.1 s is no pause: back over it to the pause before the speech
+    ([(0, 170), (370, 385), (395, 800)], True, [0, 350]),
+    ([(0, 8000)], True, [0, 400]),                        # speech throughout
+    ([], True, [0, 400]),                                 # silence throughout: no level
+])
+def test_seek_to_pause(spans, on, seeks):
+    st = _pause_stream(spans, seek_to_pause=on)
+    segs = list(st._segments())
+    assert [c[0] for c in st.calls] == seeks
+    assert [s.seek for s in segs] == [0, 0, seeks[1]]       # the unfinished third: again
+    assert segs[2].start == pytest.approx(seeks[1] / 100)
+
+
+def test_seek_to_pause_leaves_the_last_segments_speech():
+    """Speech that began within 0.5 s of the last segment's own start (3.4 s) is that
+    segment's: the seek stays at the timestamp (going back would say its words twice)."""
+    first = [TB, 1, 2, 3, TB + 170, TB + 170, 4, 5, TB + 200, TB + 200, 7, 8]
+    st = _pause_stream([(0, 300), (370, 800)], first)
+    list(st._segments())
+    assert [c[0] for c in st.calls] == [0, 400]
+    st = _pause_stream([(0, 300), (370, 800)])                 # the same speech, segment at 2 s
+    list(st._segments())
+    assert [c[0] for c in st.calls] == [0, 350]
+
+
+@pytest.mark.whole_model
+def test_seek_to_pause_on_real_speech(tr, long_speech):
+    """The real tiny.en on ~100 s of sentences 0.5 s apart: with the default seek_to_pause no
+    window starts in the first 0.5 s of a sentence (where a late timestamp cuts its first
+    word); off, some do (openai-whisper's seek), and the text keeps as many words."""
+    audio, text, spans = long_speech
+
+    def cut_starts(res):
+        seeks = sorted({s.seek / 100 for s in res.segments} - {0.0})
+        return [t for t in seeks if any(a + 0.01 < t <= a + 0.5 for a, _ in spans)]
+    on = tr.transcribe(audio)
+    off = tr.transcribe(audio, seek_to_pause=False)
+    plain = tr.transcribe(audio, compression_ratio_threshold=None, log_prob_threshold=None,
+                          no_speech_threshold=None)
+    plain_off = tr.transcribe(audio, compression_ratio_threshold=None, log_prob_threshold=None,
+                              no_speech_threshold=None, seek_to_pause=False)
+    assert cut_starts(on) == [] and len(cut_starts(off)) >= 1, (cut_starts(off))
+    assert recall(text, on.text) >= recall(text, off.text)
+    # without the checks (transformers' plain long form) it is off unless asked for
+    assert [s.tokens for s in plain.segments] == [s.tokens for s in plain_off.segments]
