@@ -2,12 +2,12 @@
 
 Long English files read by espeak-ng (several voices and speaking rates, pauses of 0.3 to 2 s
 between sentences, passages read several times over: repeated text is the worst case of the
-conditioning on the previous text), deterministic from --seed, with the text read (and each
-sentence's time) written beside the WAV. Each system transcribes each file in a child process
-of its own; per system, file and precision the report gives the words of the reference, the
-word recall (jiwer's hits / (hits + substitutions + deletions): the share of the words read
-that the transcript has), the WER (words lower-cased, punctuation removed), the segments and the
-seconds (indicative only: a shared machine).
+conditioning on the previous text), deterministic from --seed (several seeds: several files and
+a pooled line), with the text read (and each sentence's time) written beside the WAV. Each
+system transcribes each file in a child process of its own; per system, file and precision the
+report gives the words of the reference, the word recall (jiwer's hits / (hits + substitutions +
+deletions): the share of the words read that the transcript has), the WER (words lower-cased,
+punctuation removed), the segments and the seconds (indicative only: a shared machine).
 
 Systems (each at float32 and int8, beam 5, each system's default long-form options otherwise):
 
@@ -350,7 +350,9 @@ def main():
     ap.add_argument("--model-name", default=None)
     ap.add_argument("--language", default=None, help="e.g. en (multilingual models)")
     ap.add_argument("--minutes", type=float, nargs="+", default=[2.0])
-    ap.add_argument("--seed", type=int, default=59)
+    ap.add_argument("--seed", type=int, nargs="+", default=[59],
+                    help="one file per seed and length; with several files a pooled line per "
+                         "system and precision (all words together) ends the report")
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--precisions", default="float32,int8")
     ap.add_argument("--batch-size", type=int, default=8)
@@ -371,7 +373,7 @@ def main():
     a = ap.parse_args()
     if a.child:
         return child(a)
-    files = [make_speech(a.dir, m, a.seed) for m in a.minutes]
+    files = [make_speech(a.dir, m, seed) for m in a.minutes for seed in a.seed]
     if a.make_only:
         for wav, text, dur in files:
             print(f"{wav}: {dur:.1f} s, {len(_words(text).split())} words")
@@ -400,9 +402,10 @@ def main():
                 if why:
                     skip["openvino", p] = why
     say(f"# model {name} ({a.model}), language {a.language or '-'}, beam 5, batch_size "
-        f"{a.batch_size}, seed {a.seed}; {datetime.date.today()}")
+        f"{a.batch_size}, seed {' '.join(map(str, a.seed))}; {datetime.date.today()}")
     say(f"# {'file':>18} {'system':>22} {'prec':>7} {'words':>6} {'recall':>7} {'WER':>7} "
         f"{'segs':>5} {'secs':>7}")
+    pooled = {}
     for wav, text, dur in files:
         tag = os.path.basename(wav)[:-4]
         for system in systems:
@@ -421,6 +424,18 @@ def main():
                 n, rec, w = scores(text, hyp)
                 say(f"{head} {n:6d} {rec:7.4f} {w:7.4f} {len(r['segments']):5d} "
                     f"{r['transcribe_s']:7.1f}")
+                t = pooled.setdefault((system, p), [0, 0.0, 0.0, 0, 0.0, 0])
+                t[0] += n
+                t[1] += rec * n
+                t[2] += w * n
+                t[3] += len(r["segments"])
+                t[4] += r["transcribe_s"]
+                t[5] += 1
+    if len(files) > 1:
+        # every file's words together: hits / words and errors / words over all of them
+        for (system, p), (n, hits, errors, segs, secs, k) in pooled.items():
+            say(f"  {'pooled ' + str(k) + ' files':>18} {system:>22} {p:>7} {n:6d} "
+                f"{hits / n:7.4f} {errors / n:7.4f} {segs:5d} {secs:7.1f}")
     if a.out:
         with open(a.out, "a") as f:
             f.write("\n".join(lines) + "\n")

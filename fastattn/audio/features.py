@@ -29,7 +29,6 @@ import numpy as np
 
 from .._kernels import _qgemm as _qg
 from .._memory import check_plan
-from .._ops import PackedLinear
 from .._threads import _effective_n_threads
 
 __all__ = ["log_mel_spectrogram", "mel_filters", "hz_to_mel", "mel_to_hz", "SAMPLE_RATE",

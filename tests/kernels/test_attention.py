@@ -6,7 +6,6 @@ from scipy.special import softmax as sp_softmax
 import fastattn
 from fastattn import scaled_dot_product_attention as sdpa
 from fastattn._kernels import _attention as _k
-from fastattn._kernels import _simd
 from tolerances import ATOL, RTOL, assert_close
 from reference import sdpa_ref
 

@@ -15,7 +15,6 @@ import threading
 import numpy as np
 import pytest
 
-import fastattn
 from fastattn import _ops
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -5,7 +5,6 @@ from scipy.special import softmax as sp_softmax
 
 import fastattn
 from fastattn._kernels import _attention as _k
-from fastattn._kernels import _simd
 from tolerances import ATOL, RTOL
 
 

@@ -3,7 +3,6 @@ batch at step boundaries and leave as they finish, so short requests are answere
 one that started first; every answer is what the request gets alone in-process."""
 import concurrent.futures as cf
 import threading
-import time
 
 import numpy as np
 import pytest

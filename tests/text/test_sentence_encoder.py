@@ -6,7 +6,6 @@ import shutil
 import numpy as np
 import pytest
 
-import fastattn
 from fastattn.text import SentenceEncoder
 
 SENTENCES = [
