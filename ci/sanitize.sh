@@ -124,27 +124,30 @@ PYEOF
 
 # shellcheck disable=SC2086
 set +e
-# tests/dask is left out: a LocalCluster of sanitized worker processes adds minutes and no
-# native code of its own (its kernels are the ones the other tests run); so is tests/test_wheel.py:
-# it builds, repairs and tests an ordinary wheel in subprocesses, nothing of the sanitized build;
-# and so are the compatibility layers (tests/compat: Python adapters over the models the other
-# tests run here, with peers' reference runs), the live sessions and the Realtime endpoint
-# (test_live.py, test_serve_realtime.py: Python over the Transcriber's kernels, which
-# tests/audio runs here), and the tests marked `whole_model` (pyproject.toml): parity runs of a
-# trained or real Whisper against faster-whisper, CTranslate2 or transformers, and the long
-# form over minutes of audio -- 20 tests that took 19 of the 44 minutes sanitized on 2 cores,
-# the same kernels as the random-checkpoint tests over more data; the audio endpoints
-# (test_serve_audio.py: HTTP over the Transcriber), the Argos packages (test_argos.py:
-# argostranslate's own pipeline as the reference, over the translator the text tests run), the
-# Dask text jobs and the static checks of the sources (test_imports.py, test_python_support.py).
-# CI's budget: every native path still runs here (kernels, workspaces, the portable attention
-# and GEMM, the features, the readers' and the text server's hostile-input tests)
+# What this run leaves to the ordinary suite (CI's budget: it runs beside that suite on 2
+# cores) -- Python layers over the native paths that the rest runs here, and runs whose cost
+# is more data through the same kernels:
+#   tests/dask, tests/text/test_dask_text.py   LocalClusters of sanitized worker processes
+#   tests/test_wheel.py                        an ordinary wheel, built and tested in subprocesses
+#   tests/compat, tests/text/test_argos.py     adapters, with the peers' own runs as references
+#   tests/serve, tests/cli                     HTTP, WebSocket and the command line over the
+#                                              models (their hostile inputs: tests/models, kernels)
+#   tests/audio/test_transcriber.py, test_longform_robust.py, test_live.py
+#                                              the window logic over WhisperModel (its encoder,
+#                                              decoder, batches and threads: tests/models)
+#   tests/test_imports.py, test_python_support.py   static checks of the sources
+#   -m "not whole_model"                       parity runs of a trained or real Whisper, and the
+#                                              long form over minutes of audio (pyproject.toml)
+# Every native path still runs here: kernels, workspaces and their fresh-process first calls,
+# the portable attention and GEMM, the models' loads, decodes and hostile inputs, the features,
+# the readers.
 "$PY" -m pytest -p no:cacheprovider -q --durations=40 \
     ${SANITIZE_PYTEST_ARGS:-tests --ignore=tests/dask --ignore=tests/test_wheel.py \
         --ignore=tests/compat --ignore=tests/audio/test_live.py \
-        --ignore=tests/serve/test_serve_realtime.py --ignore=tests/serve/test_serve_audio.py \
         --ignore=tests/text/test_argos.py --ignore=tests/text/test_dask_text.py \
         --ignore=tests/test_imports.py --ignore=tests/test_python_support.py \
+        --ignore=tests/serve --ignore=tests/cli --ignore=tests/audio/test_transcriber.py \
+        --ignore=tests/audio/test_longform_robust.py \
         -m "not whole_model"} > "$LOG" 2>&1
 rc=$?
 set -e

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 import pytest
@@ -286,9 +285,7 @@ def test_convert_round_trip_is_bitwise_the_load_time_model(folders, tmp_path, qu
                                        "fastattn_model.safetensors", "generation_config.json"]
     q = None if quantize == "float32" else "int8"
     want = fastattn.Seq2SeqTransformer.from_pretrained(folder, quantize=q)
-    t0 = time.perf_counter()
     got = fastattn.Seq2SeqTransformer.from_pretrained(str(out))
-    assert time.perf_counter() - t0 < 5          # mapped, not packed (generous: a busy machine)
     assert got.quantize == q
     params = saved.read_folder(str(out))
     kinds = {type(v).__name__ for v in params.values()}
