@@ -12,7 +12,9 @@ sequential long-form ``generate`` run it, re-derived here:
   that ends in a single timestamp (no speech after it) or holds no pair moves the seek by the
   whole window, otherwise to the last pair's timestamp, and the unfinished tail is decoded
   again from there (transformers' ``_retrieve_segment``:
-  :func:`fastattn.generation.whisper.window_segments`);
+  :func:`fastattn.generation.whisper.window_segments`); with ``seek_to_pause`` (on with the
+  checks below) a last timestamp that fell just inside the next speech moves back to the pause
+  before it (:meth:`TranscriptionStream._pause_seek`);
 - the temperature fallback: each window is decoded at ``temperature[0]`` (0: beam search or
   greedy); when the result is too repetitive (gzip compression ratio over
   ``compression_ratio_threshold``) or too unlikely (average log-probability under
