@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..generation.whisper import (WindowDecoder, fallback_streams, language_token,
-                                  window_segments, window_stream)
+from ..generation.whisper import (WindowDecoder, WindowResult, fallback_streams,
+                                  language_token, window_segments, window_stream)
 from ..text.tokenizers.json_tokenizer import JsonTokenizer
 from .alignment import add_word_timestamps
 from .features import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
@@ -389,7 +389,25 @@ class TranscriptionStream:
             yield Segment(id=self._sid, **f)
             self._sid += 1
 
-    def _chunk_segments(self, i, result, offset=0):
+    def _batched_fallback(self, mem, prefix, key, result):
+        """A batched window's result at temperature[0] -> (the result to keep, its
+        temperature). One that loops (compression ratio over the threshold: hundreds of words
+        that were not said) is decoded again alone (`mem`: its encoding) through the
+        sequential temperature fallback, its draws seeded by the seed and the window's `key`
+        (fastattn's rule; faster-whisper's batched pipeline keeps the loop): what the window
+        gives does not depend on its batch. A merely unlikely one is kept, as faster-whisper
+        keeps it."""
+        opts = self._opts
+        t0 = opts.temperatures[0]
+        if len(opts.temperatures) == 1 or opts.compression_ratio_threshold is None:
+            return result, t0
+        tokens = np.asarray(result.tokens)
+        if compression_ratio(self._text(tokens).strip()) <= opts.compression_ratio_threshold:
+            return result, t0
+        (tokens, t, avg, _, no_speech), _, _ = self._with_fallback(mem, prefix, key)
+        return WindowResult(tokens, avg * (tokens.size + 1), no_speech), t
+
+    def _chunk_segments(self, i, result, offset=0, temperature=None):
         """The segments of batched window i decoded from `offset` samples into its speech ->
         ([Segment fields], the offset to decode again from or None): a decoding that ends at
         a timestamp more than TAIL_MIN_S before the window's speech ends has the rest decoded
@@ -425,7 +443,8 @@ class TranscriptionStream:
                 continue
             out.append(dict(seek=int(round(tmap(base) * SAMPLE_RATE)) // HOP_LENGTH,
                             start=start, end=end, text=text, tokens=[int(t) for t in toks],
-                            temperature=opts.temperatures[0], avg_logprob=avg,
+                            temperature=opts.temperatures[0] if temperature is None
+                            else temperature, avg_logprob=avg,
                             compression_ratio=cr, no_speech_prob=no_speech))
         again = None
         if not opts.without_timestamps and not rest_text and 0 < moved < window and \
@@ -694,8 +713,10 @@ def decode_windows(tr, windows, prefix, N):
             part = todo[b0:b0 + N]
             mem = tr._encode(np.stack([s._window_features(i, off) for _, s, i, off in part]))
             keys = [s._chunks[i][0][0] + off for _, s, i, off in part]
-            for (k, s, i, off), r in zip(part, part[0][1]._decode_batch(mem, keys, prefix)):
-                fields, tail = s._chunk_segments(i, r, off)
+            results = part[0][1]._decode_batch(mem, keys, prefix)
+            for j, ((k, s, i, off), r) in enumerate(zip(part, results)):
+                r, temperature = s._batched_fallback(mem[j:j + 1], prefix, keys[j], r)
+                fields, tail = s._chunk_segments(i, r, off, temperature)
                 out[k].extend(fields)
                 if tail is not None:
                     again.append((k, s, i, tail))

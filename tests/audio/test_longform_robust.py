@@ -371,6 +371,33 @@ def test_batched_window_rest_is_decoded_again(tr, long_speech, monkeypatch):
     assert got.segments[-1].end > x.size / SR - 5
 
 
+
+@pytest.mark.whole_model
+def test_batched_window_that_loops_is_decoded_again(tr, long_speech, monkeypatch):
+    """Batched long form: a window whose decoding at temperature[0] fails the checks (here
+    made a loop: one word two hundred times) is decoded again alone through the temperature
+    fallback; the loop is gone and the window says what it says decoded alone. With one
+    temperature (no fallback) the loop is kept, as asked."""
+    from fastattn.generation.whisper import WindowResult
+    x = long_speech[0][:60 * SR]
+    whole = tr.transcribe(x, num_beams=1, batch_size=4)
+    orig = _longform.TranscriptionStream._decode_batch
+    word = _longform.plain_ids(tr.tokenizer, " long", tr.eot)[-1]
+
+    def loop_first(self, mem, keys, prefix):
+        res = orig(self, mem, keys, prefix)
+        if keys[0] == 0:
+            res[0] = WindowResult(np.array([tr.timestamp_begin] + [word] * 200), -20.0, 0.01)
+        return res
+
+    monkeypatch.setattr(_longform.TranscriptionStream, "_decode_batch", loop_first)
+    got = tr.transcribe(x, num_beams=1, batch_size=4)
+    assert "long long long" not in got.text.replace(",", "")
+    assert [(s.start, s.end, s.text) for s in got.segments] == \
+        [(s.start, s.end, s.text) for s in whole.segments]
+    kept = tr.transcribe(x, num_beams=1, batch_size=4, temperature=0.0)
+    assert "long long long" in kept.text.replace(",", "")
+
 # -- seek_to_pause -----------------------------------------------------------------------------
 
 def _pause_stream(loud_spans, first=None, frames=3350, seek_to_pause=True):
