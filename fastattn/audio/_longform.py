@@ -389,20 +389,23 @@ class TranscriptionStream:
             yield Segment(id=self._sid, **f)
             self._sid += 1
 
-    def _batched_fallback(self, mem, prefix, key, result):
+    def _batched_fallback(self, mem, prefix, key, result, seconds):
         """A batched window's result at temperature[0] -> (the result to keep, its
-        temperature). One that loops (compression ratio over the threshold: hundreds of words
-        that were not said) is decoded again alone (`mem`: its encoding) through the
-        sequential temperature fallback, its draws seeded by the seed and the window's `key`
-        (fastattn's rule; faster-whisper's batched pipeline keeps the loop): what the window
-        gives does not depend on its batch. A merely unlikely one is kept, as faster-whisper
-        keeps it."""
+        temperature). One that loops -- its compression ratio over the threshold and more
+        than LOOP_WORDS_PER_S words a second of the window's speech (`seconds`): words that
+        were not said; speech said again compresses as well but keeps its pace -- is decoded
+        again alone (`mem`: its encoding) through the sequential temperature fallback, its
+        draws seeded by the seed and the window's `key` (fastattn's rule; faster-whisper's
+        batched pipeline keeps the loop): what the window gives does not depend on its batch.
+        Any other result is kept, as faster-whisper keeps it."""
         opts = self._opts
         t0 = opts.temperatures[0]
         if len(opts.temperatures) == 1 or opts.compression_ratio_threshold is None:
             return result, t0
         tokens = np.asarray(result.tokens)
-        if compression_ratio(self._text(tokens).strip()) <= opts.compression_ratio_threshold:
+        text = self._text(tokens).strip()
+        if compression_ratio(text) <= opts.compression_ratio_threshold or \
+                len(text.split()) <= LOOP_WORDS_PER_S * max(seconds, 1.0):
             return result, t0
         (tokens, t, avg, _, no_speech), _, _ = self._with_fallback(mem, prefix, key)
         return WindowResult(tokens, avg * (tokens.size + 1), no_speech), t
@@ -616,6 +619,8 @@ class TranscriptionStream:
 
 
 _REPEAT_WORDS = 8
+# a batched window saying more words a second than this is a loop (fast speech: 4 to 5)
+LOOP_WORDS_PER_S = 8.0
 
 
 def repeats(text, n=_REPEAT_WORDS):
@@ -715,7 +720,9 @@ def decode_windows(tr, windows, prefix, N):
             keys = [s._chunks[i][0][0] + off for _, s, i, off in part]
             results = part[0][1]._decode_batch(mem, keys, prefix)
             for j, ((k, s, i, off), r) in enumerate(zip(part, results)):
-                r, temperature = s._batched_fallback(mem[j:j + 1], prefix, keys[j], r)
+                seconds = min(sum(b - a for a, b in s._chunks[i]) - off,
+                              tr.n_frames * HOP_LENGTH) / SAMPLE_RATE
+                r, temperature = s._batched_fallback(mem[j:j + 1], prefix, keys[j], r, seconds)
                 fields, tail = s._chunk_segments(i, r, off, temperature)
                 out[k].extend(fields)
                 if tail is not None:

@@ -310,8 +310,8 @@ class Transcriber:
           the speech stretches are grouped into windows of at most 30 s and N windows are
           decoded at once, at ``temperature[0]``, each window alone (no conditioning on the
           previous text; ``initial_prompt``, its text as given, prompts every window). A
-          window whose decoding loops (compression ratio over the threshold) is decoded again
-          alone through the temperature fallback (fastattn's rule). Each window's result is
+          window whose decoding loops (compression ratio over the threshold and over 8 words a
+          second) is decoded again alone through the temperature fallback (fastattn's rule). Each window's result is
           bitwise what it gives in any other batch.
         - ``hallucination_silence_threshold`` (seconds; needs ``word_timestamps``): a segment
           whose words look hallucinated (improbable, too short or too long) with a silence

@@ -374,10 +374,10 @@ def test_batched_window_rest_is_decoded_again(tr, long_speech, monkeypatch):
 
 @pytest.mark.whole_model
 def test_batched_window_that_loops_is_decoded_again(tr, long_speech, monkeypatch):
-    """Batched long form: a window whose decoding at temperature[0] fails the checks (here
-    made a loop: one word two hundred times) is decoded again alone through the temperature
-    fallback; the loop is gone and the window says what it says decoded alone. With one
-    temperature (no fallback) the loop is kept, as asked."""
+    """Batched long form: a window whose decoding at temperature[0] loops (here made one: a
+    word 400 times, over 8 a second) is decoded again alone through the temperature fallback;
+    the loop is gone and the window says what it says decoded alone. With one temperature (no
+    fallback) the loop is kept, as asked."""
     from fastattn.generation.whisper import WindowResult
     x = long_speech[0][:60 * SR]
     whole = tr.transcribe(x, num_beams=1, batch_size=4)
@@ -387,7 +387,7 @@ def test_batched_window_that_loops_is_decoded_again(tr, long_speech, monkeypatch
     def loop_first(self, mem, keys, prefix):
         res = orig(self, mem, keys, prefix)
         if keys[0] == 0:
-            res[0] = WindowResult(np.array([tr.timestamp_begin] + [word] * 200), -20.0, 0.01)
+            res[0] = WindowResult(np.array([tr.timestamp_begin] + [word] * 400), -20.0, 0.01)
         return res
 
     monkeypatch.setattr(_longform.TranscriptionStream, "_decode_batch", loop_first)
