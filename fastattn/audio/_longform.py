@@ -389,10 +389,14 @@ class TranscriptionStream:
             yield Segment(id=self._sid, **f)
             self._sid += 1
 
-    def _batched_fallback(self, mem, prefix, key, result, seconds):
+    def _speech_left(self, i, offset):
+        """Speech samples in batched window i from `offset` samples into it."""
+        return sum(b - a for a, b in self._chunks[i]) - offset
+
+    def _batched_fallback(self, mem, prefix, key, result, i, offset):
         """A batched window's result at temperature[0] -> (the result to keep, its
         temperature). One that loops -- its compression ratio over the threshold and more
-        than LOOP_WORDS_PER_S words a second of the window's speech (`seconds`): words that
+        than LOOP_WORDS_PER_S words a second of window i's speech from `offset`: words that
         were not said; speech said again compresses as well but keeps its pace -- is decoded
         again alone (`mem`: its encoding) through the sequential temperature fallback, its
         draws seeded by the seed and the window's `key` (fastattn's rule; faster-whisper's
@@ -402,15 +406,15 @@ class TranscriptionStream:
         t0 = opts.temperatures[0]
         if len(opts.temperatures) == 1 or opts.compression_ratio_threshold is None:
             return result, t0
-        tokens = np.asarray(result.tokens)
-        text = self._text(tokens).strip()
+        seconds = min(self._speech_left(i, offset), self._tr.n_frames * HOP_LENGTH) / SAMPLE_RATE
+        text = self._text(np.asarray(result.tokens)).strip()
         if compression_ratio(text) <= opts.compression_ratio_threshold or \
                 len(text.split()) <= LOOP_WORDS_PER_S * max(seconds, 1.0):
             return result, t0
         (tokens, t, avg, _, no_speech), _, _ = self._with_fallback(mem, prefix, key)
         return WindowResult(tokens, avg * (tokens.size + 1), no_speech), t
 
-    def _chunk_segments(self, i, result, offset=0, temperature=None):
+    def _chunk_segments(self, i, result, offset, temperature):
         """The segments of batched window i decoded from `offset` samples into its speech ->
         ([Segment fields], the offset to decode again from or None): a decoding that ends at
         a timestamp more than TAIL_MIN_S before the window's speech ends has the rest decoded
@@ -424,7 +428,7 @@ class TranscriptionStream:
                 not (opts.log_prob_threshold is not None and avg > opts.log_prob_threshold):
             return [], None
         cr = compression_ratio(self._text(tokens).strip())
-        left = sum(b - a for a, b in chunk) - offset          # speech samples in the window
+        left = self._speech_left(i, offset)
         frames = -(-left // HOP_LENGTH)
         window = min(frames, tr.n_frames)
         tmap = TimeMap(chunk)
@@ -446,8 +450,7 @@ class TranscriptionStream:
                 continue
             out.append(dict(seek=int(round(tmap(base) * SAMPLE_RATE)) // HOP_LENGTH,
                             start=start, end=end, text=text, tokens=[int(t) for t in toks],
-                            temperature=opts.temperatures[0] if temperature is None
-                            else temperature, avg_logprob=avg,
+                            temperature=temperature, avg_logprob=avg,
                             compression_ratio=cr, no_speech_prob=no_speech))
         again = None
         if not opts.without_timestamps and not rest_text and 0 < moved < window and \
@@ -720,9 +723,7 @@ def decode_windows(tr, windows, prefix, N):
             keys = [s._chunks[i][0][0] + off for _, s, i, off in part]
             results = part[0][1]._decode_batch(mem, keys, prefix)
             for j, ((k, s, i, off), r) in enumerate(zip(part, results)):
-                seconds = min(sum(b - a for a, b in s._chunks[i]) - off,
-                              tr.n_frames * HOP_LENGTH) / SAMPLE_RATE
-                r, temperature = s._batched_fallback(mem[j:j + 1], prefix, keys[j], r, seconds)
+                r, temperature = s._batched_fallback(mem[j:j + 1], prefix, keys[j], r, i, off)
                 fields, tail = s._chunk_segments(i, r, off, temperature)
                 out[k].extend(fields)
                 if tail is not None:

@@ -371,7 +371,6 @@ def test_batched_window_rest_is_decoded_again(tr, long_speech, monkeypatch):
     assert got.segments[-1].end > x.size / SR - 5
 
 
-
 @pytest.mark.whole_model
 def test_batched_window_that_loops_is_decoded_again(tr, long_speech, monkeypatch):
     """Batched long form: a window whose decoding at temperature[0] loops (here made one: a
@@ -397,6 +396,7 @@ def test_batched_window_that_loops_is_decoded_again(tr, long_speech, monkeypatch
         [(s.start, s.end, s.text) for s in whole.segments]
     kept = tr.transcribe(x, num_beams=1, batch_size=4, temperature=0.0)
     assert "long long long" in kept.text.replace(",", "")
+
 
 # -- seek_to_pause -----------------------------------------------------------------------------
 
