@@ -13,11 +13,16 @@ Systems (each at float32 and int8, beam 5, each system's default long-form optio
 
   fastattn                  Transcriber(hf, quantize=None | "int8").transcribe(wav, num_beams=5,
                             language=...)  (the sequential seek loop)
-  fastattn-batched          the same with batch_size=8 (VAD windows of at most 30 s)
+  fastattn-batched          the same with batch_size=8 (VAD windows of at most 30 s; the
+                            Transcriber's default keeps the timestamps)
+  fastattn-batched-nots     the same with without_timestamps=True (one segment a window: the
+                            default of fastattn.compat.faster_whisper's BatchedInferencePipeline
+                            and of faster-whisper's)
   faster-whisper            WhisperModel(ct2-float32 | ct2-int8, compute_type=float32 | int8)
                             .transcribe(wav, beam_size=5)
   faster-whisper-batched    BatchedInferencePipeline(model).transcribe(wav, batch_size=8,
-                            beam_size=5)
+                            beam_size=5)  (its default: without_timestamps=True)
+  faster-whisper-batched-ts the same with without_timestamps=False
   openvino                  openvino_genai.WhisperPipeline(ov folder, "CPU").generate(samples,
                             return_timestamps=True, num_beams=5, language, task): its long form
                             (the folder exported by optimum-cli; int8: --weight-format int8).
@@ -63,8 +68,8 @@ sys.path.insert(0, HERE)
 
 from bench_whisper import PARAGRAPHS, SAMPLE_RATE, _resampled, _words  # noqa: E402
 
-SYSTEMS = ("fastattn", "fastattn-batched", "faster-whisper", "faster-whisper-batched",
-           "openvino")
+SYSTEMS = ("fastattn", "fastattn-batched", "fastattn-batched-nots", "faster-whisper",
+           "faster-whisper-batched", "faster-whisper-batched-ts", "openvino")
 VOICES = ("en", "en-us", "en+f3", "en-gb-x-rp", "en-us+f2", "en+m3")
 RATES = (130, 175, 220)
 
@@ -206,12 +211,14 @@ def cut_points(timing, limit=28.0):
     return cuts
 
 
-def _fastattn(a, int8, batched, variant=""):
+def _fastattn(a, int8, batched, variant="", timestamps=None):
     from fastattn.audio import Transcriber, load_audio
     tr = Transcriber(a.hf, quantize="int8" if int8 else None)
     kw = dict(num_beams=5, language=a.language)
     if batched:
         kw["batch_size"] = a.batch_size
+    if timestamps is not None:
+        kw["without_timestamps"] = not timestamps
     if variant:                         # the diagnostics: no conditioning; cut at the pauses
         kw["condition_on_previous_text"] = False
 
@@ -233,7 +240,7 @@ def _fastattn(a, int8, batched, variant=""):
     return run
 
 
-def _faster_whisper(a, int8, batched):
+def _faster_whisper(a, int8, batched, timestamps=None):
     import faster_whisper
     model = faster_whisper.WhisperModel(a.ct2_int8 if int8 else a.ct2, device="cpu",
                                         compute_type="int8" if int8 else "float32")
@@ -241,6 +248,8 @@ def _faster_whisper(a, int8, batched):
     kw = dict(beam_size=5, language=a.language)
     if batched:
         kw["batch_size"] = a.batch_size
+    if timestamps is not None:
+        kw["without_timestamps"] = not timestamps
 
     def run():
         segments, _ = pipe.transcribe(a.wav, **kw)
@@ -275,8 +284,10 @@ def _openvino(a, int8, batched):
 def child(a):
     system, precision = a.child.rsplit(":", 1)
     int8 = precision == "int8"
-    batched = system.endswith("-batched")
+    batched = "-batched" in system
     make = {"fastattn": _fastattn, "faster-whisper": _faster_whisper, "openvino": _openvino,
+            "fastattn-nots": lambda *x: _fastattn(*x, timestamps=False),
+            "faster-whisper-ts": lambda *x: _faster_whisper(*x, timestamps=True),
             "fastattn-nocond": lambda *x: _fastattn(*x, variant="nocond"),
             "fastattn-cut": lambda *x: _fastattn(*x, variant="cut")}[
         system.replace("-batched", "")]
@@ -403,7 +414,7 @@ def main():
                     skip["openvino", p] = why
     say(f"# model {name} ({a.model}), language {a.language or '-'}, beam 5, batch_size "
         f"{a.batch_size}, seed {' '.join(map(str, a.seed))}; {datetime.date.today()}")
-    say(f"# {'file':>18} {'system':>22} {'prec':>7} {'words':>6} {'recall':>7} {'WER':>7} "
+    say(f"# {'file':>18} {'system':>25} {'prec':>7} {'words':>6} {'recall':>7} {'WER':>7} "
         f"{'segs':>5} {'secs':>7}")
     pooled = {}
     for wav, text, dur in files:
@@ -411,7 +422,7 @@ def main():
         for system in systems:
             for p in precisions:
                 why = skip.get(system) or skip.get((system, p))
-                head = f"  {tag[9:]:>18} {system:>22} {p:>7}"
+                head = f"  {tag[9:]:>18} {system:>25} {p:>7}"
                 if why:
                     say(f"{head}  not run: {why}")
                     continue
@@ -434,7 +445,7 @@ def main():
     if len(files) > 1:
         # every file's words together: hits / words and errors / words over all of them
         for (system, p), (n, hits, errors, segs, secs, k) in pooled.items():
-            say(f"  {'pooled ' + str(k) + ' files':>18} {system:>22} {p:>7} {n:6d} "
+            say(f"  {'pooled ' + str(k) + ' files':>18} {system:>25} {p:>7} {n:6d} "
                 f"{hits / n:7.4f} {errors / n:7.4f} {segs:5d} {secs:7.1f}")
     if a.out:
         with open(a.out, "a") as f:

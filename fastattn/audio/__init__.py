@@ -19,6 +19,6 @@ from .formats import format_timestamp, write_transcript
 from .transcriber import Segment, Transcriber, Transcription, Word
 
 __all__ = ["Transcriber", "Transcription", "Segment", "Word", "write_transcript",
-           "format_timestamp", "load_audio", "decode_audio", "log_mel_spectrogram", "mel_filters", "hz_to_mel",
-           "mel_to_hz", "SAMPLE_RATE", "N_FFT", "HOP_LENGTH", "CHUNK_LENGTH", "N_SAMPLES",
-           "N_FRAMES"]
+           "format_timestamp", "load_audio", "decode_audio", "log_mel_spectrogram", "mel_filters",
+           "hz_to_mel", "mel_to_hz", "SAMPLE_RATE", "N_FFT", "HOP_LENGTH", "CHUNK_LENGTH",
+           "N_SAMPLES", "N_FRAMES"]

@@ -17,7 +17,8 @@ sequential long-form ``generate`` run it, re-derived here:
   before it (:meth:`TranscriptionStream._pause_seek`);
 - the temperature fallback: each window is decoded at ``temperature[0]`` (0: beam search or
   greedy); when the result is too repetitive (gzip compression ratio over
-  ``compression_ratio_threshold``) or too unlikely (average log-probability under
+  ``compression_ratio_threshold``, and a loop, :func:`loops`: fastattn's rule, since speech
+  said again compresses as well) or too unlikely (average log-probability under
   ``log_prob_threshold``), it is decoded again by sampling (``best_of`` draws) at the next
   temperature; a window whose ``<|nospeech|>`` probability exceeds ``no_speech_threshold``
   while its average log-probability is under ``log_prob_threshold`` is silence and skipped;
@@ -254,15 +255,20 @@ class TranscriptionStream:
     def _text(self, tokens):
         return self._tr.tokenizer.decode([int(t) for t in tokens if t < self._tr.eot])
 
-    def _needs_fallback(self, res, first=True):
+    def _needs_fallback(self, res, seconds, first=True):
         """Whether a result (tokens, temperature, avg, cr, no_speech) fails the fallback checks
-        (too repetitive or too unlikely, and not silence). Silence is told by a decoding at
-        temperature[0] (`first`): a sampled one that is unlikely is not silence."""
+        (a loop over `seconds` of speech, or too unlikely, and not silence). A loop is too
+        repetitive (compression ratio over the threshold) and :func:`loops`: speech that is
+        said again compresses as well, but keeps its pace and does not stutter (fastattn's
+        rule; openai-whisper's and faster-whisper's fallback takes any repetitive result for a
+        failure, and can keep a sampled draw over the words that were said). Silence is told
+        by a decoding at temperature[0] (`first`): a sampled one that is unlikely is not
+        silence."""
         opts = self._opts
-        _, _, avg, cr, no_speech = res
+        tokens, _, avg, cr, no_speech = res
         fallback = False
         if opts.compression_ratio_threshold is not None and \
-                cr > opts.compression_ratio_threshold:
+                cr > opts.compression_ratio_threshold and loops(self._text(tokens), seconds):
             fallback = True
         if opts.log_prob_threshold is not None and avg < opts.log_prob_threshold:
             fallback = True
@@ -292,9 +298,10 @@ class TranscriptionStream:
         avg = total / (tokens.size + 1)
         return tokens, t, avg, compression_ratio(self._text(tokens).strip()), no_speech
 
-    def _with_fallback(self, mem, prefix, seek, plain=None, forced=0):
+    def _with_fallback(self, mem, prefix, seek, seconds, plain=None, forced=0):
         """The window's result (tokens, temperature, avg, cr, no_speech), whether it was
-        decoded without the previous text and whether it failed every check.
+        decoded without the previous text and whether it failed every check. seconds: the
+        window's speech (what :func:`loops` measures a result's pace by).
 
         plain: the prefix without the previous text, given when `prefix` holds it. A window
         whose first-temperature decoding fails the checks while conditioned is decoded again
@@ -310,12 +317,12 @@ class TranscriptionStream:
         for i, t in enumerate(temps):
             res = self._attempt(mem, prefix, t, i, seek, forced)
             results.append((res, False))
-            if not self._needs_fallback(res, first=i == 0):
+            if not self._needs_fallback(res, seconds, first=i == 0):
                 return res, False, False
             if i == 0 and plain is not None:
                 res = self._attempt(mem, plain, t, i, seek, forced)
                 results.append((res, True))
-                if not self._needs_fallback(res):
+                if not self._needs_fallback(res, seconds):
                     return res, True, False
         best = self._best([r for r, _ in results])
         return best, next(u for r, u in results if r is best), True
@@ -395,12 +402,12 @@ class TranscriptionStream:
 
     def _batched_fallback(self, mem, prefix, key, result, i, offset):
         """A batched window's result at temperature[0] -> (the result to keep, its
-        temperature). One that loops -- its compression ratio over the threshold and more
-        than LOOP_WORDS_PER_S words a second of window i's speech from `offset`: words that
-        were not said; speech said again compresses as well but keeps its pace -- is decoded
-        again alone (`mem`: its encoding) through the sequential temperature fallback, its
-        draws seeded by the seed and the window's `key` (fastattn's rule; faster-whisper's
-        batched pipeline keeps the loop): what the window gives does not depend on its batch.
+        temperature). One that loops -- its compression ratio over the threshold and
+        :func:`loops` over window i's speech from `offset`: words that were not said; speech
+        said again compresses as well but keeps its pace -- is decoded again alone (`mem`: its
+        encoding) through the sequential temperature fallback, its draws seeded by the seed
+        and the window's `key` (fastattn's rule; faster-whisper's batched pipeline keeps the
+        loop): what the window gives does not depend on its batch.
         Any other result is kept, as faster-whisper keeps it."""
         opts = self._opts
         t0 = opts.temperatures[0]
@@ -409,9 +416,9 @@ class TranscriptionStream:
         seconds = min(self._speech_left(i, offset), self._tr.n_frames * HOP_LENGTH) / SAMPLE_RATE
         text = self._text(np.asarray(result.tokens)).strip()
         if compression_ratio(text) <= opts.compression_ratio_threshold or \
-                len(text.split()) <= LOOP_WORDS_PER_S * max(seconds, 1.0):
+                not loops(text, seconds):
             return result, t0
-        (tokens, t, avg, _, no_speech), _, _ = self._with_fallback(mem, prefix, key)
+        (tokens, t, avg, _, no_speech), _, _ = self._with_fallback(mem, prefix, key, seconds)
         return WindowResult(tokens, avg * (tokens.size + 1), no_speech), t
 
     def _chunk_segments(self, i, result, offset, temperature):
@@ -501,7 +508,7 @@ class TranscriptionStream:
             plain = plain + forced if len(prefix) > len(plain) else None
             prefix = prefix + forced
             (tokens, temp, avg, cr, no_speech), unprompted, failed = self._with_fallback(
-                mem, prefix, seek, plain, len(forced))
+                mem, prefix, seek, self._speech_seconds(seek, window), plain, len(forced))
             if opts.no_speech_threshold is not None and no_speech > opts.no_speech_threshold \
                     and not (opts.log_prob_threshold is not None and
                              avg > opts.log_prob_threshold) and not failed:
@@ -583,6 +590,22 @@ class TranscriptionStream:
                 moved = self._pause_seek(seek, moved, seek + pieces[-1][1] * _INPUT_STRIDE)
             seek += moved
 
+    def _loud_frames(self):
+        """The clip's loud mel frames (bool, one a frame): a frame's mean log-mel at least 30%
+        of the way from the clip's 10th to its 90th percentile (a level of the clip's own,
+        whatever its gain and noise); none where those percentiles are less than 10 dB apart
+        (silence, a steady tone: nothing to tell speech from pauses by)."""
+        if self._loud is None:
+            e = self._f.mean(axis=0)
+            lo, hi = np.percentile(e, [10, 90])
+            self._loud = e >= lo + 0.3 * (hi - lo) if hi - lo >= _MIN_RANGE else \
+                np.zeros(e.size, bool)
+        return self._loud
+
+    def _speech_seconds(self, seek, window):
+        """Seconds of loud frames in the window of `window` frames at `seek`."""
+        return float(np.count_nonzero(self._loud_frames()[seek:seek + window])) * _FRAME_SECONDS
+
     def _pause_seek(self, seek, moved, seg_start):
         """``seek_to_pause``: the frames the seek moves from `seek` when the window's last
         timestamp (``seek + moved``) lies in speech that began at most _LATE_FRAMES before
@@ -591,16 +614,8 @@ class TranscriptionStream:
         speech began earlier, or where the pause is not clear of the last segment's start
         (`seg_start`) by _SEG_GUARD (that speech is the last segment's own).
 
-        Loud frames: a mel frame's mean log-mel at least 30% of the way from the clip's 10th
-        to its 90th percentile (a level of the clip's own, whatever its gain and noise); none
-        where those percentiles are less than 10 dB apart."""
-        if self._loud is None:
-            e = self._f.mean(axis=0)
-            lo, hi = np.percentile(e, [10, 90])
-            # no range to tell speech from pauses by (silence, a steady tone): no pause found
-            self._loud = e >= lo + 0.3 * (hi - lo) if hi - lo >= _MIN_RANGE else \
-                np.zeros(e.size, bool)
-        loud = self._loud
+        Loud frames: :meth:`_loud_frames`."""
+        loud = self._loud_frames()
         s = seek + moved
         if s >= loud.size or not loud[s]:
             return moved
@@ -622,8 +637,29 @@ class TranscriptionStream:
 
 
 _REPEAT_WORDS = 8
-# a batched window saying more words a second than this is a loop (fast speech: 4 to 5)
+# a result saying more words a second of speech than this is a loop (speech: 3 to 5 words a
+# second of its loud frames, 4 to 5 of a voice-activity detector's speech)
 LOOP_WORDS_PER_S = 8.0
+# a phrase of up to _STUTTER_WORDS words said _STUTTER_COPIES times back to back is a loop
+_STUTTER_WORDS, _STUTTER_COPIES = 4, 4
+
+
+def loops(text, seconds):
+    """Whether a decoding's `text` over `seconds` of speech is a loop, not speech said again:
+    more than LOOP_WORDS_PER_S words a second (at least one second counted), or a phrase of up
+    to _STUTTER_WORDS words _STUTTER_COPIES times back to back ("long long long long", "I'm
+    sorry. I'm sorry. ..."). A sentence said again keeps the pace of speech and its copies
+    are longer than that."""
+    words = re.sub(r"[^\w' ]+", " ", text.lower()).split()
+    if len(words) > LOOP_WORDS_PER_S * max(seconds, 1.0):
+        return True
+    for n in range(1, _STUTTER_WORDS + 1):
+        run = 0                 # words so far that equal the word n before them
+        for i in range(n, len(words)):
+            run = run + 1 if words[i] == words[i - n] else 0
+            if run >= (_STUTTER_COPIES - 1) * n:
+                return True
+    return False
 
 
 def repeats(text, n=_REPEAT_WORDS):

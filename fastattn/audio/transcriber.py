@@ -310,8 +310,8 @@ class Transcriber:
           the speech stretches are grouped into windows of at most 30 s and N windows are
           decoded at once, at ``temperature[0]``, each window alone (no conditioning on the
           previous text; ``initial_prompt``, its text as given, prompts every window). A
-          window whose decoding loops (compression ratio over the threshold and over 8 words a
-          second) is decoded again alone through the temperature fallback (fastattn's rule).
+          window whose decoding loops (below) is decoded again alone through the temperature
+          fallback (fastattn's rule).
           Each window's result is bitwise what it gives in any other batch.
         - ``hallucination_silence_threshold`` (seconds; needs ``word_timestamps``): a segment
           whose words look hallucinated (improbable, too short or too long) with a silence
@@ -345,7 +345,11 @@ class Transcriber:
           :mod:`fastattn.generation.beam_ct2`; the compat layer's choice).
 
         A window whose decoding fails the fallback checks while conditioned on the previous text
-        is decoded again without it before any sampled temperature (docs/whisper.md).
+        is decoded again without it before any sampled temperature (docs/whisper.md). A result
+        fails the compression check only when it loops: its compression ratio over the
+        threshold and more than 8 words a second of the window's speech, or a phrase of up to
+        four words four times back to back; speech that is said again compresses as well and
+        is kept (fastattn's rule: faster-whisper would sample the window again).
 
         - ``seek_to_pause`` (sequential long form; default None: on unless the three thresholds
           are all None): where a window's last timestamp falls in speech that began less than

@@ -2,16 +2,16 @@
 ONNX Runtime; no torch) or WebRTC's VAD.
 
 Silero's model file comes from the ``silero-vad`` package (its ``data/silero_vad.onnx``;
-fastattn reads the file and never imports the package, whose Python side needs torch:
-``pip install --no-deps silero-vad onnxruntime`` is enough); WebRTC's from
-``webrtcvad-wheels`` (``pip install "fastattn[vad]"``). Silero gives a speech probability per 32 ms frame (512
-samples at 16 kHz, with the 64 samples before it as context and a recurrent state carried
-from frame to frame); :func:`speech_timestamps` turns the probabilities into speech stretches
-with Silero's rules (a stretch opens at ``threshold``, closes after ``min_silence_duration_ms``
-under ``threshold - 0.15``, is split at a pause before it exceeds ``max_speech_duration_s``,
-is dropped under ``min_speech_duration_ms``, and is padded by ``speech_pad_ms`` on each side).
-:func:`collect_chunks` groups stretches into windows of at most 30 s for batched decoding,
-and :class:`TimeMap` maps times in the speech-only audio back to the file's.
+fastattn reads the file and never imports the package, whose Python side needs torch: ``pip
+install --no-deps silero-vad onnxruntime`` is enough); WebRTC's from ``webrtcvad-wheels``
+(``pip install "fastattn[vad]"``). Silero gives a speech probability per 32 ms frame (512
+samples at 16 kHz, with the 64 samples before it as context and a recurrent state carried from
+frame to frame); :func:`speech_timestamps` turns the probabilities into speech stretches with
+Silero's rules (a stretch opens at ``threshold``, closes after ``min_silence_duration_ms``
+under ``threshold - 0.15``, is split at a pause before it exceeds ``max_speech_duration_s``, is
+dropped under ``min_speech_duration_ms``, and is padded by ``speech_pad_ms`` on each side).
+:func:`collect_chunks` groups stretches into windows of at most 30 s for batched decoding, and
+:class:`TimeMap` maps times in the speech-only audio back to the file's.
 """
 import bisect
 import os

@@ -128,20 +128,20 @@ def test_retry_without_previous_text():
     text at temperature 0 before any sampled temperature; the result that passes is kept."""
     good, bad = (_toks(5), -0.6, 0.01), (_toks(5), -30.0, 0.01)      # avg -0.1 / -5
     st = _Stub({(True, 0.0): bad, (False, 0.0): good, (True, 0.2): good})
-    (tokens, temp, avg, _, _), unprompted, failed = st._with_fallback(None, [1, 2], 0, [2])
+    (tokens, temp, avg, _, _), unprompted, failed = st._with_fallback(None, [1, 2], 0, 30.0, [2])
     assert st.calls == [(True, 0.0), (False, 0.0)]
     assert unprompted and not failed and temp == 0.0 and avg == pytest.approx(-0.1)
     # not conditioned: no retry, straight to the next temperature
     st = _Stub({(False, 0.0): bad, (False, 0.2): good})
-    res, unprompted, failed = st._with_fallback(None, [2], 0, None)
+    res, unprompted, failed = st._with_fallback(None, [2], 0, 30.0, None)
     assert st.calls == [(False, 0.0), (False, 0.2)] and res[1] == 0.2 and not unprompted
     # a conditioned result that passes is not decoded again
     st = _Stub({(True, 0.0): good})
-    res, unprompted, _ = st._with_fallback(None, [1, 2], 0, [2])
+    res, unprompted, _ = st._with_fallback(None, [1, 2], 0, 30.0, [2])
     assert st.calls == [(True, 0.0)] and not unprompted
     # one temperature: no fallback, no retry (the decoding asked for)
     st = _Stub({(True, 0.0): bad}, temperatures=(0.0,))
-    res, unprompted, failed = st._with_fallback(None, [1, 2], 0, [2])
+    res, unprompted, failed = st._with_fallback(None, [1, 2], 0, 30.0, [2])
     assert st.calls == [(True, 0.0)] and not unprompted and not failed
 
 
@@ -151,41 +151,68 @@ def test_retry_keeps_the_better_result_when_all_fail():
     worse, better = (_toks(5), -36.0, 0.01), (_toks(5), -12.0, 0.01)   # avg -6 / -2
     st = _Stub({(True, 0.0): worse, (False, 0.0): better, (True, 0.2): worse,
                 (True, 1.0): worse})
-    (tokens, temp, avg, _, _), unprompted, failed = st._with_fallback(None, [1, 2], 0, [2])
+    (tokens, temp, avg, _, _), unprompted, failed = st._with_fallback(None, [1, 2], 0, 30.0,
+                                                                      [2])
     assert st.calls == [(True, 0.0), (False, 0.0), (True, 0.2), (True, 1.0)]
     assert failed and unprompted and temp == 0.0 and avg == pytest.approx(-2.0)
     # a likely result is kept over unlikely ones, repetitive or not (repeated speech
     # compresses as well as a loop; the seek loop cuts it at its first repeated segment)
     rep = (np.zeros(60, np.int64), -6.1, 0.01)                          # avg -0.1, cr > 2.4
     st = _Stub({(True, 0.0): rep, (False, 0.0): worse, (True, 0.2): worse, (True, 1.0): worse})
-    (tokens, *_), unprompted, failed = st._with_fallback(None, [1, 2], 0, [2])
+    (tokens, *_), unprompted, failed = st._with_fallback(None, [1, 2], 0, 30.0, [2])
     assert failed and tokens.size == 60
     # of the likely ones, the least repetitive; with none likely, faster-whisper's choice:
     # the most likely one that is not repetitive
     rep2 = (np.tile(np.arange(3), 20), -6.1, 0.01)
     st = _Stub({(True, 0.0): rep, (False, 0.0): worse, (True, 0.2): rep2, (True, 1.0): worse})
-    (tokens, *_), _, failed = st._with_fallback(None, [1, 2], 0, [2])
+    (tokens, *_), _, failed = st._with_fallback(None, [1, 2], 0, 30.0, [2])
     assert failed and tokens.size == 60 and tokens[1] == 1
     bad_rep = (np.zeros(60, np.int64), -300.0, 0.01)
     st = _Stub({(True, 0.0): bad_rep, (False, 0.0): worse, (True, 0.2): better,
                 (True, 1.0): bad_rep})
-    (tokens, _, avg, _, _), _, failed = st._with_fallback(None, [1, 2], 0, [2])
+    (tokens, _, avg, _, _), _, failed = st._with_fallback(None, [1, 2], 0, 30.0, [2])
     assert failed and tokens.size == 5 and avg == pytest.approx(-2.0)
 
 
 def test_a_sampled_draw_is_not_silence():
-    """Silence is told at temperature[0]: a window whose first decoding is likely speech (too
-    repetitive: speech said twice) is not skipped as silence because an unlikely draw at a
-    later temperature shares its high no-speech probability (the window's 30 s were lost)."""
+    """Silence is told at temperature[0]: a window whose first decoding is likely (but loops:
+    60 words in 5 s of speech) is not skipped as silence because an unlikely draw at a later
+    temperature shares its high no-speech probability (the window's 30 s were lost)."""
     speech = (np.tile(np.arange(6), 10), -6.0, 0.9)                  # avg -0.1, cr > 2.4
     draw = (_toks(1), -3.6, 0.9)                                       # avg -1.8
     st = _Stub({(False, 0.0): speech, (False, 0.2): speech, (False, 1.0): draw})
-    (tokens, temp, avg, _, _), _, failed = st._with_fallback(None, [2], 0, None)
+    (tokens, temp, avg, _, _), _, failed = st._with_fallback(None, [2], 0, 5.0, None)
     assert failed and temp == 0.0 and tokens.size == 60
     # a first decoding that is unlikely with a high no-speech probability is silence
     st = _Stub({(False, 0.0): draw})
-    res, _, failed = st._with_fallback(None, [2], 0, None)
+    res, _, failed = st._with_fallback(None, [2], 0, 30.0, None)
     assert st.calls == [(False, 0.0)] and not failed
+
+
+def test_speech_said_again_is_not_a_loop():
+    """A likely decoding over the compression threshold is kept at temperature[0] when it
+    keeps the pace of speech and does not stutter: speech that is said again (a sampled draw
+    that compresses less said other words: tiny.en kept "the train stop tattoo wire" over
+    "the train stopped at a quiet"). More than 8 words a second of the window's speech, or a
+    phrase of up to four words four times back to back, is a loop, decoded again."""
+    said = np.tile(np.arange(20), 3)                                  # a sentence said 3 times
+    speech = (said, -6.1, 0.01)                                       # avg -0.1, cr > 2.4
+    draw = (_toks(12), -1.3, 0.01)                                    # avg -0.1, cr < 2.4
+    assert _longform.compression_ratio(_Stub({})._text(said)) > 2.4
+    st = _Stub({(False, 0.0): speech, (False, 0.2): draw})
+    (tokens, temp, *_), _, failed = st._with_fallback(None, [2], 0, 20.0, None)
+    assert st.calls == [(False, 0.0)] and temp == 0.0 and not failed and tokens.size == 60
+    st = _Stub({(False, 0.0): speech, (False, 0.2): draw})            # 60 words in 7 s
+    (tokens, temp, *_), _, failed = st._with_fallback(None, [2], 0, 7.0, None)
+    assert st.calls == [(False, 0.0), (False, 0.2)] and temp == 0.2 and tokens.size == 12
+    # the rule itself
+    assert not _longform.loops(" ".join(["the cat sat on the mat."] * 4), 5.0)
+    assert _longform.loops(" ".join(["the cat sat on the mat."] * 4), 2.0)      # 24 > 16
+    assert _longform.loops("So, long long long, long and more", 30.0)
+    assert _longform.loops("I'm sorry. I'm sorry. I'm sorry. I'm sorry. Yes", 30.0)
+    assert not _longform.loops("I'm sorry. I'm sorry. I'm sorry. Yes", 30.0)
+    assert not _longform.loops("one two three four five, one two three four five, " * 4, 30.0)
+    assert not _longform.loops("", 0.0) and _longform.loops("a " * 9, 0.0)  # 1 s counted
 
 
 class _Words:
@@ -277,7 +304,7 @@ def test_a_repetitive_result_that_failed_is_cut_at_its_first_repeat():
 def test_silence_is_not_retried():
     silent = (_toks(2), -9.0, 0.9)                                     # avg -3, no speech 0.9
     st = _Stub({(True, 0.0): silent})
-    res, unprompted, failed = st._with_fallback(None, [1, 2], 0, [2])
+    res, unprompted, failed = st._with_fallback(None, [1, 2], 0, 30.0, [2])
     assert st.calls == [(True, 0.0)] and not failed and not unprompted
 
 
