@@ -5,7 +5,8 @@ write past the end of what the current call needs (the key-split path corrupted 
 months while the suite passed). So each case below runs alone in a new child process, checks
 its values against the float64 reference and must exit 0. ci/sanitize.sh runs this file in an
 AddressSanitizer build with FASTATTN_NO_WORKSPACE_CACHE=1, where every call allocates exactly
-what its plan says, so a one-byte overrun is reported.
+what its plan says, so a one-byte overrun is reported; there no buffer outlives its call, and
+the cases share eight children (GROUPS).
 
 The sweep covers the four workspace paths: decode (L <= DIRECT_MAX_L, K and V read in place),
 key splits (decode with S > KEY_SPLIT), packed tiles (L > DIRECT_MAX_L) and the weights pass,
@@ -80,46 +81,65 @@ import json, sys
 import numpy as np
 import fastattn
 from reference import sdpa_ref
-c = json.loads(sys.argv[1])
-dt = np.dtype(c["dtype"])
-rng = np.random.default_rng(c["seed"])
-q = rng.standard_normal((c["B"], c["Hq"], c["L"], c["E"])).astype(dt)
-k = rng.standard_normal((c["B"], c["Hkv"], c["S"], c["E"])).astype(dt)
-v = rng.standard_normal((c["B"], c["Hkv"], c["S"], c["Ev"])).astype(dt)
-mask = None
-if c["mask"] == "bool":
-    mask = rng.random((c["L"], c["S"])) < 0.8
-    mask[:, 0] = True                 # every row keeps a key (all-masked rows are tested elsewhere)
-elif c["mask"] == "float":
-    mask = np.where(rng.random((c["B"], 1, c["L"], c["S"])) < 0.2, -np.inf,
-                    rng.standard_normal((c["B"], 1, c["L"], c["S"]))).astype(dt)
-    mask[..., 0] = 0.0
-elif c["mask"] == "bool-row":
-    mask = rng.random((c["B"], 1, 1, c["S"])) < 0.5  # a padding-style mask, broadcast over rows
-    mask[..., 0] = True
-gqa = c["Hkv"] != c["Hq"]
-res = fastattn.scaled_dot_product_attention(q, k, v, mask, is_causal=c["causal"], enable_gqa=gqa,
-                                            return_weights=c["weights"], n_threads=c["threads"])
-out, w = res if c["weights"] else (res, None)
-ref, wref = sdpa_ref(q, k, v, mask, is_causal=c["causal"], enable_gqa=gqa)
-err = float(np.max(np.abs(out - ref) / (1.0 + np.abs(ref))))
-werr = float(np.max(np.abs(w - wref))) if w is not None else 0.0
-print(json.dumps({"err": err, "werr": werr}))
+for c in json.loads(sys.argv[1]):
+    dt = np.dtype(c["dtype"])
+    rng = np.random.default_rng(c["seed"])
+    q = rng.standard_normal((c["B"], c["Hq"], c["L"], c["E"])).astype(dt)
+    k = rng.standard_normal((c["B"], c["Hkv"], c["S"], c["E"])).astype(dt)
+    v = rng.standard_normal((c["B"], c["Hkv"], c["S"], c["Ev"])).astype(dt)
+    mask = None
+    if c["mask"] == "bool":
+        mask = rng.random((c["L"], c["S"])) < 0.8
+        mask[:, 0] = True         # every row keeps a key (all-masked rows: tested elsewhere)
+    elif c["mask"] == "float":
+        mask = np.where(rng.random((c["B"], 1, c["L"], c["S"])) < 0.2, -np.inf,
+                        rng.standard_normal((c["B"], 1, c["L"], c["S"]))).astype(dt)
+        mask[..., 0] = 0.0
+    elif c["mask"] == "bool-row":
+        mask = rng.random((c["B"], 1, 1, c["S"])) < 0.5   # padding-style, broadcast over rows
+        mask[..., 0] = True
+    gqa = c["Hkv"] != c["Hq"]
+    res = fastattn.scaled_dot_product_attention(q, k, v, mask, is_causal=c["causal"],
+                                                enable_gqa=gqa, return_weights=c["weights"],
+                                                n_threads=c["threads"])
+    out, w = res if c["weights"] else (res, None)
+    ref, wref = sdpa_ref(q, k, v, mask, is_causal=c["causal"], enable_gqa=gqa)
+    err = float(np.max(np.abs(out - ref) / (1.0 + np.abs(ref))))
+    werr = float(np.max(np.abs(w - wref))) if w is not None else 0.0
+    print(json.dumps({"err": err, "werr": werr}), flush=True)
 """
 
 from tolerances import CHILD_TOL as TOL  # noqa: E402
 
 
-def _run(case):
-    return subprocess.run([sys.executable, "-c", CHILD, json.dumps(case)], cwd=TESTS,
+def _run(cases):
+    return subprocess.run([sys.executable, "-c", CHILD, json.dumps(cases)], cwd=TESTS,
                           capture_output=True, text=True, timeout=600)
+
+
+# Under FASTATTN_NO_WORKSPACE_CACHE=1 (ci/sanitize.sh) no call reuses another's buffer: each
+# allocates exactly its plan, so an overrun shows at its first byte whatever ran before it in the
+# process, and the cases share GROUPS children (one first call each; the sanitized interpreter
+# takes seconds to start, 92 of them took 3 minutes). With the cache on, one case a child.
+GROUPS = 8
 
 
 @pytest.fixture(scope="module")
 def results():
+    """(case index) -> (exit status, stderr, the case's result line or None)."""
+    if _k.workspace_cache_enabled():
+        groups = [[i] for i in range(len(CASES))]
+    else:
+        groups = [list(range(len(CASES)))[g::GROUPS] for g in range(GROUPS)]
     # two children at a time: the machine this runs on may have two cores
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(_run, CASES))
+        procs = list(pool.map(lambda g: _run([CASES[i] for i in g]), groups))
+    out = {}
+    for g, proc in zip(groups, procs):
+        lines = proc.stdout.strip().splitlines()
+        for k, i in enumerate(g):
+            out[i] = (proc.returncode, proc.stderr, lines[k] if k < len(lines) else None)
+    return out
 
 
 @pytest.mark.parametrize("i", range(len(CASES)),
@@ -127,10 +147,10 @@ def results():
                               f"{'-causal' if c['causal'] else ''}-B{c['B']}H{c['Hq']}/{c['Hkv']}"
                               f"-t{c['threads']}{'-w' if c['weights'] else ''}" for c in CASES])
 def test_first_call_in_fresh_process(results, i):
-    case, proc = CASES[i], results[i]
-    assert proc.returncode == 0, (
-        f"child died (exit {proc.returncode}) on {case}\nstderr:\n{proc.stderr[-3000:]}")
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    case, (rc, stderr, line) = CASES[i], results[i]
+    assert line is not None and rc == 0, (
+        f"child died (exit {rc}) on {case} or before it\nstderr:\n{stderr[-3000:]}")
+    got = json.loads(line)
     assert got["err"] <= TOL[case["dtype"]], (case, got)
     assert got["werr"] <= TOL[case["dtype"]], (case, got)
 
