@@ -304,8 +304,9 @@ class TranscriptionStream:
         window's speech (what :func:`loops` measures a result's pace by).
 
         plain: the prefix without the previous text, given when `prefix` holds it. A window
-        whose first-temperature decoding fails the checks while conditioned is decoded again
-        without the previous text at that temperature before any other one (repeated text in
+        whose first-temperature decoding fails the checks (or passes them as speech said
+        again, over the compression threshold) while conditioned is decoded again without the
+        previous text at that temperature before any other one (repeated text in
         the prompt drives Whisper into loops and dropped speech; fastattn's rule, not
         openai-whisper's); the first result that passes is kept. With one temperature there is
         no fallback: the result is the one decoding asked for, as openai-whisper's. forced:
@@ -313,17 +314,25 @@ class TranscriptionStream:
         temps = self._opts.temperatures
         if len(temps) == 1:
             return self._attempt(mem, prefix, temps[0], 0, seek, forced), False, False
+        limit = self._opts.compression_ratio_threshold
         results = []
         for i, t in enumerate(temps):
             res = self._attempt(mem, prefix, t, i, seek, forced)
             results.append((res, False))
-            if not self._needs_fallback(res, seconds, first=i == 0):
+            failed = self._needs_fallback(res, seconds, first=i == 0)
+            # a repetitive result that does not loop (speech said again) is kept, unless the
+            # previous text prompted it: repeated text in the prompt also makes Whisper say a
+            # passage more often than it was said, so the unprompted decoding is asked first
+            said_again = not failed and limit is not None and res[3] > limit
+            if not failed and not (said_again and i == 0 and plain is not None):
                 return res, False, False
             if i == 0 and plain is not None:
-                res = self._attempt(mem, plain, t, i, seek, forced)
-                results.append((res, True))
-                if not self._needs_fallback(res, seconds):
-                    return res, True, False
+                unprompted = self._attempt(mem, plain, t, i, seek, forced)
+                results.append((unprompted, True))
+                if not self._needs_fallback(unprompted, seconds):
+                    return unprompted, True, False
+                if said_again:
+                    return res, False, False
         best = self._best([r for r, _ in results])
         return best, next(u for r, u in results if r is best), True
 

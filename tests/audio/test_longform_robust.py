@@ -205,6 +205,18 @@ def test_speech_said_again_is_not_a_loop():
     st = _Stub({(False, 0.0): speech, (False, 0.2): draw})            # 60 words in 7 s
     (tokens, temp, *_), _, failed = st._with_fallback(None, [2], 0, 7.0, None)
     assert st.calls == [(False, 0.0), (False, 0.2)] and temp == 0.2 and tokens.size == 12
+    # prompted by the previous text, such a result is first checked against the window decoded
+    # without it (repeated text in the prompt also makes Whisper say a passage once too often):
+    # that one is kept when it passes, else the prompted one
+    plain = (np.tile(np.arange(20), 2), -4.1, 0.01)                   # said twice, cr > 2.4
+    st = _Stub({(True, 0.0): speech, (False, 0.0): plain, (True, 0.2): draw})
+    (tokens, temp, *_), unprompted, failed = st._with_fallback(None, [1, 2], 0, 20.0, [2])
+    assert st.calls == [(True, 0.0), (False, 0.0)] and unprompted and not failed
+    assert temp == 0.0 and tokens.size == 40
+    st = _Stub({(True, 0.0): speech, (False, 0.0): (_toks(5), -30.0, 0.01), (True, 0.2): draw})
+    (tokens, temp, *_), unprompted, failed = st._with_fallback(None, [1, 2], 0, 20.0, [2])
+    assert st.calls == [(True, 0.0), (False, 0.0)] and not unprompted and not failed
+    assert temp == 0.0 and tokens.size == 60
     # the rule itself
     assert not _longform.loops(" ".join(["the cat sat on the mat."] * 4), 5.0)
     assert _longform.loops(" ".join(["the cat sat on the mat."] * 4), 2.0)      # 24 > 16
