@@ -534,11 +534,15 @@ class TranscriptionStream:
                 if k and 0 < pieces[k][1] * _INPUT_STRIDE < window:
                     moved = pieces[k][1] * _INPUT_STRIDE
                     pieces = pieces[:k]
-            if failed and moved == window and pieces:
+            if moved == window and pieces:
                 # a result that failed every check does not vouch for the silence after its
-                # last timestamp: move on from there, not past the window
+                # last timestamp: move on from there, not past the window; nor does one that
+                # ended early (seek_to_pause) where TAIL_MIN_S or more of loud frames follow
+                # its last timestamp: the seek never jumps over speech (tiny.en ended a window
+                # at 491 s after one sentence and skipped 27 s of speech)
                 last = pieces[-1][2] * _INPUT_STRIDE
-                if 0 < last < window:
+                if 0 < last < window and (failed or opts.seek_to_pause and self._speech_seconds(
+                        seek + last, window - last) >= TAIL_MIN_S):
                     moved = last
             segs = [[toks, offset + a * _TIME_PRECISION, offset + b * _TIME_PRECISION, None]
                     for toks, a, b in pieces]

@@ -355,8 +355,11 @@ class Transcriber:
           are all None): where a window's last timestamp falls in speech that began less than
           0.5 s before it (the model placed the end of its last segment late, in the next
           sentence's first word), the next window starts in the pause before that speech
-          instead, so that word is not cut. False: the seek of openai-whisper,
-          faster-whisper and transformers.
+          instead, so that word is not cut; and a window whose decoding ends early (a last
+          timestamp with no speech after it, by the model) while a second or more of speech
+          follows in the window moves on from that timestamp, not past the window (the seek
+          never jumps over speech). False: the seek of openai-whisper, faster-whisper and
+          transformers.
 
         See :meth:`stream` for the segments as they finish."""
         opts = {k: v for k, v in locals().items() if k not in ("self", "audio")}

@@ -443,10 +443,10 @@ def _pause_stream(loud_spans, first=None, frames=3350, seek_to_pause=True):
     """A stream over `frames` mel frames, loud (0.3) on `loud_spans` [(a, b) frames] and quiet
     (-0.7, digital silence) elsewhere. Its first window decodes to `first` (default: two
     segments, 0-2 s and 2-4 s, then the pair at 4.0 s and a third segment unfinished); every
-    later window says one segment to its end."""
+    later window says one segment, 0 to 30 s."""
     if first is None:
         first = [TB, 1, 2, 3, TB + 100, TB + 100, 4, 5, 6, TB + 200, TB + 200, 7, 8]
-    rest = _said([9, 10, 11])
+    rest = [TB, 9, 10, 11, TB + 1500]
 
     class Table(dict):
         def __missing__(self, seek):
@@ -490,6 +490,22 @@ def test_seek_to_pause_leaves_the_last_segments_speech():
     st = _pause_stream([(0, 300), (370, 800)])                 # the same speech, segment at 2 s
     list(st._segments())
     assert [c[0] for c in st.calls] == [0, 350]
+
+
+@pytest.mark.parametrize("spans,on,second", [
+    # the decoding ends at 4.0 s with a lone timestamp (openai-whisper: no speech after it,
+    # the seek moves past the window) but the window's audio goes on speaking: the next window
+    # starts at that timestamp, moved back to the pause before the speech (0.2 s)
+    ([(400, 3350)], True, 380),
+    ([(0, 400), (3100, 3350)], True, 3000),       # quiet after it: past the window
+    ([(400, 3350)], False, 3000),                 # off: openai-whisper's seek
+])
+def test_the_seek_never_jumps_over_speech(spans, on, second):
+    first = [TB, 1, 2, 3, TB + 100, TB + 100, 4, 5, 6, TB + 200]
+    st = _pause_stream(spans, first, seek_to_pause=on)
+    segs = list(st._segments())
+    assert [c[0] for c in st.calls][:2] == [0, second]
+    assert [(s.start, s.end) for s in segs[:2]] == [(0.0, 2.0), (2.0, 4.0)]
 
 
 @pytest.mark.whole_model
