@@ -266,10 +266,7 @@ class TranscriptionStream:
         silence."""
         opts = self._opts
         tokens, _, avg, cr, no_speech = res
-        fallback = False
-        if opts.compression_ratio_threshold is not None and \
-                cr > opts.compression_ratio_threshold and loops(self._text(tokens), seconds):
-            fallback = True
+        fallback = self._loops(self._text(tokens), cr, seconds)
         if opts.log_prob_threshold is not None and avg < opts.log_prob_threshold:
             fallback = True
         if first and opts.no_speech_threshold is not None and \
@@ -292,6 +289,12 @@ class TranscriptionStream:
         ok = [r for r in results if opts.compression_ratio_threshold is None or
               r[3] <= opts.compression_ratio_threshold] or results
         return max(ok, key=lambda r: r[2])
+
+    def _loops(self, text, cr, seconds):
+        """Whether a decoding (`text`, compression ratio `cr`) over `seconds` of speech loops:
+        too repetitive (cr over the threshold) and :func:`loops`."""
+        limit = self._opts.compression_ratio_threshold
+        return limit is not None and cr > limit and loops(text, seconds)
 
     def _attempt(self, mem, prefix, t, i, seek, forced=0):
         tokens, total, no_speech = self._decode(mem, prefix, t, i, seek, forced)
@@ -424,8 +427,7 @@ class TranscriptionStream:
             return result, t0
         seconds = min(self._speech_left(i, offset), self._tr.n_frames * HOP_LENGTH) / SAMPLE_RATE
         text = self._text(np.asarray(result.tokens)).strip()
-        if compression_ratio(text) <= opts.compression_ratio_threshold or \
-                not loops(text, seconds):
+        if not self._loops(text, compression_ratio(text), seconds):
             return result, t0
         (tokens, t, avg, _, no_speech), _, _ = self._with_fallback(mem, prefix, key, seconds)
         return WindowResult(tokens, avg * (tokens.size + 1), no_speech), t
@@ -657,13 +659,18 @@ LOOP_WORDS_PER_S = 8.0
 _STUTTER_WORDS, _STUTTER_COPIES = 4, 4
 
 
+def _words(text):
+    """`text`'s words, lower-cased, punctuation left out (what the repetition rules compare)."""
+    return re.sub(r"[^\w' ]+", " ", text.lower()).split()
+
+
 def loops(text, seconds):
     """Whether a decoding's `text` over `seconds` of speech is a loop, not speech said again:
     more than LOOP_WORDS_PER_S words a second (at least one second counted), or a phrase of up
     to _STUTTER_WORDS words _STUTTER_COPIES times back to back ("long long long long", "I'm
     sorry. I'm sorry. ..."). A sentence said again keeps the pace of speech and its copies
     are longer than that."""
-    words = re.sub(r"[^\w' ]+", " ", text.lower()).split()
+    words = _words(text)
     if len(words) > LOOP_WORDS_PER_S * max(seconds, 1.0):
         return True
     for n in range(1, _STUTTER_WORDS + 1):
@@ -678,7 +685,7 @@ def loops(text, seconds):
 def repeats(text, n=_REPEAT_WORDS):
     """Whether `text` holds a run of `n` words (lower-cased, punctuation left out) twice: a
     prompt like that makes Whisper skip the speech that says it again, or loop on it."""
-    words = re.sub(r"[^\w' ]+", " ", text.lower()).split()
+    words = _words(text)
     seen = set()
     for i in range(len(words) - n + 1):
         gram = tuple(words[i:i + n])
@@ -693,7 +700,7 @@ def first_repeat(texts):
     those of an earlier one, or None."""
     seen = set()
     for i, t in enumerate(texts):
-        words = tuple(re.sub(r"[^\w' ]+", " ", t.lower()).split())
+        words = tuple(_words(t))
         if words and words in seen:
             return i
         seen.add(words)

@@ -311,8 +311,8 @@ class Transcriber:
           decoded at once, at ``temperature[0]``, each window alone (no conditioning on the
           previous text; ``initial_prompt``, its text as given, prompts every window). A
           window whose decoding loops (below) is decoded again alone through the temperature
-          fallback (fastattn's rule).
-          Each window's result is bitwise what it gives in any other batch.
+          fallback (fastattn's rule). Each window's result is bitwise what it gives in any
+          other batch.
         - ``hallucination_silence_threshold`` (seconds; needs ``word_timestamps``): a segment
           whose words look hallucinated (improbable, too short or too long) with a silence
           longer than this before and after it is dropped and the silence skipped

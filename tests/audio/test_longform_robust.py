@@ -114,6 +114,7 @@ class _Stub:
         return " ".join(f"w{int(t)}" for t in tokens)
 
     _needs_fallback = _longform.TranscriptionStream._needs_fallback
+    _loops = _longform.TranscriptionStream._loops
     _best = _longform.TranscriptionStream._best
     _attempt = _longform.TranscriptionStream._attempt
     _with_fallback = _longform.TranscriptionStream._with_fallback
