@@ -35,7 +35,8 @@ import numpy as np
 from .._validation import check_positive_int
 from ..generation.whisper import WindowDecoder, language_token, window_segments
 from ._live_input import _as_samples, _Resampler, _StreamVad  # noqa: F401 (re-exported)
-from ._longform import compression_ratio, plain_ids
+from ._longform import plain_ids
+from ._window_rules import compression_ratio
 from .alignment import Word, add_word_timestamps
 from .features import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
 

