@@ -168,10 +168,11 @@ def make_speech(folder, seconds, voice="en", rate=160, first=0):
 
 
 def _resampled(src, tmp):
-    """`src` at 16 kHz mono float32: through sox where it is installed, else scipy."""
+    """`src` at 16 kHz mono float32: through sox where it is installed, else scipy. sox
+    without dither (-D): its dither is random noise, which made every run's files differ."""
     import soundfile as sf
     if shutil.which("sox"):
-        subprocess.run(["sox", src, "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16", tmp],
+        subprocess.run(["sox", "-D", src, "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16", tmp],
                        check=True)
         return sf.read(tmp, dtype="float32")[0]
     from math import gcd
