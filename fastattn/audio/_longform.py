@@ -14,7 +14,9 @@ sequential long-form ``generate`` run it, re-derived here:
   again from there (transformers' ``_retrieve_segment``:
   :func:`fastattn.generation.whisper.window_segments`); with ``seek_to_pause`` (on with the
   checks below) a last timestamp that fell just inside the next speech moves back to the pause
-  before it (:meth:`TranscriptionStream._pause_seek`);
+  before it (:meth:`TranscriptionStream._pause_seek`), and a window that starts inside
+  speech the last segment may have written leaves out the words that say it again
+  (:meth:`TranscriptionStream._not_said_again`);
 - the temperature fallback: each window is decoded at ``temperature[0]`` (0: beam search or
   greedy); when the result is too repetitive (gzip compression ratio over
   ``compression_ratio_threshold``, and a loop, :func:`loops`: fastattn's rule, since speech
@@ -43,7 +45,8 @@ import numpy as np
 from ..generation.whisper import (WindowDecoder, WindowResult, fallback_streams,
                                   language_token, window_segments, window_stream)
 from ..text.tokenizers.json_tokenizer import JsonTokenizer
-from ._window_rules import compression_ratio, first_repeat, loops, repeats, skip_hallucinations
+from ._window_rules import (_words, compression_ratio, first_repeat, loops, overlap, repeats,
+                            skip_hallucinations)
 from .alignment import add_word_timestamps
 from .features import HOP_LENGTH, SAMPLE_RATE, log_mel_spectrogram
 from .vad import TimeMap, collect_chunks, speech_timestamps
@@ -482,6 +485,7 @@ class TranscriptionStream:
         reset_since = 0
         seek, sid = 0, 0
         last_speech = 0.0
+        said = None         # the last segment kept: its text and its end (mel frame)
         sot_seq = self._sot_sequence()
         hot_ids = self._hotwords()
         cut = tr.model.max_decoder_positions // 2 - 1
@@ -517,6 +521,7 @@ class TranscriptionStream:
                     and not (opts.log_prob_threshold is not None and
                              avg > opts.log_prob_threshold) and not failed:
                 seek += window                    # silence (told at temperature[0])
+                said = None
                 continue
             offset = seek * _TIME_PRECISION / _INPUT_STRIDE       # transformers' arithmetic
             pieces, moved = window_segments(tokens, tb, window, _INPUT_STRIDE)
@@ -529,6 +534,8 @@ class TranscriptionStream:
                 if k and 0 < pieces[k][1] * _INPUT_STRIDE < window:
                     moved = pieces[k][1] * _INPUT_STRIDE
                     pieces = pieces[:k]
+            if opts.seek_to_pause and pieces and said is not None:
+                pieces[0] = self._not_said_again(pieces[0], said, seek)
             if moved == window and pieces:
                 # a result that failed every check does not vouch for the silence after its
                 # last timestamp: move on from there, not past the window; nor does one that
@@ -572,6 +579,7 @@ class TranscriptionStream:
                         ends = [w.end for _, _, words in segs for w in words]
                         last_speech = ends[-1] if ends else previous_end
             for toks, start, end, words in segs:
+                end_frame = round(end / _FRAME_SECONDS)         # in the clip's frames
                 if self._map is not None:                   # speech-only time -> the file's
                     start, end = self._map(start), self._map(end, is_end=True)
                     if words is not None:
@@ -585,6 +593,7 @@ class TranscriptionStream:
                 history.extend(int(t) for t in keep)
                 if start == end or not text.strip():
                     continue
+                said = (text, end_frame)
                 yield Segment(id=sid, seek=seek, start=start, end=end, text=text,
                               tokens=[int(t) for t in toks], temperature=temp,
                               avg_logprob=avg, compression_ratio=cr,
@@ -597,6 +606,40 @@ class TranscriptionStream:
             if opts.seek_to_pause and 0 < moved < window and pieces:
                 moved = self._pause_seek(seek, moved, seek + pieces[-1][1] * _INPUT_STRIDE)
             seek += moved
+
+    def _not_said_again(self, piece, said, seek):
+        """A window's first segment `piece` (tokens, start, end) without the words at its
+        start that say again the end of the last segment kept (`said`: its text and end
+        frame), where the window starts inside speech that segment may have written: before
+        its end, or amid loud frames (``seek_to_pause``'s rule, fastattn's). A segment whose
+        text runs past its closing timestamp (its end is where the next sentence starts:
+        "... winter. Learning to sail is mostly a matter") or a seek inside a sentence makes
+        the next window say those words again (tiny.en: 7 words at 326 s of the 10-minute
+        file). :func:`overlap` tells them; the segment keeps its tokens from the first one
+        after them, or none of its text when it is all said again."""
+        text, end = said
+        loud = self._loud_frames()
+        inside = loud[max(0, seek - _PAUSE_FRAMES):seek].any() and \
+            loud[seek:seek + _PAUSE_FRAMES].any()
+        if end <= seek and not inside:
+            return piece
+        toks, a, b = piece
+        words = _words(self._text(toks))
+        k = overlap(text, self._text(toks))
+        if not k:
+            return piece
+        tb = self._tr.timestamp_begin
+        lead = 1 if toks.size and toks[0] >= tb else 0
+        body = np.flatnonzero(toks[lead:] < tb) + lead     # the text tokens' places
+        if not body.size:
+            return piece
+        stop = body[-1] + 1
+        cut = stop if k == len(words) else next(
+            (j for j in range(lead + 1, stop) if _words(self._text(toks[j:stop])) == words[k:]),
+            None)
+        if cut is None:
+            return piece
+        return np.concatenate([toks[:lead], toks[cut:]]), a, b
 
     def _loud_frames(self):
         """The clip's loud mel frames (bool, one a frame): a frame's mean log-mel at least 30%

@@ -70,6 +70,34 @@ def first_repeat(texts):
     return None
 
 
+def _alike(a, b):
+    """Whether two words are one heard twice: equal, or (four letters or more) one edit apart
+    ("railing" / "railings", "skill" / "kill")."""
+    if a == b:
+        return True
+    if max(len(a), len(b)) < 4 or abs(len(a) - len(b)) > 1:
+        return False
+    i = 0
+    while i < min(len(a), len(b)) and a[i] == b[i]:
+        i += 1
+    return a[i + 1:] == b[i + 1:] or a[i + 1:] == b[i:] or a[i:] == b[i + 1:]
+
+
+def overlap(before, after):
+    """How many words at the start of `after` say again the last words of `before` (texts):
+    the longest run of k >= 2 words whose first words are equal, whose last words are alike
+    (:func:`_alike`) and at most k // 3 of the rest not; 0 where none. What a window that starts inside speech the
+    previous window's last segment already wrote says again ("... is mostly a matter" /
+    "Learning to sail is mostly a matter of patience")."""
+    a, b = _words(before), _words(after)
+    for k in range(min(len(a), len(b)), 1, -1):
+        head, tail = a[-k:], b[:k]
+        if head[0] == tail[0] and _alike(head[-1], tail[-1]) and \
+                sum(not _alike(x, y) for x, y in zip(head, tail)) <= k // 3:
+            return k
+    return 0
+
+
 _PUNCTUATION = PREPEND_PUNCTUATIONS + APPEND_PUNCTUATIONS
 
 

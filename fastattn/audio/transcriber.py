@@ -358,8 +358,10 @@ class Transcriber:
           instead, so that word is not cut; and a window whose decoding ends early (a last
           timestamp with no speech after it, by the model) while a second or more of speech
           follows in the window moves on from that timestamp, not past the window (the seek
-          never jumps over speech). False: the seek of openai-whisper, faster-whisper and
-          transformers.
+          never jumps over speech); and a window that starts inside speech the last segment
+          kept may have written (before that segment's end, or amid speech) leaves out the
+          words at its start that say that segment's last words again. False: the seek of
+          openai-whisper, faster-whisper and transformers.
 
         See :meth:`stream` for the segments as they finish."""
         opts = {k: v for k, v in locals().items() if k not in ("self", "audio")}

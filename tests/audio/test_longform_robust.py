@@ -440,14 +440,15 @@ def test_batched_window_that_loops_is_decoded_again(tr, long_speech, monkeypatch
 
 # -- seek_to_pause -----------------------------------------------------------------------------
 
-def _pause_stream(loud_spans, first=None, frames=3350, seek_to_pause=True):
+def _pause_stream(loud_spans, first=None, frames=3350, seek_to_pause=True, rest=None):
     """A stream over `frames` mel frames, loud (0.3) on `loud_spans` [(a, b) frames] and quiet
     (-0.7, digital silence) elsewhere. Its first window decodes to `first` (default: two
     segments, 0-2 s and 2-4 s, then the pair at 4.0 s and a third segment unfinished); every
-    later window says one segment, 0 to 30 s."""
+    later window to `rest` (default: one segment, 0 to 30 s)."""
     if first is None:
         first = [TB, 1, 2, 3, TB + 100, TB + 100, 4, 5, 6, TB + 200, TB + 200, 7, 8]
-    rest = [TB, 9, 10, 11, TB + 1500]
+    if rest is None:
+        rest = [TB, 9, 10, 11, TB + 1500]
 
     class Table(dict):
         def __missing__(self, seek):
@@ -507,6 +508,46 @@ def test_the_seek_never_jumps_over_speech(spans, on, second):
     segs = list(st._segments())
     assert [c[0] for c in st.calls][:2] == [0, second]
     assert [(s.start, s.end) for s in segs[:2]] == [(0.0, 2.0), (2.0, 4.0)]
+
+
+@pytest.mark.parametrize("spans,on,second,texts", [
+    # the seek moved back to the pause before the speech at 4.0 s (3.5 s), before the end of
+    # the last segment kept (2-4 s: w4 w5 w6): the next window's first words that say its
+    # last ones again are left out
+    ([(0, 170), (370, 800)], True, [TB, 4, 5, 6, 12, 13, TB + 1500], [" w12 w13"]),
+    ([(0, 170), (370, 800)], False, [TB, 4, 5, 6, 12, 13, TB + 1500],
+     [" w4 w5 w6 w12 w13"]),                                   # off: as decoded
+    # a first segment that only says them again is left out whole
+    ([(0, 170), (370, 800)], True, [TB, 5, 6, TB + 100, TB + 100, 12, 13, TB + 1500],
+     [" w12 w13"]),
+    # the seek inside speech (4.0 s, speech from 1 s): the same
+    ([(100, 800)], True, [TB, 5, 6, 14, TB + 1500], [" w14"]),
+    # the seek after the segment's end, in a pause: speech said again is kept
+    ([(0, 170), (420, 800)], True, [TB, 4, 5, 6, 12, 13, TB + 1500], [" w4 w5 w6 w12 w13"]),
+    # one word in common is no overlap
+    ([(100, 800)], True, [TB, 6, 14, TB + 1500], [" w6 w14"]),
+])
+def test_words_said_again_across_windows(spans, on, second, texts):
+    first = [TB, 1, 2, 3, TB + 100, TB + 100, 4, 5, 6, TB + 200]
+    st = _pause_stream(spans, first, seek_to_pause=on, rest=second)
+    # the first window ends with one timestamp over speech: the next one starts there (4.0 s),
+    # or at the pause before the speech
+    segs = list(st._segments())
+    assert [s.text for s in segs[:2]] == [" w1 w2 w3", " w4 w5 w6"]
+    assert [s.text for s in segs[2:3]] == texts
+
+
+def test_overlap():
+    ov = _window_rules.overlap
+    assert ov("winter. Learning to sail is mostly a matter",
+              "Learning to sail is mostly a matter of patience.") == 7
+    assert ov("Family's walked slowly by the railing.", "by the railings, eating chips") == 3
+    assert ov("A good soup needs a time more than it needs a skill.",
+              "more than it needs to kill. The wind") == 6        # 2 of 6 not alike
+    assert ov("he went in the north", "in the morning") == 0      # the last words differ
+    assert ov("he went in the north", "north wind") == 0           # one word is not a run
+    assert ov("the north", "the south") == 0 and ov("a b", "a b") == 2
+    assert ov("", "a b") == 0 and ov("a b", "") == 0
 
 
 @pytest.mark.whole_model
