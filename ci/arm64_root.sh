@@ -12,6 +12,8 @@
 # on PYTHONPATH. fastattn itself goes in from its wheel, with --no-deps, at test time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# update-binfmts, debootstrap and chroot live in the sbin folders, which a PATH may leave out
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 ROOT=$(realpath -m "${1:-.arm64-root}")
 SUITE=${ARM64_SUITE:-bookworm}
 MIRROR=${ARM64_MIRROR:-http://deb.debian.org/debian}

@@ -12,6 +12,8 @@
 # The root runs under qemu-user (binfmt): correctness, not speed. The tests are the repository's
 # own, copied into the root; the package under test is the installed wheel (no compiler there).
 set -euo pipefail
+# chroot lives in the sbin folders, which a PATH may leave out
+export PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 cd "$(dirname "$0")/.."
 WHEELS=$(realpath -m "${1:-dist-aarch64}")
 ROOT=$(realpath -m "${2:-.arm64-root}")
