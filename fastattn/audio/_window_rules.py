@@ -20,6 +20,11 @@ _REPEAT_WORDS = 8
 LOOP_WORDS_PER_S = 8.0
 # a phrase of up to _STUTTER_WORDS words said _STUTTER_COPIES times back to back is a loop
 _STUTTER_WORDS, _STUTTER_COPIES = 4, 4
+# the same in letters, for loops without spaces ("nononono...") and scripts written without
+# them: more than LOOP_CHARS_PER_S letters a second (LOOP_WORDS_PER_S words of six), or a run
+# of up to four letters 16 times back to back
+LOOP_CHARS_PER_S = 48.0
+_CHAR_LOOP = re.compile(r"(\w{1,4}?)\1{15,}")
 
 
 def _words(text):
@@ -31,10 +36,15 @@ def loops(text, seconds):
     """Whether a decoding's `text` over `seconds` of speech is a loop, not speech said again:
     more than LOOP_WORDS_PER_S words a second (at least one second counted), or a phrase of up
     to _STUTTER_WORDS words _STUTTER_COPIES times back to back ("long long long long", "I'm
-    sorry. I'm sorry. ..."). A sentence said again keeps the pace of speech and its copies
-    are longer than that."""
+    sorry. I'm sorry. ..."); in letters (a loop without spaces, or a script written without
+    them): more than LOOP_CHARS_PER_S letters a second, or up to four letters 16 times back to
+    back ("Nononono..."). A sentence said again keeps the pace of speech and its copies are
+    longer than that."""
     words = _words(text)
     if len(words) > LOOP_WORDS_PER_S * max(seconds, 1.0):
+        return True
+    letters = re.sub(r"\W+", "", text)
+    if len(letters) > LOOP_CHARS_PER_S * max(seconds, 1.0) or _CHAR_LOOP.search(letters):
         return True
     for n in range(1, _STUTTER_WORDS + 1):
         run = 0                 # words so far that equal the word n before them

@@ -226,6 +226,15 @@ def test_speech_said_again_is_not_a_loop():
     assert not _window_rules.loops("I'm sorry. I'm sorry. I'm sorry. Yes", 30.0)
     assert not _window_rules.loops("one two three four five, one two three four five, " * 4, 30.0)
     assert not _window_rules.loops("", 0.0) and _window_rules.loops("a " * 9, 0.0)  # 1 s counted
+    # in letters: a loop without spaces (base int8 ended a batched window of the 10-minute
+    # file in "Nononono..."), and a script written without spaces
+    said = "The summer visitors have gone home, the cafes close early."
+    assert _window_rules.loops(said + " Nonono" + "no" * 14, 30.0)
+    assert not _window_rules.loops(said + " Nonono" + "no" * 12, 30.0)  # 15 copies
+    assert not _window_rules.loops("hahaha, that was funny. Donaudampfschifffahrtskapitän", 3.0)
+    assert not _window_rules.loops("我们今天去公园散步了很开心。", 3.0)
+    fast = "".join(chr(0x4E00 + 7 * i) for i in range(150))        # no run, no spaces
+    assert _window_rules.loops(fast, 3.0) and not _window_rules.loops(fast, 4.0)  # 150 / 144
 
 
 class _Words:
