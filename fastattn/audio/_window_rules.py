@@ -96,9 +96,9 @@ def _alike(a, b):
 def overlap(before, after):
     """How many words at the start of `after` say again the last words of `before` (texts):
     the longest run of k >= 2 words whose first words are equal, whose last words are alike
-    (:func:`_alike`) and at most k // 3 of the rest not; 0 where none. What a window that starts inside speech the
-    previous window's last segment already wrote says again ("... is mostly a matter" /
-    "Learning to sail is mostly a matter of patience")."""
+    (:func:`_alike`) and at most k // 3 of the rest not; 0 where none. What a window that
+    starts inside speech the previous window's last segment already wrote says again
+    ("... is mostly a matter" / "Learning to sail is mostly a matter of patience")."""
     a, b = _words(before), _words(after)
     for k in range(min(len(a), len(b)), 1, -1):
         head, tail = a[-k:], b[:k]
