@@ -624,8 +624,9 @@ class TranscriptionStream:
         if end <= seek and not inside:
             return piece
         toks, a, b = piece
-        words = _words(self._text(toks))
-        k = overlap(text, self._text(toks))
+        new = self._text(toks)
+        k = overlap(text, new)
+        words = _words(new)
         if not k:
             return piece
         tb = self._tr.timestamp_begin
